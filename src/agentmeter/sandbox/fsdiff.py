@@ -1,0 +1,162 @@
+"""File-system snapshots and diffs, shared by every backend.
+
+A snapshot records size, mtime and mode per path. A file whose mtime is so close to the
+snapshot's own time that a later write could keep the same mtime ("racy", as git calls it) also
+gets a content digest, and only such files are hashed again when diffing.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import os
+import stat
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import PurePosixPath
+
+from agentmeter.sandbox.spec import FsDiff, FsEntry, FsSnapshot
+
+#: mtimes within this window of the snapshot time are not trusted on their own.
+RACY_WINDOW_NS = 2_000_000_000
+
+
+def is_ignored(rel: str, patterns: Sequence[str]) -> bool:
+    """True when any path component of ``rel`` (or the whole path) matches a pattern."""
+    if not patterns:
+        return False
+    for part in PurePosixPath(rel).parts:
+        if any(fnmatch.fnmatchcase(part, p) for p in patterns):
+            return True
+    return any(fnmatch.fnmatchcase(rel, p) for p in patterns)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISREG(mode):
+        return "f"
+    if stat.S_ISDIR(mode):
+        return "d"
+    if stat.S_ISLNK(mode):
+        return "l"
+    return "o"
+
+
+def _digest_file(path: str) -> str | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    h = hashlib.blake2b(digest_size=16)
+    try:
+        with os.fdopen(fd, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
+def walk_host_tree(top: str, ignore: Sequence[str]) -> dict[str, os.stat_result]:
+    """lstat of every path under ``top`` (relative paths), never following symlinks."""
+    out: dict[str, os.stat_result] = {}
+    stack = [""]
+    while stack:
+        rel_dir = stack.pop()
+        try:
+            it = os.scandir(os.path.join(top, rel_dir) if rel_dir else top)
+        except OSError:
+            continue
+        with it:
+            for de in it:
+                rel = f"{rel_dir}/{de.name}" if rel_dir else de.name
+                if is_ignored(rel, ignore):
+                    continue
+                try:
+                    st = de.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                out[rel] = st
+                if stat.S_ISDIR(st.st_mode):
+                    stack.append(rel)
+    return out
+
+
+def snapshot_host_tree(top: str, root_label: str, ignore: Sequence[str]) -> FsSnapshot:
+    taken = time.time_ns()
+    entries: dict[str, FsEntry] = {}
+    for rel, st in walk_host_tree(top, ignore).items():
+        kind = _kind(st.st_mode)
+        digest = None
+        if kind == "f" and taken - st.st_mtime_ns < RACY_WINDOW_NS:
+            digest = _digest_file(os.path.join(top, rel))
+        entries[rel] = FsEntry(kind=kind, size=st.st_size, mtime_ns=st.st_mtime_ns,  # type: ignore[arg-type]
+                               mode=stat.S_IMODE(st.st_mode), digest=digest)
+    return FsSnapshot(root=root_label, taken_ns=taken, entries=entries)
+
+
+def diff_entries(
+    before: FsSnapshot,
+    now: dict[str, FsEntry],
+    digest_of: Callable[[str], str | None],
+    ignore: Sequence[str],
+) -> FsDiff:
+    """Compare a snapshot with the current listing. ``digest_of(rel)`` hashes a current file."""
+    old = {k: v for k, v in before.entries.items() if not is_ignored(k, ignore)}
+    created = sorted(k for k in now if k not in old)
+    deleted = sorted(k for k in old if k not in now)
+    modified: list[str] = []
+    for rel in sorted(now.keys() & old.keys()):
+        a, b = old[rel], now[rel]
+        if a.kind != b.kind or a.mode != b.mode:
+            modified.append(rel)
+        elif a.kind == "d":
+            continue
+        elif a.size != b.size or a.mtime_ns != b.mtime_ns:
+            modified.append(rel)
+        elif a.digest is not None and a.kind == "f" and digest_of(rel) != a.digest:
+            modified.append(rel)
+    return FsDiff(created=created, modified=modified, deleted=deleted)
+
+
+def diff_host_tree(top: str, before: FsSnapshot, ignore: Sequence[str]) -> FsDiff:
+    now = {
+        rel: FsEntry(kind=_kind(st.st_mode), size=st.st_size, mtime_ns=st.st_mtime_ns,  # type: ignore[arg-type]
+                     mode=stat.S_IMODE(st.st_mode))
+        for rel, st in walk_host_tree(top, ignore).items()
+    }
+    return diff_entries(before, now, lambda rel: _digest_file(os.path.join(top, rel)), ignore)
+
+
+# --- listings produced inside a sandbox (docker backend) -------------------------------------
+
+#: A POSIX find command whose output :func:`parse_find_listing` reads (GNU find).
+FIND_LISTING_CMD = r"find . -mindepth 1 -printf '%P\0%y\0%s\0%T@\0%m\0'"
+
+
+def parse_find_listing(raw: bytes, ignore: Sequence[str]) -> dict[str, FsEntry]:
+    fields = raw.split(b"\0")
+    out: dict[str, FsEntry] = {}
+    kinds = {"f": "f", "d": "d", "l": "l"}
+    for i in range(0, len(fields) - 4, 5):
+        rel = fields[i].decode("utf-8", "surrogateescape")
+        if not rel or is_ignored(rel, ignore):
+            continue
+        y = fields[i + 1].decode()
+        secs, _, frac = fields[i + 3].decode().partition(".")
+        mtime_ns = int(secs) * 1_000_000_000 + int((frac + "000000000")[:9])
+        out[rel] = FsEntry(kind=kinds.get(y, "o"), size=int(fields[i + 2]),  # type: ignore[arg-type]
+                           mtime_ns=mtime_ns, mode=int(fields[i + 4], 8))
+    return out
+
+
+def snapshot_from_listing(root: str, taken_ns: int, entries: dict[str, FsEntry],
+                          digests: dict[str, str]) -> FsSnapshot:
+    fixed = {
+        rel: e.model_copy(update={"digest": digests.get(rel)}) if rel in digests else e
+        for rel, e in entries.items()
+    }
+    return FsSnapshot(root=root, taken_ns=taken_ns, entries=fixed)
+
+
+def racy_files(entries: dict[str, FsEntry], taken_ns: int) -> Iterable[str]:
+    return (r for r, e in entries.items() if e.kind == "f" and taken_ns - e.mtime_ns < RACY_WINDOW_NS)

@@ -1,0 +1,78 @@
+"""The one Sandbox interface every other package uses, and the backend factory interface."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from agentmeter.sandbox.spec import DEFAULT_OUTPUT_LIMIT, ExecResult, FsDiff, FsSnapshot, SandboxSpec
+
+#: Paths a snapshot/diff ignores by default: any component starting with a dot.
+DEFAULT_IGNORE: tuple[str, ...] = (".*",)
+
+OutputCallback = Callable[[bytes], None]
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """A running sandbox. All methods are coroutines; ``stop`` is idempotent and always cleans up."""
+
+    id: str
+    spec: SandboxSpec
+
+    @property
+    def workdir(self) -> str: ...
+
+    async def exec(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        user: str | None = None,
+        stdin: bytes | None = None,
+        timeout: float | None = None,
+        output_limit: int = DEFAULT_OUTPUT_LIMIT,
+        on_stdout: OutputCallback | None = None,
+    ) -> ExecResult:
+        """Run ``cmd`` (a string goes to ``bash -c``) and wait. On timeout or cancellation the whole
+        process tree is killed, daemonized children included."""
+        ...
+
+    async def write_file(self, path: str, data: bytes | str, *, mode: int = 0o644,
+                         user: str | None = None) -> None: ...
+
+    async def read_file(self, path: str) -> bytes: ...
+
+    async def copy_in(self, host_src: Path, dst: str, *, user: str | None = None) -> None:
+        """Copy a host file or directory tree to ``dst`` inside (created, owned by ``user``)."""
+        ...
+
+    async def copy_out(self, src: str, host_dst: Path) -> None:
+        """Copy a file or tree out. Links never resolve outside ``host_dst``."""
+        ...
+
+    async def snapshot(self, root: str | None = None,
+                       ignore: Sequence[str] = DEFAULT_IGNORE) -> FsSnapshot: ...
+
+    async def diff(self, snapshot: FsSnapshot,
+                   ignore: Sequence[str] = DEFAULT_IGNORE) -> FsDiff: ...
+
+    async def stop(self) -> None: ...
+
+
+class SandboxBackend(Protocol):
+    """Makes sandboxes of one kind (``local`` or ``docker``)."""
+
+    name: str
+
+    async def prepare(self, spec: SandboxSpec) -> None:
+        """Build (or find cached) the base and every layer of ``spec``; no sandbox is started."""
+        ...
+
+    async def start(self, spec: SandboxSpec) -> Sandbox: ...
+
+    async def cleanup_stale(self) -> int:
+        """Remove sandboxes left behind by a process that died; returns how many were removed."""
+        ...

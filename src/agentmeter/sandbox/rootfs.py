@@ -1,0 +1,167 @@
+"""The base root filesystem: a minimal Debian (trixie) built once with debootstrap and cached.
+
+``ensure_debian_base`` builds into a temporary directory and renames it into place only when
+every step succeeded, so a broken base is never used; a file lock keeps two processes from
+building it at once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from agentmeter.paths import cache_dir
+from agentmeter.sandbox.hosttools import DEBIAN_BASE_TOOLS, ensure_tools
+from agentmeter.sandbox.spec import AGENT_GID, AGENT_UID, AGENT_USER, SandboxError
+
+DEBIAN_RELEASE = "trixie"
+#: bump when the post-processing below changes, so old caches are rebuilt
+BASE_FORMAT = 1
+BASE_ID = f"debian-{DEBIAN_RELEASE}-v{BASE_FORMAT}"
+
+Progress = Callable[[str], None]
+
+#: host directories the ``host`` base exposes read-only (those that exist)
+HOST_SYSTEM_DIRS = ("usr", "etc", "opt", "var/lib", "srv")
+HOST_SYMLINK_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+
+
+def bases_dir() -> Path:
+    return cache_dir() / "bases"
+
+
+def debian_base_path() -> Path:
+    return bases_dir() / BASE_ID / "rootfs"
+
+
+@contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _finalize_rootfs(root: Path) -> None:
+    """Add the unprivileged agent account, harness directories and apt settings."""
+    etc = root / "etc"
+    with open(etc / "passwd", "a") as f:
+        f.write(f"{AGENT_USER}:x:{AGENT_UID}:{AGENT_GID}::/home/{AGENT_USER}:/bin/bash\n")
+    with open(etc / "group", "a") as f:
+        f.write(f"{AGENT_USER}:x:{AGENT_GID}:\n")
+    if (etc / "shadow").exists():
+        with open(etc / "shadow", "a") as f:
+            f.write(f"{AGENT_USER}:!:19000:0:99999:7:::\n")
+    home = root / "home" / AGENT_USER
+    home.mkdir(parents=True, exist_ok=True)
+    os.chown(home, AGENT_UID, AGENT_GID)
+    for d in ("workspace", "logs/agent", "logs/verifier"):
+        (root / d).mkdir(parents=True, exist_ok=True)
+    os.chown(root / "workspace", AGENT_UID, AGENT_GID)
+    os.chmod(root / "logs", 0o755)
+    os.chown(root / "logs" / "agent", AGENT_UID, AGENT_GID)
+    # apt inside a sandbox may run without the capability to switch to the _apt user
+    (etc / "apt" / "apt.conf.d").mkdir(parents=True, exist_ok=True)
+    (etc / "apt" / "apt.conf.d" / "99agentmeter").write_text(
+        'APT::Sandbox::User "root";\nAcquire::Retries "3";\nAPT::Install-Recommends "false";\n'
+    )
+    resolv = etc / "resolv.conf"
+    if resolv.is_symlink() or resolv.exists():
+        resolv.unlink()
+    resolv.write_text("")
+    shutil.rmtree(root / "var" / "cache" / "apt" / "archives", ignore_errors=True)
+    (root / "var" / "cache" / "apt" / "archives" / "partial").mkdir(parents=True, exist_ok=True)
+
+
+def ensure_debian_base(progress: Progress | None = None) -> Path:
+    """Return the cached Debian rootfs, building it first if needed (root only)."""
+    final = debian_base_path()
+    marker = final.parent / "base.json"
+    if marker.exists():
+        return final
+    with file_lock(bases_dir() / ".lock"):
+        if marker.exists():
+            return final
+        if os.geteuid() != 0:
+            raise SandboxError(
+                "the debian base must be built as root once (sudo agentmeter setup), "
+                "or use the 'host' base"
+            )
+        ensure_tools(DEBIAN_BASE_TOOLS, "building the Debian base rootfs")
+        tmp = bases_dir() / f".build-{BASE_ID}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        cmd = ["debootstrap", "--variant=minbase", DEBIAN_RELEASE, str(tmp / "rootfs")]
+        mirror = os.environ.get("AGENTMETER_DEBIAN_MIRROR")
+        if mirror:
+            cmd.append(mirror)
+        t0 = time.monotonic()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        tail: list[str] = []
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            tail = (tail + [line.rstrip()])[-20:]
+            if progress:
+                progress(line.rstrip())
+        if proc.wait() != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise SandboxError("debootstrap failed building the Debian base:\n" + "\n".join(tail))
+        _finalize_rootfs(tmp / "rootfs")
+        final.parent.mkdir(parents=True, exist_ok=True)
+        if final.exists():
+            shutil.rmtree(final)
+        (tmp / "rootfs").rename(final)
+        shutil.rmtree(tmp, ignore_errors=True)
+        marker.write_text(json.dumps({"id": BASE_ID, "release": DEBIAN_RELEASE,
+                                      "built_s": round(time.monotonic() - t0, 1),
+                                      "built_at": time.time()}))
+    return final
+
+
+def host_skeleton() -> Path:
+    """A small directory used as the lowest layer of the ``host`` base: mount points for the
+    host's system directories plus the harness directories. Built once per cache."""
+    root = bases_dir() / "host-skeleton-v1"
+    if (root / ".done").exists():
+        return root
+    with file_lock(bases_dir() / ".lock"):
+        if (root / ".done").exists():
+            return root
+        tmp = root.with_name(root.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        for d in (*HOST_SYSTEM_DIRS, "root", "tmp", "run", "proc", "dev", "sys", "var/tmp",
+                  "workspace", "logs/agent", "logs/verifier", f"home/{AGENT_USER}"):
+            (tmp / d).mkdir(parents=True, exist_ok=True)
+        os.chmod(tmp / "tmp", 0o1777)
+        os.chmod(tmp / "var" / "tmp", 0o1777)
+        for name in HOST_SYMLINK_DIRS:
+            target = Path("/") / name
+            if target.is_symlink():
+                (tmp / name).symlink_to(os.readlink(target))
+            elif target.is_dir():
+                (tmp / name).mkdir()
+        if os.geteuid() == 0:
+            os.chown(tmp / "workspace", AGENT_UID, AGENT_GID)
+            os.chown(tmp / "home" / AGENT_USER, AGENT_UID, AGENT_GID)
+            os.chown(tmp / "logs" / "agent", AGENT_UID, AGENT_GID)
+        (tmp / ".done").write_text("")
+        shutil.rmtree(root, ignore_errors=True)
+        tmp.rename(root)
+    return root
+
+
+def host_bind_dirs() -> list[str]:
+    """Absolute host directories bound read-only into a ``host``-base sandbox."""
+    dirs = [f"/{d}" for d in HOST_SYSTEM_DIRS if Path("/", d).is_dir()]
+    dirs += [f"/{d}" for d in HOST_SYMLINK_DIRS if Path("/", d).is_dir() and not Path("/", d).is_symlink()]
+    return dirs

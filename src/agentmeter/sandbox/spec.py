@@ -1,0 +1,143 @@
+"""What a sandbox is asked to be (SandboxSpec) and what it reports back (ExecResult, FsDiff).
+
+These models are shared by every backend; nothing here knows how a sandbox is made.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+BaseName = Literal["debian", "host"]
+NetworkPolicy = Literal["none", "full"]
+
+#: The unprivileged account agent processes run as inside a sandbox.
+AGENT_USER = "agent"
+AGENT_UID = 1000
+AGENT_GID = 1000
+
+#: Default cap on captured stdout/stderr per stream (bytes).
+DEFAULT_OUTPUT_LIMIT = 1_000_000
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Limits(_Frozen):
+    """Resource limits applied to every process of a sandbox."""
+
+    memory_mb: int | None = Field(default=None, gt=0, description="memory cap (cgroup)")
+    pids: int | None = Field(default=None, gt=0, description="max processes/threads (cgroup)")
+    cpus: float | None = Field(default=None, gt=0, description="CPU count (cgroup quota)")
+    disk_mb: int | None = Field(default=None, gt=0, description="cap on the writable layer")
+
+
+class Mount(_Frozen):
+    """A host path bound into the sandbox."""
+
+    source: Path
+    target: str
+    read_only: bool = True
+
+
+class ExposedSocket(_Frozen):
+    """A host Unix socket reachable inside the sandbox as 127.0.0.1:port (TCP)."""
+
+    host_path: Path
+    port: int = Field(gt=0, lt=65536)
+
+
+class LayerSpec(_Frozen):
+    """One cached layer: a shell script or a Dockerfile (supported subset) run on top of the
+    layers below it. ``context`` is the directory COPY/ADD read from."""
+
+    kind: Literal["script", "dockerfile"]
+    source: str = Field(description="the script or Dockerfile text")
+    origin: str = Field(default="<inline>", description="file the recipe came from, for errors")
+    context: Path | None = None
+    network: NetworkPolicy = "full"
+    label: str = ""
+
+    def recipe_digest(self) -> str:
+        """Digest of the recipe itself plus every file in its build context."""
+        h = hashlib.sha256()
+        h.update(self.kind.encode())
+        h.update(b"\0")
+        h.update(self.source.encode())
+        h.update(b"\0")
+        h.update(self.network.encode())
+        if self.context is not None and self.context.is_dir():
+            for p in sorted(self.context.rglob("*")):
+                rel = p.relative_to(self.context).as_posix()
+                h.update(rel.encode() + b"\0")
+                if p.is_file() and not p.is_symlink():
+                    h.update(p.read_bytes())
+                    h.update(oct(p.stat().st_mode & 0o777).encode())
+                elif p.is_symlink():
+                    h.update(str(p.readlink()).encode())
+        return h.hexdigest()
+
+
+class SandboxSpec(_Frozen):
+    """Everything needed to start a sandbox."""
+
+    base: BaseName = "debian"
+    layers: tuple[LayerSpec, ...] = ()
+    mounts: tuple[Mount, ...] = ()
+    workdir: str | None = Field(default=None, description="default cwd; a layer's WORKDIR, else /workspace")
+    env: dict[str, str] = Field(default_factory=dict)
+    user: str = Field(default="root", description="default exec user: 'root' or 'agent'")
+    limits: Limits = Limits()
+    network: NetworkPolicy = "none"
+    exposed_sockets: tuple[ExposedSocket, ...] = ()
+    hostname: str = "sandbox"
+
+
+class ExecResult(_Frozen):
+    exit_code: int
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    duration_s: float
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+class FsEntry(_Frozen):
+    kind: Literal["f", "d", "l", "o"]  # file, directory, symlink, other
+    size: int
+    mtime_ns: int
+    mode: int
+    digest: str | None = None  # only for files whose mtime was too recent to trust
+
+
+class FsSnapshot(_Frozen):
+    root: str
+    taken_ns: int
+    entries: dict[str, FsEntry]
+
+
+class FsDiff(_Frozen):
+    created: list[str] = Field(default_factory=list)
+    modified: list[str] = Field(default_factory=list)
+    deleted: list[str] = Field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.created or self.modified or self.deleted)
+
+
+class SandboxError(Exception):
+    """A sandbox could not be built, started or used. The message says what and where."""
+
+
+class LayerBuildError(SandboxError):
+    """A layer recipe failed; the message names the file, the line or command and its last output."""

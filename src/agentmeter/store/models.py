@@ -1,0 +1,195 @@
+"""Persisted records: the data contract between runner, gateway, store, metrics and report.
+
+Everything that is written to the store is one of these pydantic models. Token counts are kept
+exactly as the upstream reported them; ``None`` means "not exposed", never zero.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TrialStatus(StrEnum):
+    """The status taxonomy (DESIGN.md). ``pending``/``running`` are not final."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    PASSED = "passed"
+    FAILED = "failed"
+    AGENT_ERROR = "agent_error"
+    TIMEOUT = "timeout"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    INFRA_INVALID = "infra_invalid"
+
+    @property
+    def final(self) -> bool:
+        return self not in (TrialStatus.PENDING, TrialStatus.RUNNING)
+
+    @property
+    def scored(self) -> bool:
+        """Counts towards a configuration's quality (infra_invalid does not)."""
+        return self.final and self is not TrialStatus.INFRA_INVALID
+
+
+WireApi = Literal["chat", "responses", "messages"]
+
+
+class TokenUsage(_Record):
+    """Token usage of one call or a sum of calls. ``input`` includes cached input tokens."""
+
+    input: int | None = None
+    output: int | None = None
+    cache_creation: int | None = None
+    cache_read: int | None = None
+    reasoning: int | None = None
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        def add(a: int | None, b: int | None) -> int | None:
+            if a is None and b is None:
+                return None
+            return (a or 0) + (b or 0)
+
+        return TokenUsage(
+            input=add(self.input, other.input),
+            output=add(self.output, other.output),
+            cache_creation=add(self.cache_creation, other.cache_creation),
+            cache_read=add(self.cache_read, other.cache_read),
+            reasoning=add(self.reasoning, other.reasoning),
+        )
+
+    @property
+    def total(self) -> int:
+        """Raw tokens T_i: input (incl. cached) + output."""
+        return (self.input or 0) + (self.output or 0)
+
+
+class ModelSpec(_Record):
+    """The model half of a configuration."""
+
+    name: str = Field(description="e.g. 'scripted/solver', 'openai/gpt-5', 'deepseek/deepseek-chat'")
+    wire_api: WireApi | None = None
+    price_key: str | None = None
+
+
+class AgentSpec(_Record):
+    """The agent half of a configuration."""
+
+    name: str = Field(description="e.g. 'oracle', 'nop', 'native', 'codex', 'claude-code'")
+    version: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class ConfigRecord(_Record):
+    """A deployed unit: model x agent. ``id`` is a stable digest of both."""
+
+    id: str
+    model: ModelSpec
+    agent: AgentSpec
+    label: str
+
+
+class TaskRecord(_Record):
+    """A task as it was when the run used it (content digest pins the version)."""
+
+    id: str
+    suite: str | None = None
+    digest: str
+    tier: Literal["easy", "medium", "hard"] | None = None
+    category: str | None = None
+    source: str | None = None
+    tags: list[str] = Field(default_factory=list)
+    path: str | None = None
+
+
+class RunRecord(_Record):
+    id: str
+    created_at: datetime = Field(default_factory=utcnow)
+    finished_at: datetime | None = None
+    status: Literal["running", "finished", "interrupted", "imported"] = "running"
+    backend: str = "local"
+    source: str = Field(default="agentmeter", description="'agentmeter' or the importer's name")
+    attempts: int = 1
+    concurrency: int = 1
+    pricing_snapshot: str | None = None
+    settings: dict[str, Any] = Field(default_factory=dict)
+
+
+class PhaseTimings(_Record):
+    """Seconds spent per trial phase; ``None`` when the phase did not run."""
+
+    environment: float | None = None
+    agent_setup: float | None = None
+    agent_run: float | None = None
+    verification: float | None = None
+    #: the agent's and the verifier's own command time (wall time of their processes)
+    agent_command: float | None = None
+    verifier_command: float | None = None
+
+
+class TrialRecord(_Record):
+    id: str = Field(description="'{config_id}:{task_id}:{attempt}' for a run")
+    run_id: str
+    config_id: str
+    task_id: str
+    attempt: int = Field(ge=0)
+    #: retries of an infra_invalid trial get a new try number; all are kept
+    try_number: int = 0
+    status: TrialStatus = TrialStatus.PENDING
+    reward: float | None = None
+    rewards: dict[str, float] = Field(default_factory=dict)
+    passed: bool | None = None
+    error: str | None = None
+    usage: TokenUsage = Field(default_factory=TokenUsage)
+    cost_usd: float | None = None
+    model_calls: int = 0
+    tool_calls: dict[str, int] = Field(default_factory=dict)
+    turns: int | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    timings: PhaseTimings = Field(default_factory=PhaseTimings)
+    #: host pid of the runner that owns a running trial (stale detection on resume)
+    owner_pid: int | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelCallRecord(_Record):
+    """One model call metered by the gateway."""
+
+    trial_id: str
+    seq: int = Field(ge=0)
+    wire_api: WireApi
+    client_api: WireApi
+    model: str = Field(description="the model name the client asked for")
+    upstream_model: str
+    status_code: int
+    stream: bool
+    started_at: datetime
+    latency_s: float
+    ttft_s: float | None = None
+    usage: TokenUsage = Field(default_factory=TokenUsage)
+    cost_usd: float | None = None
+    bytes_in: int = 0
+    bytes_out: int = 0
+    error: str | None = None
+    scripted: bool = Field(default=False, description="served by the scripted test double")
+
+
+class ArtifactRecord(_Record):
+    trial_id: str
+    name: str
+    kind: Literal["agent_log", "transcript", "verifier_output", "fs_diff", "bodies", "screenshot",
+                  "video", "other"]
+    relpath: str = Field(description="path relative to the run's artifact directory")
+    size: int
