@@ -75,6 +75,8 @@ def _finalize_rootfs(root: Path) -> None:
     (etc / "apt" / "apt.conf.d" / "99agentmeter").write_text(
         'APT::Sandbox::User "root";\nAcquire::Retries "3";\nAPT::Install-Recommends "false";\n'
     )
+    if not (etc / "hosts").exists():
+        (etc / "hosts").write_text("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
     resolv = etc / "resolv.conf"
     if resolv.is_symlink() or resolv.exists():
         resolv.unlink()

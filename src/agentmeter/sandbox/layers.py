@@ -1,0 +1,246 @@
+"""Cached read-only layers for the local backend.
+
+A layer recipe (a setup script, or a Dockerfile of the supported subset) is replayed step by
+step. Every file-system step (RUN, COPY/ADD, WORKDIR, a script) becomes one cached layer keyed by
+the digest of everything below it plus the step itself, so tasks whose Dockerfiles begin alike
+share those layers, as Docker's build cache does. ENV/ARG/USER only change the metadata carried
+into later steps (and into the key). A step runs in a sandbox whose upper dir becomes the layer;
+it is renamed into the cache only when the step succeeded, so a broken layer is never cached.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, Field
+
+from agentmeter.paths import cache_dir
+from agentmeter.sandbox import rootfs
+from agentmeter.sandbox.dockerfile import DockerStep, parse_dockerfile
+from agentmeter.sandbox.spec import AGENT_USER, LayerBuildError, LayerSpec, SandboxSpec
+
+if TYPE_CHECKING:
+    from agentmeter.sandbox.local import LocalBackend
+
+BuildLog = Callable[[str], None]
+
+#: images a Dockerfile FROM may name without a warning: they are the base we build
+QUIET_FROM = ("debian:trixie", "debian:13", "debian:stable", "debian:latest", "debian")
+BUILD_STEP_TIMEOUT_S = 1800.0
+
+
+class LayerMeta(BaseModel):
+    """Image configuration carried through the steps (Docker's ENV, WORKDIR and USER)."""
+
+    env: dict[str, str] = Field(default_factory=dict)
+    workdir: str | None = None
+    user: str | None = None
+
+
+@dataclass
+class _Step:
+    key: str                       # what makes this step unique (besides its parent)
+    label: str                     # for progress and errors
+    origin: str
+    docker: DockerStep | None = None
+    script: str | None = None
+    context: Path | None = None
+    network: str = "full"
+
+
+def _digest(*parts: str) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _tree_digest(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for top in paths:
+        items = [top] if top.is_file() else sorted(top.rglob("*"))
+        for p in items:
+            h.update(str(p.relative_to(top.parent)).encode())
+            if p.is_file():
+                h.update(p.read_bytes())
+                h.update(str(p.stat().st_mode & 0o777).encode())
+    return h.hexdigest()
+
+
+def _warn_from(image: str, origin: str, line: int, log: BuildLog | None) -> None:
+    if image.split("@")[0].split(":")[0] == "debian" and (
+            image in QUIET_FROM or image.startswith(("debian:trixie", "debian:13"))):
+        return
+    msg = (f"warning: {origin}:{line}: FROM {image} is not available offline; "
+           f"using agentmeter's Debian {rootfs.DEBIAN_RELEASE} base instead")
+    if log:
+        log(msg)
+    else:
+        print(msg)
+
+
+class LocalLayerCache:
+    def __init__(self, backend: LocalBackend) -> None:
+        self.backend = backend
+        self.dir = cache_dir() / "layers"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.log: BuildLog | None = None
+
+    def _steps(self, layer: LayerSpec) -> list[_Step]:
+        if layer.kind == "script":
+            ctx = _tree_digest([layer.context]) if layer.context else ""
+            return [_Step(key=_digest("script", layer.source, ctx, layer.network),
+                          label=layer.label or f"script {layer.origin}", origin=layer.origin,
+                          script=layer.source, context=layer.context, network=layer.network)]
+        parsed = parse_dockerfile(layer.source, layer.origin)
+        _warn_from(parsed.from_image, layer.origin, parsed.from_line, self.log)
+        steps = []
+        for st in parsed.steps:
+            key = _digest(st.kind, st.text, repr(st.args), st.chown or "", st.chmod or "")
+            if st.kind == "COPY":
+                key = _digest(key, _tree_digest(self._copy_sources(st, layer)))
+            steps.append(_Step(key=key, label=f"{layer.origin}:{st.line} {st.text[:60]}",
+                               origin=layer.origin, docker=st, context=layer.context,
+                               network=layer.network))
+        return steps
+
+    def _copy_sources(self, st: DockerStep, layer: LayerSpec) -> list[Path]:
+        if layer.context is None:
+            raise LayerBuildError(f"{layer.origin}:{st.line}: COPY needs a build context directory")
+        ctx = layer.context.resolve()
+        out: list[Path] = []
+        for pattern in st.args[:-1]:
+            matches = sorted(glob.glob(str(ctx / pattern))) if any(c in pattern for c in "*?[") \
+                else [str(ctx / pattern)]
+            for m in matches:
+                p = Path(m).resolve()
+                if p != ctx and ctx not in p.parents:
+                    raise LayerBuildError(f"{layer.origin}:{st.line}: COPY source {pattern} is outside "
+                                          "the build context")
+                if not p.exists():
+                    raise LayerBuildError(f"{layer.origin}:{st.line}: COPY source {pattern} not found "
+                                          f"in {ctx}")
+                out.append(p)
+            if not matches:
+                raise LayerBuildError(f"{layer.origin}:{st.line}: COPY source {pattern} matches nothing")
+        return out
+
+    async def resolve(self, spec: SandboxSpec) -> tuple[list[str], LayerMeta]:
+        """Lower dirs (top first; layer dirs relative to the cache dir, base absolute) and the
+        resulting metadata; builds every missing layer."""
+        base = self.backend.base_lower(spec.base)
+        chain = _digest("base", rootfs.BASE_ID if spec.base == "debian" else "host")
+        meta = LayerMeta()
+        names: list[str] = []
+        args: dict[str, str] = {}
+        for layer in spec.layers:
+            for step in self._steps(layer):
+                chain = _digest(chain, step.key, meta.model_dump_json())
+                st = step.docker
+                if st is not None and st.kind in ("ENV", "ARG", "USER"):
+                    if st.kind == "USER":
+                        meta = meta.model_copy(update={"user": st.args[0]})
+                    else:
+                        pairs = dict(zip(st.args[::2], st.args[1::2], strict=True))
+                        if st.kind == "ENV":
+                            meta = meta.model_copy(update={"env": {**meta.env, **pairs}})
+                        else:
+                            args.update(pairs)
+                    continue
+                if st is not None and st.kind == "WORKDIR":
+                    wd = st.args[0] if st.args[0].startswith("/") else \
+                        f"{(meta.workdir or '/').rstrip('/')}/{st.args[0]}"
+                    meta = meta.model_copy(update={"workdir": wd})
+                name = chain[:24]
+                if not (self.dir / name / "fs").is_dir():
+                    await self._build(step, name, names, base, meta, args, spec)
+                names.append(name)
+        lowers = [f"{n}/fs" for n in reversed(names)] + [base]
+        return lowers, meta
+
+    async def _build(self, step: _Step, name: str, below: list[str], base: str, meta: LayerMeta,
+                     args: dict[str, str], spec: SandboxSpec) -> None:
+        started = time.monotonic()
+        if self.log:
+            self.log(f"building layer {name[:12]}: {step.label}")
+        lowers = [f"{n}/fs" for n in reversed(below)] + [base]
+        build_spec = SandboxSpec(base=spec.base, network=step.network,  # type: ignore[arg-type]
+                                 user="root", workdir=meta.workdir or "/")
+        sb = await self.backend.start_raw(build_spec, lowers, meta)
+        tmp = self.dir / f".tmp-{name}-{os.getpid()}"
+        ok = False
+        try:
+            await self._run_step(sb, step, meta, args)
+            tmp.mkdir(parents=True, exist_ok=True)
+            ok = True
+        finally:
+            await sb.stop(keep_upper=tmp / "fs" if ok else None)
+        final = self.dir / name
+        if final.exists():  # built concurrently by someone else
+            shutil.rmtree(tmp, ignore_errors=True)
+            return
+        (tmp / "step.txt").write_text(f"{step.label}\nbuilt in {time.monotonic() - started:.1f}s\n")
+        os.rename(tmp, final)
+
+    async def _run_step(self, sb, step: _Step, meta: LayerMeta, args: dict[str, str]) -> None:  # type: ignore[no-untyped-def]
+        env = {**args, **meta.env}
+        user = "root" if meta.user in (None, "", "root", "0") else AGENT_USER
+        cwd = meta.workdir or "/"
+        if step.script is not None:
+            if step.context is not None:
+                await sb.copy_in(step.context, "/tmp/agentmeter-context")
+            await sb.write_file("/tmp/agentmeter-setup.sh", step.script, mode=0o755)
+            r = await sb.exec(["bash", "-e", "/tmp/agentmeter-setup.sh"], env=env, user=user,
+                              cwd="/tmp/agentmeter-context" if step.context else cwd,
+                              timeout=BUILD_STEP_TIMEOUT_S)
+            await sb.exec(["rm", "-rf", "/tmp/agentmeter-setup.sh", "/tmp/agentmeter-context"])
+            if not r.ok:
+                raise LayerBuildError(_failure(step.origin, "setup script", r.exit_code,
+                                               r.stdout + r.stderr, r.timed_out))
+            return
+        st = step.docker
+        assert st is not None
+        if st.kind == "WORKDIR":
+            await sb.exec(["mkdir", "-p", meta.workdir or "/"], cwd="/")
+        elif st.kind == "RUN":
+            argv = list(st.args) if st.exec_form else ["/bin/sh", "-c", st.args[0]]
+            r = await sb.exec(argv, env=env, user=user, cwd=cwd, timeout=BUILD_STEP_TIMEOUT_S)
+            if not r.ok:
+                raise LayerBuildError(_failure(f"{step.origin}:{st.line}", f"RUN {' '.join(st.args)}",
+                                               r.exit_code, r.stdout + r.stderr, r.timed_out))
+        elif st.kind == "COPY":
+            assert step.context is not None
+            dest = st.args[-1]
+            if not dest.startswith("/"):
+                dest = f"{cwd.rstrip('/')}/{dest}"
+            sources = self._copy_sources(st, LayerSpec(kind="dockerfile", source="", origin=step.origin,
+                                                       context=step.context))
+            into_dir = dest.endswith("/") or len(sources) > 1 or sources[0].is_dir()
+            for src in sources:
+                target = dest if not into_dir or src.is_dir() else f"{dest.rstrip('/')}/{src.name}"
+                await sb.copy_in(src, target)
+            if st.chown or st.chmod:
+                script = ""
+                if st.chown:
+                    script += f'chown -R -- "{st.chown}" "{dest}";'
+                if st.chmod:
+                    script += f'chmod -R -- "{st.chmod}" "{dest}";'
+                r = await sb.exec(["sh", "-c", script], cwd="/")
+                if not r.ok:
+                    raise LayerBuildError(_failure(f"{step.origin}:{st.line}", st.text, r.exit_code,
+                                                   r.stderr, False))
+
+
+def _failure(where: str, what: str, code: int, output: str, timed_out: bool) -> str:
+    tail = "\n".join(output.strip().splitlines()[-20:])
+    status = "timed out" if timed_out else f"exit code {code}"
+    return f"{where}: {what[:300]} failed ({status}); last output:\n{tail}"

@@ -1,0 +1,442 @@
+"""The local backend: bubblewrap + overlayfs, close to process-spawn cost.
+
+A sandbox is a *keeper* process that owns a private mount namespace (and, without network, a
+private network namespace) in which the root filesystem is mounted as an overlay: base rootfs +
+cached read-only layers + a per-sandbox upper dir. Each ``exec`` enters the keeper's mount (and
+network) namespace with ``nsenter`` and starts ``bwrap`` on that root with fresh PID, IPC and UTS
+namespaces, so killing the exec kills every process it started, daemons included. When the
+keeper's stdin closes (stop, or the owner died) the namespace and its mounts vanish.
+
+As root, agent processes drop to uid 1000 with ``setpriv``; root execs keep only Docker's default
+capability set. As an ordinary user, the keeper runs in a user namespace; processes then run as
+that user (uid 0 inside), and limits that need cgroups are skipped with a warning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import os
+import secrets
+import shutil
+import signal
+import stat
+import subprocess
+import tarfile
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+from agentmeter.paths import cache_dir
+from agentmeter.sandbox import cgroups, rootfs
+from agentmeter.sandbox.bridge import BridgeProcess, start_bridge
+from agentmeter.sandbox.fsdiff import diff_host_tree, snapshot_host_tree
+from agentmeter.sandbox.hosttools import LOCAL_TOOLS, ensure_tools
+from agentmeter.sandbox.layers import LayerMeta, LocalLayerCache
+from agentmeter.sandbox.output import CappedBuffer
+from agentmeter.sandbox.protocol import DEFAULT_IGNORE, OutputCallback
+from agentmeter.sandbox.spec import (
+    AGENT_GID,
+    AGENT_UID,
+    AGENT_USER,
+    DEFAULT_OUTPUT_LIMIT,
+    ExecResult,
+    FsDiff,
+    FsSnapshot,
+    SandboxError,
+    SandboxSpec,
+)
+
+#: Docker's default capabilities minus MKNOD, NET_RAW, AUDIT_WRITE and SETFCAP.
+ROOT_CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_SETGID",
+             "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL")
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+_KEEPER_SCRIPT = r"""
+set -e
+cd "$AM_LAYERS"
+if [ -n "$AM_DISK" ]; then mount -t tmpfs -o "size=${AM_DISK}m,mode=0755" tmpfs "$AM_RW"; fi
+mkdir -p "$AM_RW/upper" "$AM_RW/work"
+mount -t overlay overlay -o "$AM_OVL_OPTS" "$AM_MERGED"
+for d in $AM_HOST_DIRS; do
+  mount --bind "$d" "$AM_MERGED$d"; mount -o remount,bind,ro,nodev,nosuid "$AM_MERGED$d"
+done
+if [ "$AM_NEWNET" = 1 ]; then ip link set lo up; fi
+echo ready
+exec cat >/dev/null
+"""
+
+
+def _sandboxes_dir() -> Path:
+    return cache_dir() / "sandboxes"
+
+
+def _rmtree(path: Path) -> None:
+    def onerror(func, p, exc):  # type: ignore[no-untyped-def]
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(p), 0o700)
+            os.chmod(p, 0o700)
+            func(p)
+
+    shutil.rmtree(path, onerror=onerror)
+    if path.exists():
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class LocalSandbox:
+    """A running local sandbox (see module docstring)."""
+
+    def __init__(self, spec: SandboxSpec, sid: str, directory: Path, lowers: list[str],
+                 meta: LayerMeta, rootless: bool, layers_dir: Path) -> None:
+        self.id = sid
+        self.spec = spec
+        self.dir = directory
+        self._lowers = lowers
+        self._meta = meta
+        self._rootless = rootless
+        self._layers_dir = layers_dir
+        self._keeper: subprocess.Popen[bytes] | None = None
+        self._cgroup: cgroups.Cgroup | None = None
+        self._bridge: BridgeProcess | None = None
+        self._stopped = False
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    @property
+    def workdir(self) -> str:
+        return self.spec.workdir or self._meta.workdir or "/workspace"
+
+    @property
+    def merged(self) -> str:
+        """The sandbox root as seen from the host (through the keeper's mount namespace)."""
+        assert self._keeper is not None
+        return f"/proc/{self._keeper.pid}/root{self.dir}/merged"
+
+    @property
+    def upper(self) -> Path:
+        return self.dir / "rw" / "upper"
+
+    def _start_keeper(self) -> None:
+        (self.dir / "rw").mkdir(parents=True)
+        (self.dir / "merged").mkdir()
+        opts = f"lowerdir={':'.join(self._lowers)},upperdir={self.dir}/rw/upper,workdir={self.dir}/rw/work"
+        if self._rootless:
+            opts += ",userxattr"
+        host_dirs = " ".join(rootfs.host_bind_dirs()) if self.spec.base == "host" else ""
+        new_net = self.spec.network == "none"
+        env = {
+            "PATH": os.environ.get("PATH", DEFAULT_PATH),
+            "AM_LAYERS": str(self._layers_dir),
+            "AM_RW": f"{self.dir}/rw",
+            "AM_MERGED": f"{self.dir}/merged",
+            "AM_OVL_OPTS": opts,
+            "AM_HOST_DIRS": host_dirs,
+            "AM_NEWNET": "1" if new_net else "0",
+            "AM_DISK": str(self.spec.limits.disk_mb or ""),
+        }
+        cmd = ["unshare", "--mount", "--propagation", "private"]
+        if new_net:
+            cmd.append("--net")
+        if self._rootless:
+            cmd[1:1] = ["--user", "--map-root-user"]
+        cmd += ["sh", "-c", _KEEPER_SCRIPT]
+        keeper = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, env=env, start_new_session=True)
+        assert keeper.stdout is not None
+        line = keeper.stdout.readline()
+        if line.strip() != b"ready":
+            keeper.kill()
+            _, err = keeper.communicate()
+            raise SandboxError(f"sandbox {self.id} failed to start: {err.decode(errors='replace').strip()}")
+        self._keeper = keeper
+        (self.dir / "owner.json").write_text(json.dumps({"owner": os.getpid(), "keeper": keeper.pid}))
+
+    async def _start(self) -> None:
+        try:
+            self._cgroup = cgroups.create(self.id, self.spec.limits)
+            self._start_keeper()
+            if self.spec.exposed_sockets:
+                assert self._keeper is not None
+                self._bridge = await start_bridge(self._keeper.pid, self.spec.exposed_sockets,
+                                                  enter_userns=self._rootless)
+            if self.workdir != "/":
+                await self.exec(["mkdir", "-p", self.workdir], user="root")
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self, *, keep_upper: Path | None = None) -> None:
+        """Stop everything and delete the sandbox's files; ``keep_upper`` (layer builds) moves
+        the upper dir there first."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._bridge is not None:
+            await self._bridge.stop()
+        keeper = self._keeper
+        if keeper is not None and keeper.poll() is None:
+            if keeper.stdin:
+                keeper.stdin.close()
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, keeper.wait, 5)
+            except subprocess.TimeoutExpired:
+                keeper.kill()
+                keeper.wait()
+        if keeper is not None:
+            for f in (keeper.stdout, keeper.stderr):
+                if f:
+                    f.close()
+        if self._cgroup is not None:
+            self._cgroup.remove()
+        try:
+            if keep_upper is not None:
+                os.rename(self.upper, keep_upper)
+        finally:
+            _rmtree(self.dir)
+
+    # -- exec ----------------------------------------------------------------------------
+
+    def _env(self, user: str, extra: dict[str, str] | None) -> dict[str, str]:
+        home = "/root" if user == "root" else f"/home/{AGENT_USER}"
+        env = {"PATH": DEFAULT_PATH, "HOME": home, "USER": user, "LOGNAME": user,
+               "LANG": "C.UTF-8", "TERM": "dumb", "HOSTNAME": self.spec.hostname}
+        env.update(self._meta.env)
+        env.update(self.spec.env)
+        env.update(extra or {})
+        return env
+
+    def _command(self, argv: list[str], cwd: str, env: dict[str, str], user: str) -> list[str]:
+        assert self._keeper is not None
+        cmd: list[str] = []
+        if self._cgroup is not None:
+            files = ":".join(self._cgroup.procs_files)
+            cmd += ["sh", "-c", 'for f in $(echo "$0" | tr : " "); do echo $$ > "$f"; done; exec "$@"', files]
+        cmd += ["nsenter", "-t", str(self._keeper.pid), "-m"]
+        if self._rootless:
+            cmd += ["-U", "--preserve-credentials"]
+        if self.spec.network == "none":
+            cmd.append("-n")
+        cmd += ["bwrap", "--bind", f"{self.dir}/merged", "/", "--dev", "/dev", "--proc", "/proc",
+                "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
+                "--hostname", self.spec.hostname, "--die-with-parent", "--new-session",
+                "--chdir", cwd, "--clearenv"]
+        for m in self.spec.mounts:
+            cmd += ["--ro-bind" if m.read_only else "--bind", str(m.source), m.target]
+        if self.spec.network == "full":
+            cmd += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"] if self.spec.base != "host" else []
+        for k, v in env.items():
+            cmd += ["--setenv", k, v]
+        if not self._rootless:
+            cmd += ["--cap-drop", "ALL"]
+            for cap in ROOT_CAPS if user == "root" else ("CAP_SETUID", "CAP_SETGID"):
+                cmd += ["--cap-add", cap]
+        cmd.append("--")
+        if user != "root" and not self._rootless:
+            cmd += ["setpriv", f"--reuid={AGENT_UID}", f"--regid={AGENT_GID}", "--clear-groups",
+                    "--inh-caps=-all", "--"]
+        return cmd + argv
+
+    async def exec(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        user: str | None = None,
+        stdin: bytes | None = None,
+        timeout: float | None = None,
+        output_limit: int = DEFAULT_OUTPUT_LIMIT,
+        on_stdout: OutputCallback | None = None,
+    ) -> ExecResult:
+        if self._stopped or self._keeper is None:
+            raise SandboxError(f"sandbox {self.id} is not running")
+        user = user or self.spec.user
+        if user not in ("root", AGENT_USER):
+            raise SandboxError(f"unknown sandbox user {user!r} (use 'root' or '{AGENT_USER}')")
+        argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        full = self._command(argv, cwd or self.workdir, self._env(user, env), user)
+        started = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(
+            *full, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        out, err = CappedBuffer(output_limit), CappedBuffer(output_limit)
+
+        async def pump(stream: asyncio.StreamReader | None, buf: CappedBuffer,
+                       cb: OutputCallback | None) -> None:
+            assert stream is not None
+            while chunk := await stream.read(65536):
+                buf.feed(chunk)
+                if cb is not None:
+                    cb(chunk)
+
+        async def feed_stdin() -> None:
+            if stdin is not None and proc.stdin is not None:
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    proc.stdin.write(stdin)
+                    await proc.stdin.drain()
+                proc.stdin.close()
+
+        async def run() -> int:
+            await asyncio.gather(feed_stdin(), pump(proc.stdout, out, on_stdout),
+                                 pump(proc.stderr, err, None))
+            return await proc.wait()
+
+        timed_out = False
+        try:
+            code = await asyncio.wait_for(run(), timeout)
+        except TimeoutError:
+            timed_out = True
+            code = await self._kill(proc)
+        except BaseException:
+            await self._kill(proc)
+            raise
+        return ExecResult(exit_code=code, stdout=out.text(), stderr=err.text(), timed_out=timed_out,
+                          duration_s=time.monotonic() - started, stdout_truncated=out.truncated,
+                          stderr_truncated=err.truncated)
+
+    async def _kill(self, proc: asyncio.subprocess.Process) -> int:
+        # bwrap is the leader of its own session; killing it ends the PID namespace it made.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        return await proc.wait()
+
+    # -- files ---------------------------------------------------------------------------
+
+    async def write_file(self, path: str, data: bytes | str, *, mode: int = 0o644,
+                         user: str | None = None) -> None:
+        raw = data.encode() if isinstance(data, str) else data
+        script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1" && chmod "$2" "$1"'
+        r = await self.exec(["sh", "-c", script, "sh", path, oct(mode)[2:]], stdin=raw,
+                            user=user or "root", cwd="/")
+        if r.exit_code != 0:
+            raise SandboxError(f"write_file {path}: {r.stderr.strip()}")
+
+    async def read_file(self, path: str) -> bytes:
+        return await self._exec_bytes(["sh", "-c", 'test -f "$1" && cat -- "$1"', "sh", path],
+                                      what=f"read_file {path}")
+
+    async def copy_in(self, host_src: Path, dst: str, *, user: str | None = None) -> None:
+        user = user or "root"
+        if not host_src.exists():
+            raise SandboxError(f"copy_in: {host_src} does not exist")
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            if host_src.is_dir():
+                for p in sorted(host_src.rglob("*")):
+                    tar.add(p, arcname=p.relative_to(host_src).as_posix(), recursive=False)
+            else:
+                tar.add(host_src, arcname=Path(dst).name, recursive=False)
+        target = dst if host_src.is_dir() else str(Path(dst).parent)
+        opts = "--no-same-owner" if user != "root" else "--same-owner --numeric-owner"
+        script = f'mkdir -p -- "$1" && tar -x {opts} -C "$1"'
+        r = await self.exec(["sh", "-c", script, "sh", target], stdin=buf.getvalue(), user=user, cwd="/")
+        if r.exit_code != 0:
+            raise SandboxError(f"copy_in {host_src} -> {dst}: {r.stderr.strip()}")
+
+    async def copy_out(self, src: str, host_dst: Path) -> None:
+        r = await self._exec_bytes(["sh", "-c", 'if [ -d "$1" ]; then tar -c -C "$1" .; '
+                                    'else tar -c -C "$(dirname -- "$1")" -- "$(basename -- "$1")"; fi',
+                                    "sh", src], what=f"copy_out {src}")
+        host_dst.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(fileobj=io.BytesIO(r), mode="r") as tar:
+            tar.extractall(host_dst, filter="data")
+
+    async def _exec_bytes(self, argv: list[str], what: str) -> bytes:
+        chunks: list[bytes] = []
+        r = await self.exec(argv, user="root", cwd="/", output_limit=0, on_stdout=chunks.append)
+        if r.exit_code != 0:
+            raise SandboxError(f"{what}: {r.stderr.strip() or 'failed'}")
+        return b"".join(chunks)
+
+    # -- snapshots -----------------------------------------------------------------------
+
+    def _host_view(self, root: str) -> str:
+        top = self.merged + "/" + root.strip("/")
+        st = os.lstat(top)
+        if not stat.S_ISDIR(st.st_mode):
+            raise SandboxError(f"snapshot root {root} is not a directory inside the sandbox")
+        return top
+
+    async def snapshot(self, root: str | None = None,
+                       ignore: Sequence[str] = DEFAULT_IGNORE) -> FsSnapshot:
+        root = root or self.workdir
+        return snapshot_host_tree(self._host_view(root), root, ignore)
+
+    async def diff(self, snapshot: FsSnapshot, ignore: Sequence[str] = DEFAULT_IGNORE) -> FsDiff:
+        return diff_host_tree(self._host_view(snapshot.root), snapshot, ignore)
+
+
+class LocalBackend:
+    """Makes :class:`LocalSandbox` instances."""
+
+    name = "local"
+
+    def __init__(self, *, progress: rootfs.Progress | None = None) -> None:
+        ensure_tools(LOCAL_TOOLS, "local sandboxes")
+        self.rootless = os.geteuid() != 0
+        self.progress = progress
+        self.layers = LocalLayerCache(self)
+        if self.rootless:
+            warnings.warn("agentmeter: running as an ordinary user: sandboxes use a user "
+                          "namespace; agent processes run as your uid, and cgroup limits may be "
+                          "unavailable", RuntimeWarning, stacklevel=2)
+
+    def base_lower(self, base: str) -> str:
+        if base == "host":
+            return str(rootfs.host_skeleton())
+        return str(rootfs.ensure_debian_base(self.progress))
+
+    async def prepare(self, spec: SandboxSpec) -> None:
+        await self.layers.resolve(spec)
+
+    async def start(self, spec: SandboxSpec) -> LocalSandbox:
+        lowers, meta = await self.layers.resolve(spec)
+        return await self.start_raw(spec, lowers, meta)
+
+    async def start_raw(self, spec: SandboxSpec, lowers: list[str], meta: LayerMeta) -> LocalSandbox:
+        sid = secrets.token_hex(6)
+        directory = _sandboxes_dir() / sid
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        sb = LocalSandbox(spec, sid, directory, lowers, meta, self.rootless, self.layers.dir)
+        await sb._start()
+        return sb
+
+    async def cleanup_stale(self) -> int:
+        removed = 0
+        top = _sandboxes_dir()
+        live: set[str] = set()
+        for d in top.iterdir() if top.is_dir() else []:
+            try:
+                owner = json.loads((d / "owner.json").read_text())
+            except (OSError, ValueError):
+                owner = {"owner": -1, "keeper": -1}
+                if time.time() - d.stat().st_mtime < 60:
+                    live.add(d.name)  # still starting
+                    continue
+            if owner["owner"] > 0 and _pid_alive(owner["owner"]):
+                live.add(d.name)
+                continue
+            if owner["keeper"] > 0 and _pid_alive(owner["keeper"]):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(owner["keeper"], signal.SIGKILL)
+            _rmtree(d)
+            removed += 1
+        for g in cgroups.stale_groups():
+            if g.name not in live:
+                cgroups.Cgroup([g]).remove()
+        return removed
