@@ -32,6 +32,7 @@ from pathlib import Path
 
 from agentmeter.paths import cache_dir
 from agentmeter.sandbox import cgroups, rootfs
+from agentmeter.sandbox.archive import extract_safely
 from agentmeter.sandbox.bridge import BridgeProcess, start_bridge
 from agentmeter.sandbox.fsdiff import diff_host_tree, snapshot_host_tree
 from agentmeter.sandbox.hosttools import LOCAL_TOOLS, ensure_tools
@@ -271,7 +272,9 @@ class LocalSandbox:
         started = time.monotonic()
         proc = await asyncio.create_subprocess_exec(
             *full, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+            # bwrap's own init stays visible inside as /proc/1/environ: give it nothing of ours
+            env={"PATH": os.environ.get("PATH", DEFAULT_PATH)})
         out, err = CappedBuffer(output_limit), CappedBuffer(output_limit)
 
         async def pump(stream: asyncio.StreamReader | None, buf: CappedBuffer,
@@ -352,9 +355,7 @@ class LocalSandbox:
         r = await self._exec_bytes(["sh", "-c", 'if [ -d "$1" ]; then tar -c -C "$1" .; '
                                     'else tar -c -C "$(dirname -- "$1")" -- "$(basename -- "$1")"; fi',
                                     "sh", src], what=f"copy_out {src}")
-        host_dst.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(fileobj=io.BytesIO(r), mode="r") as tar:
-            tar.extractall(host_dst, filter="data")
+        extract_safely(r, host_dst)
 
     async def _exec_bytes(self, argv: list[str], what: str) -> bytes:
         chunks: list[bytes] = []

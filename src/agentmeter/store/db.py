@@ -1,0 +1,406 @@
+"""The results store: one database (SQLite by default, any SQLAlchemy URL later) plus an
+artifacts tree, written through SQLAlchemy Core.
+
+SQLite runs in WAL mode with ``synchronous=NORMAL``: a committed transaction survives the
+process being killed (not a power cut). Every write is one transaction begun with
+``BEGIN IMMEDIATE`` so concurrent writers queue on the busy timeout; readers never block
+writers. Methods are synchronous and short; the runner may call them from its event loop.
+
+Trials are keyed by (run id, trial id, try number): trial ids ('{config}:{task}:{attempt}')
+repeat across runs, and every try of a retried trial is kept. Model calls and artifacts carry
+the same key, so spending of abandoned tries stays accountable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+
+from agentmeter.store import schema as s
+from agentmeter.store.artifacts import DB_FILENAME, RUN_ID_PATTERN, run_dir, trial_dir
+from agentmeter.store.migrations import SchemaError, current_version, migrate
+from agentmeter.store.models import (
+    ArtifactRecord,
+    ConfigRecord,
+    ModelCallRecord,
+    RunRecord,
+    TaskRecord,
+    TrialRecord,
+    TrialStatus,
+    utcnow,
+)
+
+DB_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+BUSY_TIMEOUT_MS = 30_000
+RunStatus = Literal["running", "finished", "interrupted", "imported"]
+_FINAL = [st.value for st in TrialStatus if st.final]
+_NOT_FINAL = [st.value for st in TrialStatus if not st.final]
+
+
+class StoreError(Exception):
+    """A store operation failed; the message names the database or the record."""
+
+
+def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
+    dbapi_conn.isolation_level = None  # transactions are begun explicitly (_sqlite_on_begin)
+    cursor = dbapi_conn.cursor()
+    cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA journal_mode = WAL")
+    cursor.execute("PRAGMA synchronous = NORMAL")
+    cursor.execute("PRAGMA foreign_keys = ON")
+    cursor.close()
+
+
+def _sqlite_on_begin(conn: sa.Connection) -> None:
+    mode = conn.get_execution_options().get(s.SQLITE_BEGIN_OPTION, "DEFERRED")
+    conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+def _prepare_sqlite_file(db_path: Path) -> None:
+    if db_path.is_dir():
+        raise StoreError(f"{db_path}: is a directory, expected a database file")
+    try:
+        db_path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"{db_path}: cannot create the directory {db_path.parent}: "
+                         f"{exc.strerror or exc}") from None
+
+
+class Store:
+    """Runs, configs, tasks, trials, model calls and artifacts of one results location."""
+
+    def __init__(self, engine: sa.Engine, runs_dir: Path | None, where: str) -> None:
+        self._engine = engine
+        self.runs_dir = runs_dir
+        self.where = where
+
+    # --- opening -------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, location: str | Path, *, runs_dir: Path | None = None) -> Store:
+        """Open (creating and migrating as needed) a store.
+
+        ``location`` is a runs directory (database ``<dir>/agentmeter.db``, artifacts under
+        ``<dir>/runs/``), a database file ending in .db/.sqlite/.sqlite3 (artifacts next to it),
+        or an SQLAlchemy URL (pass ``runs_dir`` for artifacts).
+        """
+        text = str(location)
+        if "://" in text:
+            try:
+                url = sa.make_url(text)
+            except sa.exc.ArgumentError as exc:
+                raise StoreError(f"{text}: not a database URL: {exc}") from None
+            if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+                db_path = Path(url.database or "")
+                _prepare_sqlite_file(db_path)
+                runs_dir = runs_dir or db_path.parent
+        else:
+            path = Path(location).expanduser()
+            if path.suffix in DB_SUFFIXES:
+                db_path, runs_dir = path, runs_dir or path.parent
+            else:
+                if path.exists() and not path.is_dir():
+                    raise StoreError(f"{path}: not a directory (expected a runs directory or a "
+                                     f"database file ending in {', '.join(DB_SUFFIXES)})")
+                db_path, runs_dir = path / DB_FILENAME, runs_dir or path
+            _prepare_sqlite_file(db_path)
+            url = sa.URL.create("sqlite", database=str(db_path))
+        try:
+            engine = sa.create_engine(url)
+        except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError) as exc:
+            raise StoreError(f"{text}: cannot open: {exc}") from None
+        if engine.dialect.name == "sqlite":
+            sa.event.listen(engine, "connect", _sqlite_on_connect)
+            sa.event.listen(engine, "begin", _sqlite_on_begin)
+        try:
+            migrate(engine)
+        except SchemaError as exc:
+            engine.dispose()
+            raise StoreError(f"{text}: {exc}") from None
+        except sa.exc.DBAPIError as exc:
+            engine.dispose()
+            raise StoreError(f"{text}: not a usable database: {exc.orig}") from None
+        return cls(engine, runs_dir.resolve() if runs_dir else None, text)
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    @property
+    def engine(self) -> sa.Engine:
+        """For read-only SQL (metrics) against the tables in ``agentmeter.store.schema``."""
+        return self._engine
+
+    def schema_version(self) -> int:
+        with self._engine.connect() as conn:
+            return current_version(conn)
+
+    # --- plumbing ------------------------------------------------------------------------
+
+    @contextmanager
+    def _write(self, what: str) -> Iterator[sa.Connection]:
+        try:
+            with self._engine.connect() as conn:
+                conn = conn.execution_options(**{s.SQLITE_BEGIN_OPTION: "IMMEDIATE"})
+                with conn.begin():
+                    yield conn
+        except sa.exc.IntegrityError as exc:
+            raise StoreError(f"{what}: rejected by the database: {exc.orig}") from None
+
+    def _read(self, stmt: sa.Executable, params: dict[str, Any] | None = None
+              ) -> list[sa.RowMapping]:
+        with self._engine.connect() as conn:
+            return list(conn.execute(stmt, params or {}).mappings())
+
+    def _upsert(self, conn: sa.Connection, table: sa.Table, rows: Sequence[dict[str, Any]],
+                ) -> None:
+        if not rows:
+            return
+        keys = [c.name for c in table.primary_key.columns]
+        dialect = conn.dialect.name
+        if dialect == "sqlite":
+            stmt: Any = sqlite.insert(table)
+        elif dialect == "postgresql":
+            stmt = postgresql.insert(table)
+        else:  # pragma: no cover - no such backend configured yet
+            raise StoreError(f"{self.where}: upsert not implemented for {dialect}")
+        updates = {c: stmt.excluded[c] for c in rows[0] if c not in keys}
+        if updates:
+            stmt = stmt.on_conflict_do_update(index_elements=keys, set_=updates)
+        else:
+            stmt = stmt.on_conflict_do_nothing(index_elements=keys)
+        conn.execute(stmt, list(rows))
+
+    # --- runs ----------------------------------------------------------------------------
+
+    def create_run(self, run: RunRecord) -> RunRecord:
+        if not RUN_ID_PATTERN.match(run.id):
+            raise StoreError(f"run id {run.id!r}: use letters, digits, '.', '_' and '-' "
+                             "(it names a directory)")
+        if self.get_run(run.id) is not None:
+            raise StoreError(f"run {run.id!r} already exists in {self.where}")
+        with self._write(f"run {run.id!r}") as conn:
+            conn.execute(sa.insert(s.runs).values(**s.run_to_row(run)))
+        return run
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        rows = self._read(sa.select(s.runs).where(s.runs.c.id == run_id))
+        return s.run_from_row(rows[0]) if rows else None
+
+    def list_runs(self, limit: int | None = None) -> list[RunRecord]:
+        """Newest first."""
+        stmt = sa.select(s.runs).order_by(s.runs.c.created_at.desc(), s.runs.c.id.desc())
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        return [s.run_from_row(r) for r in self._read(stmt)]
+
+    def update_run_status(self, run_id: str, status: RunStatus,
+                          finished_at: datetime | None = None) -> RunRecord:
+        if status in ("finished", "interrupted") and finished_at is None:
+            finished_at = utcnow()
+        with self._write(f"run {run_id!r}") as conn:
+            result = conn.execute(sa.update(s.runs).where(s.runs.c.id == run_id)
+                                  .values(status=status, finished_at=finished_at))
+            if result.rowcount == 0:
+                raise StoreError(f"no run {run_id!r} in {self.where}")
+        run = self.get_run(run_id)
+        assert run is not None
+        return run
+
+    # --- configs and tasks ---------------------------------------------------------------
+
+    def upsert_config(self, config: ConfigRecord, run_id: str | None = None) -> None:
+        """Insert or update a config; with ``run_id`` also record that the run uses it."""
+        with self._write(f"config {config.id!r}") as conn:
+            self._upsert(conn, s.configs, [s.config_to_row(config)])
+            if run_id is not None:
+                self._upsert(conn, s.run_configs, [{"run_id": run_id, "config_id": config.id}])
+
+    def get_config(self, config_id: str) -> ConfigRecord | None:
+        rows = self._read(sa.select(s.configs).where(s.configs.c.id == config_id))
+        return s.config_from_row(rows[0]) if rows else None
+
+    def run_configs(self, run_id: str) -> list[ConfigRecord]:
+        c, rc = s.configs, s.run_configs
+        stmt = (sa.select(c).join(rc, rc.c.config_id == c.c.id)
+                .where(rc.c.run_id == run_id).order_by(c.c.id))
+        return [s.config_from_row(r) for r in self._read(stmt)]
+
+    def upsert_task(self, task: TaskRecord, run_id: str | None = None) -> None:
+        """Insert or update a task version (keyed by id + digest); with ``run_id`` also pin the
+        run to this version. A run never silently switches to another version of a task."""
+        with self._write(f"task {task.id!r}") as conn:
+            self._upsert(conn, s.tasks, [s.task_to_row(task)])
+            if run_id is None:
+                return
+            pinned = conn.execute(
+                sa.select(s.run_tasks.c.task_digest).where(
+                    s.run_tasks.c.run_id == run_id, s.run_tasks.c.task_id == task.id)
+            ).scalar()
+            if pinned is not None and pinned != task.digest:
+                raise StoreError(f"run {run_id!r} uses task {task.id!r} at {pinned}; the task "
+                                 f"has changed since ({task.digest})")
+            self._upsert(conn, s.run_tasks, [{"run_id": run_id, "task_id": task.id,
+                                              "task_digest": task.digest}])
+
+    def get_task(self, task_id: str, digest: str) -> TaskRecord | None:
+        rows = self._read(sa.select(s.tasks).where(s.tasks.c.id == task_id,
+                                                   s.tasks.c.digest == digest))
+        return s.task_from_row(rows[0]) if rows else None
+
+    def run_tasks(self, run_id: str) -> list[TaskRecord]:
+        """The task versions a run is pinned to."""
+        t, rt = s.tasks, s.run_tasks
+        stmt = (sa.select(t).join(rt, sa.and_(rt.c.task_id == t.c.id,
+                                              rt.c.task_digest == t.c.digest))
+                .where(rt.c.run_id == run_id).order_by(t.c.id))
+        return [s.task_from_row(r) for r in self._read(stmt)]
+
+    # --- trials --------------------------------------------------------------------------
+
+    def save_trial(self, trial: TrialRecord) -> None:
+        """Insert or replace one try of a trial, atomically; durable once this returns."""
+        with self._write(f"trial {trial.id!r} try {trial.try_number} of run {trial.run_id!r}"
+                         ) as conn:
+            self._upsert(conn, s.trials, [s.trial_to_row(trial, utcnow())])
+
+    def get_trial(self, run_id: str, trial_id: str, try_number: int | None = None
+                  ) -> TrialRecord | None:
+        """One try of a trial; the latest try when ``try_number`` is None."""
+        t = s.trials
+        stmt = sa.select(t).where(t.c.run_id == run_id, t.c.id == trial_id)
+        if try_number is not None:
+            stmt = stmt.where(t.c.try_number == try_number)
+        rows = self._read(stmt.order_by(t.c.try_number.desc()).limit(1))
+        return s.trial_from_row(rows[0]) if rows else None
+
+    def trials(self, run_id: str,
+               status: TrialStatus | Collection[TrialStatus] | None = None) -> list[TrialRecord]:
+        """Every try of every trial of a run (optionally of some statuses), in a stable order."""
+        t = s.trials
+        stmt = sa.select(t).where(t.c.run_id == run_id)
+        if status is not None:
+            wanted = [status] if isinstance(status, TrialStatus) else list(status)
+            stmt = stmt.where(t.c.status.in_([st.value for st in wanted]))
+        stmt = stmt.order_by(t.c.config_id, t.c.task_id, t.c.attempt, t.c.try_number)
+        return [s.trial_from_row(r) for r in self._read(stmt)]
+
+    def latest_completed_trials(self, run_id: str) -> list[TrialRecord]:
+        """Per (config, task, attempt): the completed (final-status) try with the highest try
+        number. This is the selection rule metrics use."""
+        t = s.trials
+        cell = (t.c.config_id, t.c.task_id, t.c.attempt)
+        latest = (sa.select(*cell, sa.func.max(t.c.try_number).label("try_number"))
+                  .where(t.c.run_id == run_id, t.c.status.in_(_FINAL))
+                  .group_by(*cell).subquery())
+        stmt = (sa.select(t).join(latest, sa.and_(
+                    t.c.config_id == latest.c.config_id, t.c.task_id == latest.c.task_id,
+                    t.c.attempt == latest.c.attempt, t.c.try_number == latest.c.try_number))
+                .where(t.c.run_id == run_id)
+                .order_by(*cell))
+        return [s.trial_from_row(r) for r in self._read(stmt)]
+
+    def incomplete_trials(self, run_id: str) -> list[TrialRecord]:
+        """Tries left pending/running (e.g. by a runner that died)."""
+        return self.trials(run_id, [st for st in TrialStatus if not st.final])
+
+    def close_incomplete_trials(self, run_id: str, error: str = "interrupted"
+                                ) -> list[TrialRecord]:
+        """Resume helper: mark every pending/running try ``infra_invalid`` (keeping its model
+        calls, so its spending stays accounted); the runner then re-runs the trial with the
+        next try number. Returns the closed tries."""
+        now = utcnow()
+        closed: list[TrialRecord] = []
+        with self._write(f"incomplete trials of run {run_id!r}") as conn:
+            t = s.trials
+            rows = conn.execute(sa.select(t).where(t.c.run_id == run_id,
+                                                   t.c.status.in_(_NOT_FINAL))).mappings()
+            for row in list(rows):
+                trial = s.trial_from_row(row).model_copy(update={
+                    "status": TrialStatus.INFRA_INVALID, "error": error, "passed": None,
+                    "finished_at": now})
+                self._upsert(conn, t, [s.trial_to_row(trial, now)])
+                closed.append(trial)
+        return closed
+
+    def delete_incomplete_trials(self, run_id: str) -> int:
+        """Resume helper for when nothing of an unfinished try should remain: delete the
+        pending/running tries with their model calls and artifact rows. Returns the count."""
+        t, mc, ar = s.trials, s.model_calls, s.artifacts
+        with self._write(f"incomplete trials of run {run_id!r}") as conn:
+            keys = conn.execute(sa.select(t.c.id, t.c.try_number).where(
+                t.c.run_id == run_id, t.c.status.in_(_NOT_FINAL))).all()
+            for trial_id, try_number in keys:
+                for table, id_col in ((mc, mc.c.trial_id), (ar, ar.c.trial_id),
+                                      (t, t.c.id)):
+                    conn.execute(sa.delete(table).where(
+                        table.c.run_id == run_id, id_col == trial_id,
+                        table.c.try_number == try_number))
+        return len(keys)
+
+    # --- model calls ---------------------------------------------------------------------
+
+    def add_model_calls(self, run_id: str, calls: Sequence[ModelCallRecord],
+                        try_number: int = 0) -> None:
+        """Record metered calls (idempotent: a call is keyed by trial, try and seq)."""
+        rows = [s.model_call_to_row(run_id, try_number, c) for c in calls]
+        with self._write(f"model calls of run {run_id!r}") as conn:
+            self._upsert(conn, s.model_calls, rows)
+
+    def model_calls(self, run_id: str, trial_id: str | None = None,
+                    try_number: int | None = None) -> list[ModelCallRecord]:
+        mc = s.model_calls
+        stmt = sa.select(mc).where(mc.c.run_id == run_id)
+        if trial_id is not None:
+            stmt = stmt.where(mc.c.trial_id == trial_id)
+        if try_number is not None:
+            stmt = stmt.where(mc.c.try_number == try_number)
+        stmt = stmt.order_by(mc.c.trial_id, mc.c.try_number, mc.c.seq)
+        return [s.model_call_from_row(r) for r in self._read(stmt)]
+
+    # --- artifacts -----------------------------------------------------------------------
+
+    def _runs_dir(self) -> Path:
+        if self.runs_dir is None:
+            raise StoreError(f"{self.where}: no runs directory for artifacts; open the store "
+                             "with runs_dir=...")
+        return self.runs_dir
+
+    def run_dir(self, run_id: str) -> Path:
+        """The run's artifact directory; ``ArtifactRecord.relpath`` is relative to it."""
+        return run_dir(self._runs_dir(), run_id)
+
+    def artifact_dir(self, run_id: str, trial_id: str, try_number: int = 0,
+                     create: bool = True) -> Path:
+        path = trial_dir(self._runs_dir(), run_id, trial_id, try_number)
+        if create:
+            path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def add_artifact(self, run_id: str, artifact: ArtifactRecord, try_number: int = 0) -> None:
+        with self._write(f"artifact {artifact.name!r} of trial {artifact.trial_id!r}") as conn:
+            self._upsert(conn, s.artifacts, [s.artifact_to_row(run_id, try_number, artifact)])
+
+    def artifacts(self, run_id: str, trial_id: str | None = None,
+                  try_number: int | None = None) -> list[ArtifactRecord]:
+        ar = s.artifacts
+        stmt = sa.select(ar).where(ar.c.run_id == run_id)
+        if trial_id is not None:
+            stmt = stmt.where(ar.c.trial_id == trial_id)
+        if try_number is not None:
+            stmt = stmt.where(ar.c.try_number == try_number)
+        stmt = stmt.order_by(ar.c.trial_id, ar.c.try_number, ar.c.name)
+        return [s.artifact_from_row(r) for r in self._read(stmt)]

@@ -1,0 +1,271 @@
+"""The current relational schema (SQLAlchemy Core) and record <-> row conversion.
+
+Usage and timings are plain nullable columns so metrics can aggregate them in SQL; free-form
+extras are JSON. The DDL that *creates* these tables lives in ``migrations.py`` (frozen per
+version); ``tests/test_store.py`` checks that migrating an empty database yields exactly these
+tables and columns.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect, RowMapping
+
+from agentmeter.store.models import (
+    AgentSpec,
+    ArtifactRecord,
+    ConfigRecord,
+    ModelCallRecord,
+    ModelSpec,
+    PhaseTimings,
+    RunRecord,
+    TaskRecord,
+    TokenUsage,
+    TrialRecord,
+    TrialStatus,
+)
+
+#: The schema version this code reads and writes (== len(migrations.MIGRATIONS)).
+SCHEMA_VERSION = 2
+
+#: Connection execution option: how SQLite opens a transaction ("DEFERRED" for reads,
+#: "IMMEDIATE" for writes, so writers queue on the busy timeout instead of failing to upgrade).
+SQLITE_BEGIN_OPTION = "agentmeter_sqlite_begin"
+
+
+class UtcDateTime(sa.types.TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite keeps no zone; naive = UTC)."""
+
+    impl = sa.DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is not None:
+            value = value.astimezone(UTC)
+        return value.replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return None if value is None else value.replace(tzinfo=UTC)
+
+
+metadata = sa.MetaData()
+
+schema_version = sa.Table("schema_version", metadata, sa.Column("version", sa.Integer,
+                                                                nullable=False))
+
+runs = sa.Table(
+    "runs", metadata,
+    sa.Column("id", sa.String(200), primary_key=True),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    sa.Column("finished_at", UtcDateTime),
+    sa.Column("status", sa.String(20), nullable=False),
+    sa.Column("backend", sa.String(50), nullable=False),
+    sa.Column("source", sa.String(100), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("concurrency", sa.Integer, nullable=False),
+    sa.Column("pricing_snapshot", sa.String(200)),
+    sa.Column("settings", sa.JSON, nullable=False),
+)
+
+configs = sa.Table(
+    "configs", metadata,
+    sa.Column("id", sa.String(200), primary_key=True),
+    sa.Column("label", sa.String(300), nullable=False),
+    sa.Column("model_name", sa.String(300), nullable=False),
+    sa.Column("model_wire_api", sa.String(20)),
+    sa.Column("model_price_key", sa.String(300)),
+    sa.Column("agent_name", sa.String(200), nullable=False),
+    sa.Column("agent_version", sa.String(100)),
+    sa.Column("agent_options", sa.JSON, nullable=False),
+)
+
+tasks = sa.Table(
+    "tasks", metadata,
+    sa.Column("id", sa.String(200), primary_key=True),
+    sa.Column("digest", sa.String(100), primary_key=True),
+    sa.Column("suite", sa.String(200)),
+    sa.Column("tier", sa.String(10)),
+    sa.Column("category", sa.String(200)),
+    sa.Column("source", sa.String(200)),
+    sa.Column("tags", sa.JSON, nullable=False),
+    sa.Column("path", sa.Text),
+)
+
+run_configs = sa.Table(
+    "run_configs", metadata,
+    sa.Column("run_id", sa.String(200), sa.ForeignKey("runs.id", ondelete="CASCADE"),
+              primary_key=True),
+    sa.Column("config_id", sa.String(200), sa.ForeignKey("configs.id"), primary_key=True),
+)
+
+run_tasks = sa.Table(
+    "run_tasks", metadata,
+    sa.Column("run_id", sa.String(200), sa.ForeignKey("runs.id", ondelete="CASCADE"),
+              primary_key=True),
+    sa.Column("task_id", sa.String(200), primary_key=True),
+    sa.Column("task_digest", sa.String(100), nullable=False),
+    sa.ForeignKeyConstraint(["task_id", "task_digest"], ["tasks.id", "tasks.digest"]),
+)
+
+_USAGE_COLUMNS = ("input_tokens", "output_tokens", "cache_creation_tokens", "cache_read_tokens",
+                  "reasoning_tokens")
+_USAGE_FIELDS = ("input", "output", "cache_creation", "cache_read", "reasoning")
+_TIMING_FIELDS = ("environment", "agent_setup", "agent_run", "verification", "agent_command",
+                  "verifier_command")
+
+trials = sa.Table(
+    "trials", metadata,
+    sa.Column("run_id", sa.String(200), sa.ForeignKey("runs.id", ondelete="CASCADE"),
+              primary_key=True),
+    sa.Column("id", sa.String(500), primary_key=True),
+    sa.Column("try_number", sa.Integer, primary_key=True),
+    sa.Column("config_id", sa.String(200), sa.ForeignKey("configs.id"), nullable=False),
+    sa.Column("task_id", sa.String(200), nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("status", sa.String(20), nullable=False),
+    sa.Column("reward", sa.Float),
+    sa.Column("rewards", sa.JSON, nullable=False),
+    sa.Column("passed", sa.Boolean),
+    sa.Column("error", sa.Text),
+    *(sa.Column(name, sa.Integer) for name in _USAGE_COLUMNS),
+    sa.Column("cost_usd", sa.Float),
+    sa.Column("model_calls", sa.Integer, nullable=False),
+    sa.Column("tool_calls", sa.JSON, nullable=False),
+    sa.Column("turns", sa.Integer),
+    sa.Column("started_at", UtcDateTime),
+    sa.Column("finished_at", UtcDateTime),
+    *(sa.Column(f"{name}_s", sa.Float) for name in _TIMING_FIELDS),
+    sa.Column("owner_pid", sa.Integer),
+    sa.Column("extra", sa.JSON, nullable=False),
+    sa.Column("updated_at", UtcDateTime, nullable=False),
+)
+
+model_calls = sa.Table(
+    "model_calls", metadata,
+    sa.Column("run_id", sa.String(200), sa.ForeignKey("runs.id", ondelete="CASCADE"),
+              primary_key=True),
+    sa.Column("trial_id", sa.String(500), primary_key=True),
+    sa.Column("try_number", sa.Integer, primary_key=True),
+    sa.Column("seq", sa.Integer, primary_key=True),
+    sa.Column("wire_api", sa.String(20), nullable=False),
+    sa.Column("client_api", sa.String(20), nullable=False),
+    sa.Column("model", sa.String(300), nullable=False),
+    sa.Column("upstream_model", sa.String(300), nullable=False),
+    sa.Column("status_code", sa.Integer, nullable=False),
+    sa.Column("stream", sa.Boolean, nullable=False),
+    sa.Column("started_at", UtcDateTime, nullable=False),
+    sa.Column("latency_s", sa.Float, nullable=False),
+    sa.Column("ttft_s", sa.Float),
+    *(sa.Column(name, sa.Integer) for name in _USAGE_COLUMNS),
+    sa.Column("cost_usd", sa.Float),
+    sa.Column("bytes_in", sa.Integer, nullable=False),
+    sa.Column("bytes_out", sa.Integer, nullable=False),
+    sa.Column("error", sa.Text),
+    sa.Column("scripted", sa.Boolean, nullable=False),
+)
+
+artifacts = sa.Table(
+    "artifacts", metadata,
+    sa.Column("run_id", sa.String(200), sa.ForeignKey("runs.id", ondelete="CASCADE"),
+              primary_key=True),
+    sa.Column("trial_id", sa.String(500), primary_key=True),
+    sa.Column("try_number", sa.Integer, primary_key=True),
+    sa.Column("name", sa.String(300), primary_key=True),
+    sa.Column("kind", sa.String(30), nullable=False),
+    sa.Column("relpath", sa.Text, nullable=False),
+    sa.Column("size", sa.Integer, nullable=False),
+)
+
+
+# --- conversions ---------------------------------------------------------------------------
+
+
+def _usage_to_columns(usage: TokenUsage) -> dict[str, int | None]:
+    return {col: getattr(usage, f) for col, f in zip(_USAGE_COLUMNS, _USAGE_FIELDS, strict=True)}
+
+
+def _usage_from_row(row: RowMapping) -> TokenUsage:
+    return TokenUsage(**{f: row[col] for col, f in zip(_USAGE_COLUMNS, _USAGE_FIELDS,
+                                                        strict=True)})
+
+
+def run_to_row(run: RunRecord) -> dict[str, Any]:
+    return run.model_dump(mode="python")
+
+
+def run_from_row(row: RowMapping) -> RunRecord:
+    return RunRecord.model_validate(dict(row))
+
+
+def config_to_row(config: ConfigRecord) -> dict[str, Any]:
+    return {
+        "id": config.id, "label": config.label,
+        "model_name": config.model.name, "model_wire_api": config.model.wire_api,
+        "model_price_key": config.model.price_key,
+        "agent_name": config.agent.name, "agent_version": config.agent.version,
+        "agent_options": config.agent.options,
+    }
+
+
+def config_from_row(row: RowMapping) -> ConfigRecord:
+    return ConfigRecord(
+        id=row["id"], label=row["label"],
+        model=ModelSpec(name=row["model_name"], wire_api=row["model_wire_api"],
+                        price_key=row["model_price_key"]),
+        agent=AgentSpec(name=row["agent_name"], version=row["agent_version"],
+                        options=row["agent_options"]),
+    )
+
+
+def task_to_row(task: TaskRecord) -> dict[str, Any]:
+    return task.model_dump(mode="python")
+
+
+def task_from_row(row: RowMapping) -> TaskRecord:
+    return TaskRecord.model_validate({c: row[c] for c in TaskRecord.model_fields})
+
+
+def trial_to_row(trial: TrialRecord, updated_at: datetime) -> dict[str, Any]:
+    row = trial.model_dump(mode="python", exclude={"usage", "timings"})
+    row["status"] = trial.status.value
+    row.update(_usage_to_columns(trial.usage))
+    row.update({f"{name}_s": getattr(trial.timings, name) for name in _TIMING_FIELDS})
+    row["updated_at"] = updated_at
+    return row
+
+
+def trial_from_row(row: RowMapping) -> TrialRecord:
+    data = {name: row[name] for name in TrialRecord.model_fields
+            if name not in ("usage", "timings")}
+    data["status"] = TrialStatus(row["status"])
+    return TrialRecord(
+        **data,
+        usage=_usage_from_row(row),
+        timings=PhaseTimings(**{name: row[f"{name}_s"] for name in _TIMING_FIELDS}),
+    )
+
+
+def model_call_to_row(run_id: str, try_number: int, call: ModelCallRecord) -> dict[str, Any]:
+    row = call.model_dump(mode="python", exclude={"usage"})
+    row.update(_usage_to_columns(call.usage))
+    row["run_id"] = run_id
+    row["try_number"] = try_number
+    return row
+
+
+def model_call_from_row(row: RowMapping) -> ModelCallRecord:
+    data = {name: row[name] for name in ModelCallRecord.model_fields if name != "usage"}
+    return ModelCallRecord(**data, usage=_usage_from_row(row))
+
+
+def artifact_to_row(run_id: str, try_number: int, artifact: ArtifactRecord) -> dict[str, Any]:
+    return {**artifact.model_dump(mode="python"), "run_id": run_id, "try_number": try_number}
+
+
+def artifact_from_row(row: RowMapping) -> ArtifactRecord:
+    return ArtifactRecord.model_validate({c: row[c] for c in ArtifactRecord.model_fields})

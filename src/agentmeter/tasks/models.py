@@ -1,0 +1,191 @@
+"""The Task model every loader produces, whatever the on-disk format.
+
+A task is a directory. Inside the sandbox the verifier's files are mounted at ``/tests``, the
+oracle's at ``/solution``, and the verifier writes its reward under ``/logs/verifier``
+(Harbor's contract; Terminal-Bench v1 tasks are mapped onto it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentmeter.store.models import TaskRecord
+
+TaskFormat = Literal["native", "terminal-bench"]
+Tier = Literal["easy", "medium", "hard"]
+TIERS: tuple[Tier, ...] = ("easy", "medium", "hard")
+Difficulty = Literal["easy", "medium", "hard", "unknown"]
+RewardParser = Literal["reward-file", "pytest"]
+BaseName = Literal["debian", "host"]
+
+#: Where things live inside a sandbox (Harbor's layout).
+TESTS_MOUNT = "/tests"
+SOLUTION_MOUNT = "/solution"
+VERIFIER_LOGS_DIR = "/logs/verifier"
+AGENT_LOGS_DIR = "/logs/agent"
+REWARD_TXT = f"{VERIFIER_LOGS_DIR}/reward.txt"
+REWARD_JSON = f"{VERIFIER_LOGS_DIR}/reward.json"
+
+#: Names never part of a task's content (editor/VCS/interpreter droppings).
+DIGEST_IGNORED_NAMES = frozenset(
+    {".git", "__pycache__", ".pytest_cache", ".DS_Store", ".mypy_cache"})
+
+
+class Budgets(BaseModel):
+    """Per-trial budgets the gateway enforces; ``None`` means unlimited."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_tokens: int | None = Field(default=None, gt=0)
+    max_usd: float | None = Field(default=None, gt=0)
+    max_calls: int | None = Field(default=None, gt=0)
+
+
+class Task(BaseModel):
+    """One loaded, validated task. Paths are absolute host paths."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(description="the task directory's name")
+    path: Path
+    format: TaskFormat
+    instruction: str
+
+    # environment
+    environment_dir: Path = Field(description="build context of the Dockerfile / setup script")
+    dockerfile: Path | None = None
+    setup_script: Path | None = None
+    docker_image: str | None = Field(default=None, description="pre-built image, if any")
+    base: BaseName = "debian"
+    workdir: str | None = None
+    environment_env: dict[str, str] = Field(default_factory=dict)
+    build_timeout_s: float = 600.0
+    cpus: float | None = None
+    memory_mb: int | None = None
+    storage_mb: int | None = None
+    allow_internet: bool = False
+
+    # agent
+    agent_timeout_s: float = 600.0
+    agent_user: str | None = None
+    #: phase overrides of ``allow_internet``; ``None`` = same as the environment
+    agent_allow_internet: bool | None = None
+    budgets: Budgets = Field(default_factory=Budgets)
+
+    # verifier
+    tests_dir: Path
+    #: files copied into /tests next to tests_dir's content (Terminal-Bench's run-tests.sh)
+    extra_test_files: tuple[Path, ...] = ()
+    test_command: str
+    reward_parser: RewardParser
+    verifier_timeout_s: float = 600.0
+    verifier_env: dict[str, str] = Field(default_factory=dict)
+    verifier_user: str | None = None
+    verifier_allow_internet: bool | None = None
+
+    # oracle
+    solution_dir: Path | None = None
+    solution_script: Path | None = None
+    solution_command: str | None = None
+    solution_env: dict[str, str] = Field(default_factory=dict)
+
+    # metadata
+    tier: Tier | None = None
+    difficulty: Difficulty | None = None
+    category: str | None = None
+    source: str | None = None
+    tags: tuple[str, ...] = ()
+    author_name: str | None = None
+    author_email: str | None = None
+    description: str | None = None
+    expert_time_estimate_min: float | None = None
+    junior_time_estimate_min: float | None = None
+    #: files the harness should collect from the sandbox after the trial (Harbor ``artifacts``)
+    artifact_paths: tuple[str, ...] = ()
+    #: metadata keys we do not interpret, kept verbatim
+    metadata_extra: dict[str, Any] = Field(default_factory=dict)
+    #: what the loader read but deliberately does not honour (shown by ``tasks show``)
+    loader_notes: tuple[str, ...] = ()
+
+    digest: str = Field(description="sha256 of the task directory's content (see task_digest)")
+
+    def __hash__(self) -> int:  # dict fields make the generated hash fail; id+digest identify
+        return hash((self.id, self.digest))
+
+    def verifier_files(self) -> dict[str, Path]:
+        """Files to place under /tests: relative POSIX path -> host file."""
+        files = _files_under(self.tests_dir)
+        for extra in self.extra_test_files:
+            files[extra.name] = extra
+        return files
+
+    def solution_files(self) -> dict[str, Path]:
+        """Files to place under /solution: relative POSIX path -> host file."""
+        if self.solution_dir is not None:
+            return _files_under(self.solution_dir)
+        if self.solution_script is not None:
+            return {self.solution_script.name: self.solution_script}
+        return {}
+
+    @property
+    def has_solution(self) -> bool:
+        return self.solution_command is not None
+
+    def to_record(self, suite: str | None = None) -> TaskRecord:
+        """The persisted form: the version of this task a run used."""
+        return TaskRecord(
+            id=self.id,
+            suite=suite,
+            digest=self.digest,
+            tier=self.tier,
+            category=self.category,
+            source=self.source,
+            tags=list(self.tags),
+            path=str(self.path),
+        )
+
+
+def _files_under(directory: Path) -> dict[str, Path]:
+    files: dict[str, Path] = {}
+    for p in sorted(directory.rglob("*")):
+        rel = p.relative_to(directory)
+        if any(part in DIGEST_IGNORED_NAMES for part in rel.parts):
+            continue
+        if p.is_file():
+            files[rel.as_posix()] = p
+    return files
+
+
+def task_digest(directory: Path) -> str:
+    """A stable content hash of a task directory.
+
+    Covers every file's relative path, bytes and executable bit, and symlink targets, in sorted
+    order; ignores VCS/cache droppings (``DIGEST_IGNORED_NAMES``). Independent of where the
+    directory lives and of timestamps.
+    """
+    h = hashlib.sha256()
+    entries: list[tuple[str, Path]] = []
+    for root, dirs, files in os.walk(directory, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if d not in DIGEST_IGNORED_NAMES)
+        root_path = Path(root)
+        for name in files + [d for d in dirs if (root_path / d).is_symlink()]:
+            if name in DIGEST_IGNORED_NAMES:
+                continue
+            p = root_path / name
+            entries.append((p.relative_to(directory).as_posix(), p))
+    for rel, p in sorted(entries):
+        h.update(rel.encode() + b"\0")
+        if p.is_symlink():
+            h.update(b"L" + os.readlink(p).encode() + b"\0")
+        elif p.is_file():
+            executable = p.stat().st_mode & 0o111
+            h.update(b"X" if executable else b"F")
+            data = p.read_bytes()
+            h.update(str(len(data)).encode() + b"\0")
+            h.update(data)
+    return "sha256:" + h.hexdigest()

@@ -1,0 +1,336 @@
+"""Native tasks: Harbor's task contract.
+
+Layout: task.toml, instruction.md, environment/, tests/test.sh, solution/solve.sh.
+
+Harbor tasks load unmodified: every key of Harbor's ``task.toml`` is accepted. Keys describing
+features agentmeter cannot honour (GPUs, TPUs, Windows, MCP servers, healthchecks, host
+allowlists, multi-step tasks) are accepted at their default values and are an error otherwise,
+so a task never runs differently from what it asks for. ``[metadata]`` is free-form in Harbor:
+keys we do not interpret are kept in ``Task.metadata_extra``. Every other section is strict.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from agentmeter.tasks.errors import TaskError, TaskProblem, problems_from_validation
+from agentmeter.tasks.models import (
+    SOLUTION_MOUNT,
+    TESTS_MOUNT,
+    TIERS,
+    BaseName,
+    Budgets,
+    Difficulty,
+    Task,
+    Tier,
+    task_digest,
+)
+
+TASK_TOML = "task.toml"
+INSTRUCTION_MD = "instruction.md"
+
+NetworkMode = Literal["public", "no-network", "allowlist"]
+
+
+class _Section(BaseModel):
+    # strict: TOML is typed, so "yes" for a bool or "2" for a number is a mistake, not a value
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class _Author(_Section):
+    name: str
+    email: str | None = None
+
+
+class _PackageSection(_Section):
+    """Harbor's ``[task]`` registry section."""
+
+    name: str | None = None
+    version: str | None = None
+    description: str = ""
+    authors: list[_Author] = Field(default_factory=list)
+    keywords: list[str] = Field(default_factory=list)
+
+
+class _MetadataSection(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    author_name: str | None = None
+    author_email: str | None = None
+    difficulty: Difficulty | None = None
+    category: str | None = None
+    tags: list[str] = Field(default_factory=list)
+    tier: Tier | None = None
+    source: str | None = None
+    expert_time_estimate_min: float | None = None
+    junior_time_estimate_min: float | None = None
+
+
+class _PhaseNetwork(_Section):
+    network_mode: NetworkMode | None = None
+    allowed_hosts: list[str] = Field(default_factory=list)
+
+
+class _AgentSection(_PhaseNetwork):
+    timeout_sec: float | None = Field(default=None, gt=0)
+    user: str | int | None = None
+    max_tokens: int | None = Field(default=None, gt=0)
+    max_usd: float | None = Field(default=None, gt=0)
+    max_calls: int | None = Field(default=None, gt=0)
+
+
+class _VerifierSection(_PhaseNetwork):
+    timeout_sec: float = Field(default=600.0, gt=0)
+    env: dict[str, str] = Field(default_factory=dict)
+    user: str | int | None = None
+
+
+class _EnvironmentSection(_Section):
+    build_timeout_sec: float = Field(default=600.0, gt=0)
+    docker_image: str | None = None
+    os: Literal["linux", "windows"] = "linux"
+    cpus: float | None = Field(default=None, gt=0)
+    memory_mb: int | None = Field(default=None, gt=0)
+    storage_mb: int | None = Field(default=None, gt=0)
+    memory: str | None = Field(default=None, description="deprecated Harbor form, e.g. '2G'")
+    storage: str | None = Field(default=None, description="deprecated Harbor form, e.g. '10G'")
+    gpus: int = Field(default=0, ge=0)
+    gpu_types: list[str] | None = None
+    tpu: dict[str, Any] | None = None
+    allow_internet: bool | None = None
+    network_mode: NetworkMode | None = None
+    allowed_hosts: list[str] = Field(default_factory=list)
+    mcp_servers: list[dict[str, Any]] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    skills_dir: str | None = None
+    healthcheck: dict[str, Any] | None = None
+    workdir: str | None = None
+    base: BaseName = "debian"
+
+    @field_validator("os", mode="before")
+    @classmethod
+    def _lower_os(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+
+class _SolutionSection(_Section):
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class _ArtifactEntry(_Section):
+    source: str
+    destination: str | None = None
+    exclude: list[str] = Field(default_factory=list)
+    service: str | None = None
+
+
+class TaskToml(_Section):
+    """The schema of ``task.toml``."""
+
+    version: str | None = None
+    schema_version: str | None = None
+    source: str | None = None
+    artifacts: list[str | _ArtifactEntry] = Field(default_factory=list)
+    task: _PackageSection | None = None
+    metadata: _MetadataSection = Field(default_factory=_MetadataSection)
+    agent: _AgentSection = Field(default_factory=_AgentSection)
+    verifier: _VerifierSection = Field(default_factory=_VerifierSection)
+    environment: _EnvironmentSection = Field(default_factory=_EnvironmentSection)
+    solution: _SolutionSection = Field(default_factory=_SolutionSection)
+    steps: list[dict[str, Any]] | None = None
+
+
+def _size_to_mb(text: str) -> int:
+    value = text.strip().upper()
+    units = {"G": 1024.0, "M": 1.0, "K": 1 / 1024}
+    if value and value[-1] in units:
+        return int(float(value[:-1]) * units[value[-1]])
+    raise ValueError(f"expected a size like '512M' or '2G', got {text!r}")
+
+
+def _unsupported(config: TaskToml, file: Path) -> list[TaskProblem]:
+    """Non-default values of Harbor features we cannot honour."""
+    env = config.environment
+    found: list[tuple[str, object]] = []
+    if config.steps:
+        found.append(("steps", "multi-step tasks"))
+    if env.os != "linux":
+        found.append(("environment.os", env.os))
+    if env.gpus:
+        found.append(("environment.gpus", env.gpus))
+    if env.gpu_types:
+        found.append(("environment.gpu_types", env.gpu_types))
+    if env.tpu:
+        found.append(("environment.tpu", env.tpu))
+    if env.mcp_servers:
+        found.append(("environment.mcp_servers", [s.get("name") for s in env.mcp_servers]))
+    if env.healthcheck:
+        found.append(("environment.healthcheck", env.healthcheck.get("command")))
+    if env.skills_dir:
+        found.append(("environment.skills_dir", env.skills_dir))
+    for section, net in (("environment", env), ("agent", config.agent),
+                         ("verifier", config.verifier)):
+        if net.network_mode == "allowlist" or net.allowed_hosts:
+            found.append((f"{section}.network_mode", "allowlist"))
+    for i, art in enumerate(config.artifacts):
+        if isinstance(art, _ArtifactEntry) and art.service not in (None, "main"):
+            found.append((f"artifacts[{i}].service", art.service))
+    return [
+        TaskProblem(file=file, field=field, message=f"{value!r} is not supported by agentmeter")
+        for field, value in found
+    ]
+
+
+def _allow(mode: NetworkMode | None) -> bool | None:
+    return None if mode is None else mode == "public"
+
+
+def _user(value: str | int | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def read_task_toml(file: Path) -> TaskToml:
+    """Parse and validate ``task.toml``; every problem names the file and the key."""
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise TaskError.single(file, f"invalid TOML: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TaskError.single(file, f"cannot read: {exc}") from None
+    try:
+        config = TaskToml.model_validate(data)
+    except ValidationError as exc:
+        raise TaskError(problems_from_validation(file, exc)) from None
+    problems = _unsupported(config, file)
+    if config.version is not None and config.schema_version is not None:
+        problems.append(TaskProblem(file, "give either 'version' or 'schema_version'", "version"))
+    for name in ("memory", "storage"):
+        raw = getattr(config.environment, name)
+        if raw is not None:
+            try:
+                _size_to_mb(raw)
+            except ValueError as exc:
+                problems.append(TaskProblem(file, str(exc), f"environment.{name}"))
+    if problems:
+        raise TaskError(problems)
+    return config
+
+
+def load_native_task(directory: Path) -> Task:
+    """Load a Harbor-layout task directory. Raises TaskError listing every problem."""
+    directory = directory.resolve()
+    toml_file = directory / TASK_TOML
+    problems: list[TaskProblem] = []
+    config: TaskToml | None = None
+    try:
+        config = read_task_toml(toml_file)
+    except TaskError as exc:
+        problems.extend(exc.problems)
+
+    instruction_file = directory / INSTRUCTION_MD
+    instruction = ""
+    if not instruction_file.is_file():
+        problems.append(TaskProblem(instruction_file, "missing: the task has no instruction"))
+    else:
+        instruction = instruction_file.read_text(encoding="utf-8")
+        if not instruction.strip():
+            problems.append(TaskProblem(instruction_file, "the instruction is empty"))
+
+    tests_dir = directory / "tests"
+    test_sh = tests_dir / "test.sh"
+    if not test_sh.is_file():
+        problems.append(TaskProblem(test_sh, "missing: the task has no verifier script"))
+
+    env_dir = directory / "environment"
+    dockerfile = env_dir / "Dockerfile"
+    setup_script = env_dir / "setup.sh"
+    has_dockerfile, has_setup = dockerfile.is_file(), setup_script.is_file()
+    docker_image = config.environment.docker_image if config else None
+    if has_dockerfile and has_setup:
+        problems.append(TaskProblem(env_dir, "has both a Dockerfile and setup.sh; keep one"))
+    if not (has_dockerfile or has_setup or docker_image):
+        problems.append(TaskProblem(
+            env_dir, "missing: needs a Dockerfile or setup.sh (or environment.docker_image in "
+            f"{TASK_TOML})"))
+    for compose in ("docker-compose.yaml", "docker-compose.yml"):
+        if (env_dir / compose).exists():
+            problems.append(TaskProblem(env_dir / compose,
+                                        "multi-container environments are not supported"))
+
+    solution_dir = directory / "solution"
+    solve_sh = solution_dir / "solve.sh"
+    if solution_dir.is_dir() and not solve_sh.is_file():
+        problems.append(TaskProblem(solve_sh, "missing: solution/ exists but has no solve.sh"))
+
+    if problems or config is None:
+        raise TaskError(problems)
+    return _build_task(directory, config, instruction,
+                       dockerfile if has_dockerfile else None,
+                       setup_script if has_setup else None,
+                       solution_dir if solve_sh.is_file() else None)
+
+
+def _build_task(directory: Path, config: TaskToml, instruction: str, dockerfile: Path | None,
+                setup_script: Path | None, solution_dir: Path | None) -> Task:
+    meta, env, agent, verifier = config.metadata, config.environment, config.agent, config.verifier
+    tier: Tier | None = meta.tier
+    if tier is None and meta.difficulty in TIERS:
+        tier = meta.difficulty
+    allow_internet = env.allow_internet if env.allow_internet is not None else False
+    if env.network_mode is not None:
+        allow_internet = env.network_mode == "public"
+    package = config.task
+    tags = meta.tags or (package.keywords if package else [])
+    author = package.authors[0] if package and package.authors else None
+    artifact_paths = tuple(a if isinstance(a, str) else a.source for a in config.artifacts)
+    return Task(
+        id=directory.name,
+        path=directory,
+        format="native",
+        instruction=instruction,
+        environment_dir=directory / "environment",
+        dockerfile=dockerfile,
+        setup_script=setup_script,
+        docker_image=env.docker_image,
+        base=env.base,
+        workdir=env.workdir,
+        environment_env=env.env,
+        build_timeout_s=env.build_timeout_sec,
+        cpus=env.cpus,
+        memory_mb=env.memory_mb if env.memory is None else _size_to_mb(env.memory),
+        storage_mb=env.storage_mb if env.storage is None else _size_to_mb(env.storage),
+        allow_internet=allow_internet,
+        agent_timeout_s=agent.timeout_sec if agent.timeout_sec is not None else 600.0,
+        agent_user=_user(agent.user),
+        agent_allow_internet=_allow(agent.network_mode),
+        budgets=Budgets(max_tokens=agent.max_tokens, max_usd=agent.max_usd,
+                        max_calls=agent.max_calls),
+        tests_dir=directory / "tests",
+        test_command=f"bash {TESTS_MOUNT}/test.sh",
+        reward_parser="reward-file",
+        verifier_timeout_s=verifier.timeout_sec,
+        verifier_env=verifier.env,
+        verifier_user=_user(verifier.user),
+        verifier_allow_internet=_allow(verifier.network_mode),
+        solution_dir=solution_dir,
+        solution_script=solution_dir / "solve.sh" if solution_dir else None,
+        solution_command=f"bash {SOLUTION_MOUNT}/solve.sh" if solution_dir else None,
+        solution_env=config.solution.env,
+        tier=tier,
+        difficulty=meta.difficulty,
+        category=meta.category,
+        source=meta.source or config.source,
+        tags=tuple(tags),
+        author_name=meta.author_name or (author.name if author else None),
+        author_email=meta.author_email or (author.email if author else None),
+        description=package.description or None if package else None,
+        expert_time_estimate_min=meta.expert_time_estimate_min,
+        junior_time_estimate_min=meta.junior_time_estimate_min,
+        artifact_paths=artifact_paths,
+        metadata_extra=dict(meta.model_extra or {}),
+        digest=task_digest(directory),
+    )

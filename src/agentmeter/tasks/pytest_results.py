@@ -1,0 +1,96 @@
+"""Reward from pytest's ``-rA`` short test summary (Terminal-Bench's verifier contract).
+
+The summary lines look like ``PASSED tests/test_x.py::test_a``,
+``FAILED tests/test_x.py::test_b - AssertionError: ...``, ``ERROR tests/test_x.py - ImportError``,
+``SKIPPED [1] tests/test_x.py:10: reason``, ``XFAIL ...``, ``XPASS ...``.
+The task passes (reward 1.0) iff at least one test ran and none failed or errored.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+TestOutcome = Literal["passed", "failed", "error", "xfailed", "xpassed"]
+
+_SUMMARY_HEADER = re.compile(r"^=+ short test summary info =+\s*$")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_LINE = re.compile(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS|SKIPPED)\s+(.*)$")
+_PARAMETRIZED = re.compile(r"^(\S*?\[.*?\])(?:\s+-\s+.*)?$")
+_WORD_TO_OUTCOME: dict[str, TestOutcome] = {
+    "PASSED": "passed", "FAILED": "failed", "ERROR": "error", "XFAIL": "xfailed",
+    "XPASS": "xpassed",
+}
+#: when a test is reported twice (a teardown error after a pass), the worse outcome wins
+_SEVERITY: dict[TestOutcome, int] = {
+    "xfailed": 0, "passed": 1, "xpassed": 1, "failed": 2, "error": 3,
+}
+
+
+class PytestResults(BaseModel):
+    """Per-test outcomes parsed from one pytest run's output."""
+
+    model_config = ConfigDict(frozen=True)
+
+    outcomes: dict[str, TestOutcome]
+    skipped: int = 0
+    found_summary: bool = False
+
+    def count(self, *outcomes: TestOutcome) -> int:
+        return sum(1 for o in self.outcomes.values() if o in outcomes)
+
+    @property
+    def passed(self) -> int:
+        return self.count("passed", "xpassed")
+
+    @property
+    def failed(self) -> int:
+        return self.count("failed", "error")
+
+    @property
+    def fraction(self) -> float:
+        """Passed tests over tests that passed, failed or errored (0.0 when none ran)."""
+        ran = self.passed + self.failed
+        return self.passed / ran if ran else 0.0
+
+    @property
+    def reward(self) -> float:
+        """1.0 iff at least one test passed and none failed or errored."""
+        return 1.0 if self.passed >= 1 and self.failed == 0 else 0.0
+
+
+def _test_name(rest: str) -> str:
+    match = _PARAMETRIZED.match(rest)
+    if match:
+        return match.group(1)
+    return rest.split(" - ", 1)[0].strip()
+
+
+def parse_pytest_output(output: str) -> PytestResults:
+    """Parse the short test summary of ``pytest -rA`` output (the last one if several)."""
+    lines = [_ANSI.sub("", line).rstrip("\r") for line in output.splitlines()]
+    headers = [i for i, line in enumerate(lines) if _SUMMARY_HEADER.match(line)]
+    found = bool(headers)
+    body = lines[headers[-1] + 1:] if headers else lines
+    outcomes: dict[str, TestOutcome] = {}
+    skipped = 0
+    for line in body:
+        if found and line.startswith("="):
+            break
+        match = _LINE.match(line)
+        if match is None:
+            continue
+        word, rest = match.groups()
+        if word == "SKIPPED":
+            skipped += 1
+            continue
+        name = _test_name(rest)
+        if not found and "::" not in name:
+            continue  # without a summary header only accept unmistakable node ids
+        outcome = _WORD_TO_OUTCOME[word]
+        previous = outcomes.get(name)
+        if previous is None or _SEVERITY[outcome] > _SEVERITY[previous]:
+            outcomes[name] = outcome
+    return PytestResults(outcomes=outcomes, skipped=skipped, found_summary=found)

@@ -1,0 +1,432 @@
+"""Task and suite loading: Harbor layout, Terminal-Bench v1, suites, bad input, pytest rewards."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from agentmeter.store.models import TaskRecord
+from agentmeter.tasks.errors import TaskError
+from agentmeter.tasks.models import task_digest
+from agentmeter.tasks.pytest_results import parse_pytest_output
+from agentmeter.tasks.suite import (
+    builtin_suite_names,
+    detect_format,
+    load_suite,
+    load_suites,
+    load_task,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+HARBOR = FIXTURES / "harbor-task"
+TB = FIXTURES / "tb-task"
+BAD = FIXTURES / "bad"
+
+
+def copy_task(src: Path, dest_parent: Path, name: str | None = None) -> Path:
+    dest = dest_parent / (name or src.name)
+    shutil.copytree(src, dest)
+    return dest
+
+
+def problems_text(exc: pytest.ExceptionInfo[TaskError]) -> str:
+    return str(exc.value)
+
+
+# --- native (Harbor) -----------------------------------------------------------------------
+
+
+def test_harbor_task_loads_unmodified() -> None:
+    task = load_task(HARBOR)
+    assert task.id == "harbor-task"
+    assert task.format == "native"
+    assert task.path == HARBOR.resolve()
+    assert "Count the words" in task.instruction
+    assert task.dockerfile == HARBOR.resolve() / "environment" / "Dockerfile"
+    assert task.setup_script is None
+    assert task.test_command == "bash /tests/test.sh"
+    assert task.reward_parser == "reward-file"
+    assert task.solution_command == "bash /solution/solve.sh"
+    assert task.tier == "medium" and task.difficulty == "medium"
+    assert task.category == "text-processing"
+    assert task.tags == ("text", "wc")
+    assert task.agent_timeout_s == 300.0 and task.verifier_timeout_s == 120.0
+    assert task.build_timeout_s == 600.0
+    assert (task.cpus, task.memory_mb, task.storage_mb) == (1.0, 1024, 2048)
+    assert task.allow_internet is False
+    assert (task.budgets.max_tokens, task.budgets.max_usd, task.budgets.max_calls) == (
+        200000, 0.5, 40)
+    assert task.verifier_env == {"EXPECTED_FILE": "/tests/expected.txt"}
+    assert task.solution_env == {"LANG": "C.UTF-8"}
+    assert task.author_email == "ada@example.com"
+    assert task.description == "Count words in a file."
+    # Harbor's [metadata] is free-form: keys we do not interpret are kept, not rejected
+    assert task.metadata_extra == {"codebase_size": "tiny"}
+    assert set(task.verifier_files()) == {"test.sh", "expected.txt"}
+    assert set(task.solution_files()) == {"solve.sh"}
+    assert task.digest.startswith("sha256:")
+    assert len({task, load_task(HARBOR)}) == 1  # hashable, equal when loaded twice
+
+
+def test_task_record_from_task() -> None:
+    task = load_task(HARBOR)
+    record = task.to_record(suite="fixtures")
+    assert isinstance(record, TaskRecord)
+    assert record.id == "harbor-task" and record.digest == task.digest
+    assert record.suite == "fixtures" and record.tier == "medium"
+    assert record.tags == ["text", "wc"] and record.path == str(task.path)
+
+
+def test_harbor_keys_at_defaults_and_features_we_map(tmp_path: Path) -> None:
+    task_dir = copy_task(HARBOR, tmp_path)
+    (task_dir / "task.toml").write_text(
+        'schema_version = "1.1"\nsource = "harbor-registry"\n'
+        'artifacts = ["/app/out.log", {source = "/app/report.json"}]\n'
+        '[task]\nname = "org/x"\n[metadata]\ndifficulty = "unknown"\n'
+        '[agent]\nuser = 1000\nnetwork_mode = "no-network"\n'
+        '[verifier]\nnetwork_mode = "public"\n'
+        '[environment]\nnetwork_mode = "public"\nmemory = "2G"\nos = "Linux"\n'
+        'gpus = 0\nmcp_servers = []\nworkdir = "/app"\nbase = "host"\n'
+        '[environment.env]\nTOKEN = "${TOKEN:-x}"\n')
+    task = load_task(task_dir)
+    assert task.tier is None and task.difficulty == "unknown"
+    assert task.source == "harbor-registry"
+    assert task.artifact_paths == ("/app/out.log", "/app/report.json")
+    assert task.allow_internet is True
+    assert task.agent_allow_internet is False and task.verifier_allow_internet is True
+    assert task.agent_user == "1000"
+    assert task.memory_mb == 2048
+    assert task.workdir == "/app" and task.base == "host"
+    assert task.environment_env == {"TOKEN": "${TOKEN:-x}"}
+    assert task.tags == ()  # no metadata.tags and no [task].keywords
+    assert task.agent_timeout_s == 600.0  # Harbor leaves it open; we default
+
+
+def test_tier_may_differ_from_difficulty(tmp_path: Path) -> None:
+    task_dir = copy_task(HARBOR, tmp_path)
+    text = (task_dir / "task.toml").read_text().replace(
+        'difficulty = "medium"', 'difficulty = "medium"\ntier = "hard"\nsource = "ours"')
+    (task_dir / "task.toml").write_text(text)
+    task = load_task(task_dir)
+    assert (task.tier, task.difficulty, task.source) == ("hard", "medium", "ours")
+
+
+def test_setup_script_environment(tmp_path: Path) -> None:
+    task_dir = copy_task(HARBOR, tmp_path)
+    (task_dir / "environment" / "Dockerfile").unlink()
+    (task_dir / "environment" / "setup.sh").write_text("#!/bin/sh\nmkdir -p /app\n")
+    task = load_task(task_dir)
+    assert task.dockerfile is None
+    assert task.setup_script == task_dir.resolve() / "environment" / "setup.sh"
+
+
+def test_docker_image_replaces_dockerfile(tmp_path: Path) -> None:
+    task_dir = copy_task(HARBOR, tmp_path)
+    (task_dir / "environment" / "Dockerfile").unlink()
+    with pytest.raises(TaskError, match="needs a Dockerfile or setup.sh"):
+        load_task(task_dir)
+    text = (task_dir / "task.toml").read_text().replace(
+        "[environment]\n", '[environment]\ndocker_image = "example/img:1"\n')
+    (task_dir / "task.toml").write_text(text)
+    assert load_task(task_dir).docker_image == "example/img:1"
+
+
+def test_task_without_solution(tmp_path: Path) -> None:
+    task_dir = copy_task(HARBOR, tmp_path)
+    shutil.rmtree(task_dir / "solution")
+    task = load_task(task_dir)
+    assert not task.has_solution and task.solution_files() == {}
+
+
+# --- digest --------------------------------------------------------------------------------
+
+
+def test_digest_is_stable_and_content_sensitive(tmp_path: Path) -> None:
+    a = copy_task(HARBOR, tmp_path / "a")
+    b = copy_task(HARBOR, tmp_path / "b", name="other-name")
+    assert task_digest(a) == task_digest(b) == load_task(HARBOR).digest
+    (b / "__pycache__").mkdir()
+    (b / "__pycache__" / "x.pyc").write_bytes(b"junk")
+    assert task_digest(b) == task_digest(a)  # caches are not content
+    (b / "tests" / "expected.txt").write_text("10\n")
+    assert task_digest(b) != task_digest(a)
+    (b / "tests" / "expected.txt").write_text("9\n")
+    assert task_digest(b) == task_digest(a)
+    os.chmod(b / "tests" / "expected.txt", 0o755)
+    assert task_digest(b) != task_digest(a)  # the executable bit is content
+    os.chmod(b / "tests" / "expected.txt", 0o644)
+    (b / "tests" / "new.txt").write_text("")
+    assert task_digest(b) != task_digest(a)
+
+
+# --- Terminal-Bench v1 ---------------------------------------------------------------------
+
+
+def test_terminal_bench_task_maps_to_task() -> None:
+    task = load_task(TB)
+    assert detect_format(TB) == "terminal-bench"
+    assert task.format == "terminal-bench"
+    assert task.instruction.startswith("Create a file /app/hello.txt")
+    assert task.dockerfile == TB.resolve() / "Dockerfile"
+    assert task.environment_dir == TB.resolve()
+    assert task.reward_parser == "pytest"
+    assert task.test_command == "bash /tests/run-tests.sh"
+    assert task.verifier_env == {"TEST_DIR": "/tests"}
+    files = task.verifier_files()
+    assert set(files) == {"run-tests.sh", "test_outputs.py"}
+    assert files["run-tests.sh"] == TB.resolve() / "run-tests.sh"
+    assert task.solution_command == "bash /solution/solution.sh"
+    assert set(task.solution_files()) == {"solution.sh"}
+    assert task.agent_timeout_s == 180.0 and task.verifier_timeout_s == 30.0
+    assert task.tier == "easy" and task.category == "file-operations"
+    assert task.tags == ("file-operations", "beginner")
+    assert task.loader_notes == ()  # the compose file holds only harness wiring
+
+
+def test_terminal_bench_compose_notes_and_env(tmp_path: Path) -> None:
+    task_dir = copy_task(TB, tmp_path)
+    (task_dir / "docker-compose.yaml").write_text(
+        "services:\n  client:\n    build:\n      dockerfile: Dockerfile\n"
+        "    environment:\n      - TEST_DIR=${T_BENCH_TEST_DIR}\n      - MODE=strict\n"
+        "    ports: ['8080:80']\nnetworks: {}\n")
+    text = (task_dir / "task.yaml").read_text().replace(
+        "run_tests_in_same_shell: false", "run_tests_in_same_shell: true")
+    (task_dir / "task.yaml").write_text(text)
+    task = load_task(task_dir)
+    assert task.environment_env == {"MODE": "strict"}
+    notes = "\n".join(task.loader_notes)
+    assert "ports" in notes and "networks" in notes and "run_tests_in_same_shell" in notes
+
+
+def test_terminal_bench_old_descriptions_form(tmp_path: Path) -> None:
+    task_dir = copy_task(TB, tmp_path)
+    (task_dir / "task.yaml").write_text(
+        "descriptions:\n  - key: base\n    description: Say hello.\ndifficulty: hard\n")
+    task = load_task(task_dir)
+    assert task.instruction == "Say hello." and task.tier == "hard"
+    assert task.agent_timeout_s == 360.0  # Terminal-Bench's default
+
+
+def test_terminal_bench_solution_yaml_is_unsupported(tmp_path: Path) -> None:
+    task_dir = copy_task(TB, tmp_path)
+    (task_dir / "solution.sh").unlink()
+    (task_dir / "solution.yaml").write_text("- command: echo hi\n")
+    with pytest.raises(TaskError, match=r"solution\.yaml: command-list solutions"):
+        load_task(task_dir)
+
+
+def test_terminal_bench_bad_yaml_names_file(tmp_path: Path) -> None:
+    task_dir = copy_task(TB, tmp_path)
+    (task_dir / "task.yaml").write_text("instruction: [unclosed\n")
+    with pytest.raises(TaskError, match=r"task\.yaml: invalid YAML"):
+        load_task(task_dir)
+    (task_dir / "task.yaml").write_text("difficulty: easy\n")
+    with pytest.raises(TaskError, match="instruction"):
+        load_task(task_dir)
+
+
+# --- bad input -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("unknown-key", r"bad/unknown-key/task\.toml: environment\.cpu: unknown key"),
+        ("missing-instruction", r"missing-instruction/instruction\.md: missing"),
+        ("missing-tests", r"missing-tests/tests/test\.sh: missing"),
+        ("gpu-task", r"gpu-task/task\.toml: environment\.gpus: 1 is not supported"),
+        ("tb-no-run-tests", r"tb-no-run-tests/run-tests\.sh: missing"),
+        ("tb-multi-service", r"docker-compose\.yaml: services: multi-container"),
+    ],
+)
+def test_bad_fixture_names_file_and_field(name: str, expected: str) -> None:
+    with pytest.raises(TaskError, match=expected):
+        load_task(BAD / name)
+
+
+def test_bad_values_all_reported_at_once() -> None:
+    with pytest.raises(TaskError) as exc:
+        load_task(BAD / "bad-values")
+    fields = {p.field for p in exc.value.problems}
+    assert fields == {"metadata.difficulty", "agent.timeout_sec", "environment.allow_internet"}
+    assert all(p.file.name == "task.toml" for p in exc.value.problems)
+
+
+def test_invalid_toml_names_file(tmp_path: Path) -> None:
+    task_dir = copy_task(HARBOR, tmp_path)
+    (task_dir / "task.toml").write_text("[metadata\n")
+    with pytest.raises(TaskError, match=r"task\.toml: invalid TOML"):
+        load_task(task_dir)
+
+
+def test_unknown_top_level_section(tmp_path: Path) -> None:
+    task_dir = copy_task(HARBOR, tmp_path)
+    with (task_dir / "task.toml").open("a") as f:
+        f.write("\n[enviroment]\ncpus = 2\n")
+    with pytest.raises(TaskError, match=r"task\.toml: enviroment: unknown key"):
+        load_task(task_dir)
+
+
+def test_both_formats_is_ambiguous(tmp_path: Path) -> None:
+    task_dir = copy_task(HARBOR, tmp_path)
+    shutil.copy(TB / "task.yaml", task_dir / "task.yaml")
+    with pytest.raises(TaskError, match="cannot tell the task format"):
+        load_task(task_dir)
+
+
+def test_bad_task_directory_name(tmp_path: Path) -> None:
+    task_dir = copy_task(HARBOR, tmp_path, name="has:colon")
+    with pytest.raises(TaskError, match="task directory names"):
+        load_task(task_dir)
+
+
+def test_suite_of_bad_tasks_collects_every_problem() -> None:
+    with pytest.raises(TaskError) as exc:
+        load_suite(BAD)
+    files = {p.file.parent.name if p.file.name != "test.sh" else p.file.parent.parent.name
+             for p in exc.value.problems}
+    assert {"unknown-key", "missing-instruction", "missing-tests", "bad-values", "gpu-task",
+            "tb-no-run-tests", "tb-multi-service"} <= files
+    assert str(exc.value).startswith(f"{len(exc.value.problems)} problems:")
+
+
+# --- suites --------------------------------------------------------------------------------
+
+
+def make_suite(root: Path, suite_toml: str | None = None) -> Path:
+    root.mkdir()
+    copy_task(HARBOR, root, "alpha")
+    copy_task(TB, root, "beta")
+    copy_task(HARBOR, root, "gamma")
+    (root / "_shared").mkdir()  # helpers, not a task
+    if suite_toml is not None:
+        (root / "suite.toml").write_text(suite_toml)
+    return root
+
+
+def test_suite_dir_with_subsets(tmp_path: Path) -> None:
+    root = make_suite(tmp_path / "s", 'name = "mini"\nversion = "2"\ndescription = "d"\n'
+                      '[subsets]\nquick = ["alpha", "beta"]\n')
+    suite = load_suite(root)
+    assert suite.name == "mini" and suite.version == "2"
+    assert suite.task_ids == ["alpha", "beta", "gamma"]
+    assert [t.format for t in suite.tasks] == ["native", "terminal-bench", "native"]
+    assert [t.id for t in suite.select("quick")] == ["alpha", "beta"]
+    assert [t.id for t in suite.select("quick", ["beta"])] == ["beta"]
+    assert [r.suite for r in suite.task_records()] == ["mini"] * 3
+    with pytest.raises(TaskError, match="no subset 'slow'"):
+        suite.select("slow")
+    with pytest.raises(TaskError, match="unknown task ids"):
+        suite.select(task_ids=["zeta"])
+
+
+def test_suite_without_suite_toml_is_named_after_dir(tmp_path: Path) -> None:
+    suite = load_suite(make_suite(tmp_path / "plain"))
+    assert suite.name == "plain" and suite.subsets == {}
+
+
+def test_suite_subset_with_unknown_id(tmp_path: Path) -> None:
+    root = make_suite(tmp_path / "s", '[subsets]\nquick = ["alpha", "nope"]\n')
+    expected = r"suite\.toml: subsets\.quick: unknown task ids \['nope'\]"
+    with pytest.raises(TaskError, match=expected):
+        load_suite(root)
+
+
+def test_suite_toml_unknown_key(tmp_path: Path) -> None:
+    root = make_suite(tmp_path / "s", 'nme = "x"\n')
+    with pytest.raises(TaskError, match=r"suite\.toml: nme: unknown key"):
+        load_suite(root)
+
+
+def test_suite_with_non_task_subdir(tmp_path: Path) -> None:
+    root = make_suite(tmp_path / "s")
+    (root / "docs").mkdir()
+    with pytest.raises(TaskError, match=r"docs: not a task"):
+        load_suite(root)
+
+
+def test_duplicate_task_ids_across_sources(tmp_path: Path) -> None:
+    a = make_suite(tmp_path / "a")
+    b = tmp_path / "b"
+    b.mkdir()
+    copy_task(HARBOR, b, "alpha")
+    with pytest.raises(TaskError, match="duplicate task id 'alpha'"):
+        load_suites([a, b])
+    combined = load_suites([a, HARBOR])
+    assert combined.task_ids == ["alpha", "beta", "gamma", "harbor-task"]
+
+
+def test_single_task_dir_is_a_suite_of_one() -> None:
+    suite = load_suite(HARBOR)
+    assert suite.name == "harbor-task" and suite.task_ids == ["harbor-task"]
+
+
+def test_neither_task_nor_suite(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TaskError, match="neither a task"):
+        load_suite(tmp_path / "empty")
+    (tmp_path / "file.txt").write_text("x")
+    with pytest.raises(TaskError, match="not a directory"):
+        load_suite(tmp_path / "file.txt")
+    with pytest.raises(TaskError, match="no such directory or built-in suite"):
+        load_suite("no-such-suite-anywhere")
+
+
+def test_builtin_suite_by_name() -> None:
+    names = builtin_suite_names()
+    if "starter" not in names:
+        pytest.skip("the built-in starter suite is not in this checkout yet")
+    suite = load_suite("starter")
+    assert suite.builtin and suite.tasks
+    assert all(t.has_solution for t in suite.tasks)
+
+
+# --- pytest -rA summaries ------------------------------------------------------------------
+
+PYTEST_OUTPUT = """\
+============================= test session starts ==============================
+collected 5 items
+
+tests/test_outputs.py ..F.E                                              [100%]
+
+=================================== FAILURES ===================================
+PASSED tests/test_outputs.py::test_not_in_summary
+=========================== short test summary info ============================
+PASSED tests/test_outputs.py::test_a
+PASSED tests/test_outputs.py::test_b[x - y]
+FAILED tests/test_outputs.py::test_c - AssertionError: assert 1 == 2
+PASSED tests/test_outputs.py::test_d
+ERROR tests/test_outputs.py::test_d - RuntimeError: teardown broke
+SKIPPED [1] tests/test_outputs.py:40: no network
+XFAIL tests/test_outputs.py::test_e - known bug
+==================== 1 failed, 3 passed, 1 error in 0.10s ======================
+"""
+
+
+def test_pytest_summary_outcomes() -> None:
+    results = parse_pytest_output(PYTEST_OUTPUT)
+    assert results.found_summary
+    assert results.outcomes == {
+        "tests/test_outputs.py::test_a": "passed",
+        "tests/test_outputs.py::test_b[x - y]": "passed",
+        "tests/test_outputs.py::test_c": "failed",
+        "tests/test_outputs.py::test_d": "error",
+        "tests/test_outputs.py::test_e": "xfailed",
+    }
+    assert results.skipped == 1
+    assert results.reward == 0.0
+    assert results.fraction == pytest.approx(2 / 4)
+
+
+def test_pytest_all_passed_and_empty() -> None:
+    ok = parse_pytest_output("\x1b[32m===== short test summary info =====\x1b[0m\n"
+                             "\x1b[32mPASSED\x1b[0m t.py::test_one\n===== 1 passed =====\n")
+    assert ok.reward == 1.0 and ok.fraction == 1.0
+    none = parse_pytest_output("ERROR: file or directory not found: tests/\n")
+    assert none.outcomes == {} and none.reward == 0.0 and none.fraction == 0.0
+    collection = parse_pytest_output("=== short test summary info ===\n"
+                                     "ERROR tests/test_x.py - ImportError: no module\n")
+    assert collection.outcomes == {"tests/test_x.py": "error"} and collection.reward == 0.0
