@@ -1,0 +1,155 @@
+"""Gateway overhead: added latency and time to first chunk vs calling the upstream directly.
+
+Three processes: the scripted model served stand-alone over loopback HTTP (the upstream), the
+gateway proxying to it, and this load generator. Prints a final JSON line.
+
+    python benchmarks/gateway.py [--requests 1000] [--concurrency 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+from typing import Any
+
+import aiohttp
+
+BODY = {"model": "any", "messages": [
+    {"role": "system", "content": "You are a coding agent. " * 40},
+    {"role": "user", "content": "Fix the failing test in app.py"}],
+    "tools": [{"type": "function", "function": {"name": "bash", "parameters": {
+        "type": "object", "properties": {"command": {"type": "string"}}}}}]}
+
+
+def _serve_upstream(q: Any) -> None:
+    from aiohttp import web
+
+    from agentmeter.gateway.scripted.policy import Policy
+    from agentmeter.gateway.scripted.server import make_app
+
+    async def main() -> None:
+        runner = web.AppRunner(make_app(Policy("explorer", 1000)), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        q.put(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+def _serve_gateway(q: Any, upstream_port: int) -> None:
+    from agentmeter.gateway import Gateway, ModelRegistry, UpstreamModel
+    from agentmeter.pricing import PriceBook
+
+    async def main() -> None:
+        models = ModelRegistry({"bench/up": UpstreamModel(
+            name="bench/up", base_url=f"http://127.0.0.1:{upstream_port}/v1", wire_api="chat",
+            price_key="scripted/bench")})
+        gw = Gateway(models, PriceBook())
+        await gw.start(host="127.0.0.1", port=0)
+        q.put((gw.port, gw.open_trial("bench", "bench/up"),
+               gw.open_trial("bench-inproc", "scripted/explorer-1000")))
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+async def _one(s: aiohttp.ClientSession, url: str, token: str, stream: bool) -> tuple[float, float]:
+    body = dict(BODY, stream=True) if stream else BODY
+    t0 = time.perf_counter()
+    async with s.post(url, json=body, headers={"Authorization": f"Bearer {token}"}) as r:
+        first = None
+        async for _ in r.content.iter_any():
+            if first is None:
+                first = time.perf_counter() - t0
+        assert r.status == 200, r.status
+    return time.perf_counter() - t0, first or 0.0
+
+
+def _pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(int(p * len(xs)), len(xs) - 1)] * 1000
+
+
+async def _sequential(url: str, token: str, n: int, stream: bool) -> dict[str, float]:
+    async with aiohttp.ClientSession() as s:
+        for _ in range(50):
+            await _one(s, url, token, stream)
+        res = [await _one(s, url, token, stream) for _ in range(n)]
+    lat, ttft = [r[0] for r in res], [r[1] for r in res]
+    return {"p50_ms": _pct(lat, 0.5), "p99_ms": _pct(lat, 0.99), "ttft_p50_ms": _pct(ttft, 0.5),
+            "ttft_p99_ms": _pct(ttft, 0.99)}
+
+
+async def _throughput(url: str, token: str, n: int, conc: int) -> float:
+    conn = aiohttp.TCPConnector(limit=conc)
+    async with aiohttp.ClientSession(connector=conn) as s:
+        left = n
+
+        async def worker() -> None:
+            nonlocal left
+            while left > 0:
+                left -= 1
+                await _one(s, url, token, False)
+
+        await asyncio.gather(*(worker() for _ in range(conc)))  # warm-up connections
+        left = n
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(conc)))
+        return n / (time.perf_counter() - t0)
+
+
+async def bench(up: int, gw: int, token: str, inproc: str, n: int, conc: int) -> dict[str, Any]:
+    direct_url = f"http://127.0.0.1:{up}/v1/chat/completions"
+    gw_url = f"http://127.0.0.1:{gw}/v1/chat/completions"
+    direct = await _sequential(direct_url, "direct", n, False)
+    via = await _sequential(gw_url, token, n, False)
+    direct_s = await _sequential(direct_url, "direct", n, True)
+    via_s = await _sequential(gw_url, token, n, True)
+    return {
+        "benchmark": "gateway",
+        "requests": n, "concurrency": conc, "cpus": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "direct_p50_ms": round(direct["p50_ms"], 3), "gateway_p50_ms": round(via["p50_ms"], 3),
+        "added_p50_ms": round(via["p50_ms"] - direct["p50_ms"], 3),
+        "added_p99_ms": round(via["p99_ms"] - direct["p99_ms"], 3),
+        "added_ttft_p50_ms": round(via_s["ttft_p50_ms"] - direct_s["ttft_p50_ms"], 3),
+        "added_ttft_p99_ms": round(via_s["ttft_p99_ms"] - direct_s["ttft_p99_ms"], 3),
+        "direct_rps": round(await _throughput(direct_url, "direct", n, conc), 1),
+        "gateway_rps": round(await _throughput(gw_url, token, n, conc), 1),
+        "gateway_inprocess_scripted_rps": round(await _throughput(gw_url, inproc, n, conc), 1),
+        "targets": {"added_p50_ms": 2.0, "gateway_rps": 500},
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=1000)
+    ap.add_argument("--concurrency", type=int, default=32)
+    args = ap.parse_args()
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    upstream = ctx.Process(target=_serve_upstream, args=(q,), daemon=True)
+    upstream.start()
+    up_port = q.get(timeout=30)
+    gateway = ctx.Process(target=_serve_gateway, args=(q, up_port), daemon=True)
+    gateway.start()
+    gw_port, token, inproc = q.get(timeout=30)
+    try:
+        result = asyncio.run(bench(up_port, gw_port, token, inproc, args.requests,
+                                   args.concurrency))
+    finally:
+        for p in (gateway, upstream):
+            p.terminate()
+            p.join(5)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

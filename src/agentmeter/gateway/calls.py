@@ -1,0 +1,288 @@
+"""One model call through the gateway: check, forward (translating if needed), stream, meter."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+from aiohttp import web
+
+from agentmeter.gateway import translate_messages, translate_responses
+from agentmeter.gateway import usage as usage_fields
+from agentmeter.gateway.errors import convert_error, error_bytes
+from agentmeter.gateway.metering import StreamUsage, TrialState, body_usage
+from agentmeter.gateway.neutral import NeutralUsage
+from agentmeter.gateway.sse import SseEvent, SseParser, loads_object
+from agentmeter.gateway.upstream import Upstream, UpstreamReply, UpstreamRequest
+from agentmeter.gateway.wire_chat import ChatStreamReader, completion_from_body
+from agentmeter.gateway.wire_messages import MessagesStreamWriter, message_body
+from agentmeter.gateway.wire_responses import ResponsesStreamWriter, response_body
+from agentmeter.store.models import ModelCallRecord, WireApi, utcnow
+
+if TYPE_CHECKING:
+    from agentmeter.pricing import PriceBook
+
+JSON = "application/json"
+
+
+@dataclass
+class CallEnv:
+    """What a call needs from the gateway."""
+
+    prices: PriceBook
+    upstream: Upstream
+    secret: str | None  # the injected key: scrubbed from anything sent to the client
+    bodies_dir: Path | None
+
+
+@dataclass
+class Call:
+    trial: TrialState
+    client_api: WireApi
+    upstream_api: WireApi
+    body: dict[str, Any]
+    bytes_in: int
+    t0: float = field(default_factory=time.perf_counter)
+    started_at: Any = field(default_factory=utcnow)
+    seq: int = -1
+    status: int = 0
+    bytes_out: int = 0
+    ttft: float | None = None
+    usage: NeutralUsage | None = None
+    error: str | None = None
+    out_log: list[bytes] | None = None
+
+    @property
+    def translated(self) -> bool:
+        return self.client_api != self.upstream_api
+
+    @property
+    def stream(self) -> bool:
+        return self.body.get("stream") is True
+
+
+def _scrub(data: bytes, secret: str | None) -> bytes:
+    if secret and secret.encode() in data:
+        return data.replace(secret.encode(), b"***")
+    return data
+
+
+def upstream_body(call: Call) -> tuple[dict[str, Any], bool]:
+    """The body sent upstream and whether we added ``include_usage`` the client did not ask for."""
+    if call.translated:
+        if call.client_api == "responses":
+            body = translate_responses.to_chat(call.body)
+        else:
+            body = translate_messages.to_chat(call.body)
+    else:
+        body = dict(call.body)
+    body["model"] = call.trial.model.model_id
+    injected = False
+    if call.upstream_api == "chat" and body.get("stream") is True:
+        opts = body.get("stream_options")
+        opts = dict(opts) if isinstance(opts, dict) else {}
+        if opts.get("include_usage") is not True:
+            opts["include_usage"] = True
+            injected = not call.translated
+        body["stream_options"] = opts
+    return body, injected
+
+
+def finish_record(call: Call, env: CallEnv) -> ModelCallRecord:
+    usage = usage_fields.to_record(call.usage) if call.usage else usage_fields.to_record(
+        NeutralUsage())
+    model = call.trial.model
+    record = ModelCallRecord(
+        trial_id=call.trial.trial_id, seq=call.seq, wire_api=call.upstream_api,
+        client_api=call.client_api, model=str(call.body.get("model") or ""),
+        upstream_model=model.model_id if not model.scripted else model.name,
+        status_code=call.status, stream=call.stream, started_at=call.started_at,
+        latency_s=time.perf_counter() - call.t0, ttft_s=call.ttft, usage=usage,
+        cost_usd=env.prices.cost_usd(model.price_key, usage) if call.usage else None,
+        bytes_in=call.bytes_in, bytes_out=call.bytes_out, error=call.error,
+        scripted=model.scripted,
+    )
+    call.trial.add(record)
+    return record
+
+
+def _write_bodies(call: Call, env: CallEnv, sent: dict[str, Any] | None) -> None:
+    if env.bodies_dir is None:
+        return
+    import json
+
+    d = env.bodies_dir / call.trial.trial_id
+    d.mkdir(parents=True, exist_ok=True)
+    stem = f"{call.seq:05d}"
+    (d / f"{stem}-request.json").write_text(json.dumps(call.body, indent=1))
+    if sent is not None and call.translated:
+        (d / f"{stem}-upstream-request.json").write_text(json.dumps(sent, indent=1))
+    ext = "sse" if call.stream and call.status == 200 else "json"
+    (d / f"{stem}-response.{ext}").write_bytes(b"".join(call.out_log or []))
+
+
+async def refuse_budget(call: Call, env: CallEnv, reason: str) -> web.Response:
+    call.trial.budget_exceeded = True
+    call.seq = call.trial.take_seq()
+    if call.client_api == "messages":
+        call.status, body = 402, error_bytes("messages", 402, f"agentmeter budget: {reason}")
+    else:
+        call.status = 429
+        body = error_bytes(call.client_api, 429, f"agentmeter budget: {reason}",
+                           code="insufficient_quota", kind="insufficient_quota")
+    call.error = "budget_exceeded"
+    call.bytes_out = len(body)
+    finish_record(call, env)
+    return web.Response(status=call.status, body=body, content_type=JSON)
+
+
+async def forward(request: web.Request, call: Call, env: CallEnv) -> web.StreamResponse:
+    call.seq = call.trial.take_seq()
+    sent, injected = upstream_body(call)
+    if env.bodies_dir is not None:
+        call.out_log = []
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    req = UpstreamRequest(call.upstream_api, sent, sent.get("stream") is True, headers,
+                          cache_key=call.trial.trial_id,
+                          solution_script=call.trial.scripted.solution_script)
+    try:
+        reply = await env.upstream.send(req)
+    except Exception as e:  # a bug or an unexpected upstream failure must not crash the gateway
+        reply = UpstreamReply(502, JSON, body=error_bytes(call.upstream_api, 502,
+                                                          f"upstream failure: {type(e).__name__}"),
+                              infra_error=f"upstream failure: {type(e).__name__}: {e}")
+    if reply.infra_error:
+        call.trial.infra_error = reply.infra_error
+        call.error = reply.infra_error
+    try:
+        if reply.streaming:
+            return await _stream(request, call, env, reply, injected)
+        return _whole(call, env, reply)
+    finally:
+        finish_record(call, env)
+        _write_bodies(call, env, sent)
+
+
+def _whole(call: Call, env: CallEnv, reply: UpstreamReply) -> web.Response:
+    body = reply.body or b""
+    call.status = reply.status
+    ctype = reply.content_type if reply.content_type else JSON
+    if reply.status == 200:
+        call.usage = body_usage(call.upstream_api, body)
+        if call.translated:
+            obj = loads_object(body)
+            if obj is None:
+                call.status, call.error = 502, "upstream sent a malformed body"
+                body = error_bytes(call.client_api, 502, call.error)
+            else:
+                body = _render_whole(call, obj)
+            ctype = JSON
+    else:
+        if call.error is None:
+            call.error = f"upstream {reply.status}"
+        if call.translated or ctype != JSON:
+            body, ctype = convert_error(body, reply.status, call.client_api), JSON
+    body = _scrub(body, env.secret)
+    call.bytes_out = len(body)
+    if call.out_log is not None:
+        call.out_log.append(body)
+    return web.Response(status=call.status, body=body, content_type=ctype)
+
+
+def _render_whole(call: Call, obj: dict[str, Any]) -> bytes:
+    import json
+
+    c = completion_from_body(obj)
+    model = str(call.body.get("model") or call.trial.model.name)
+    rid = str(obj.get("id") or f"gw{call.seq}")
+    if call.client_api == "responses":
+        out = response_body(c, model, f"resp_{rid}", int(time.time()))
+    else:
+        out = message_body(c, model, f"msg_{rid}")
+    return json.dumps(out).encode()
+
+
+def _usage_only(ev: SseEvent) -> bool:
+    if '"usage"' not in ev.data:
+        return False
+    obj = loads_object(ev.data)
+    return obj is not None and obj.get("choices") == [] and isinstance(obj.get("usage"), dict)
+
+
+async def _stream(request: web.Request, call: Call, env: CallEnv, reply: UpstreamReply,
+                  drop_usage_chunk: bool) -> web.StreamResponse:
+    assert reply.chunks is not None
+    call.status = 200
+    resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream",
+                                                   "Cache-Control": "no-cache"})
+    parser, tracker = SseParser(), StreamUsage(call.upstream_api)
+    reader = ChatStreamReader() if call.translated else None
+    writer: ResponsesStreamWriter | MessagesStreamWriter | None = None
+    pending = b""
+    model = str(call.body.get("model") or call.trial.model.name)
+    if call.client_api == "responses" and reader is not None:
+        writer = ResponsesStreamWriter(model, f"resp_gw{call.trial.trial_id}_{call.seq}",
+                                       int(time.time()))
+        pending = writer.start()
+    elif call.client_api == "messages" and reader is not None:
+        writer = MessagesStreamWriter(model, f"msg_gw{call.seq}")
+        pending = writer.start()
+
+    async def emit(data: bytes) -> None:
+        if not data:
+            return
+        data = _scrub(data, env.secret)
+        if call.ttft is None:
+            call.ttft = time.perf_counter() - call.t0
+        call.bytes_out += len(data)
+        if call.out_log is not None:
+            call.out_log.append(data)
+        await resp.write(data)
+
+    def translate(events: list[SseEvent]) -> bytes:
+        assert reader is not None and writer is not None
+        out = b""
+        for ev in events:
+            obj = loads_object(ev.data) if ev.data != "[DONE]" else None
+            if obj is not None:
+                for ne in reader.feed(obj):
+                    out += writer.feed(ne)
+        return out
+
+    await resp.prepare(request)
+    try:
+        try:
+            async for chunk in reply.chunks:
+                events = parser.feed(chunk)
+                for ev in events:
+                    tracker.feed(ev)
+                if writer is not None:
+                    out = translate(events)
+                    if out:
+                        out, pending = pending + out, b""
+                elif drop_usage_chunk:
+                    out = b"".join(ev.raw for ev in events if not _usage_only(ev))
+                else:
+                    out = chunk
+                await emit(out)
+            rest = parser.flush()
+            for ev in rest:
+                tracker.feed(ev)
+            if writer is not None:
+                await emit(pending + translate(rest) + writer.end())
+            elif drop_usage_chunk:
+                await emit(b"".join(ev.raw for ev in rest if not _usage_only(ev)))
+        except (TimeoutError, aiohttp.ClientError) as e:
+            call.error = f"upstream stream broke: {type(e).__name__}: {e}"
+        if tracker.error and call.error is None:
+            call.error = f"upstream stream error: {tracker.error}"
+        await resp.write_eof()
+    except (ConnectionError, RuntimeError) as e:  # the client went away
+        call.error = call.error or f"client disconnected: {type(e).__name__}"
+    finally:
+        call.usage = tracker.usage
+        await reply.release()
+    return resp

@@ -1,0 +1,145 @@
+"""Per-trial state and metering: budgets, call records, usage read from bodies and streams."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentmeter.gateway import usage as usage_fields
+from agentmeter.gateway.neutral import NeutralUsage
+from agentmeter.gateway.registry import UpstreamModel
+from agentmeter.gateway.sse import SseEvent, loads_object
+from agentmeter.store.models import ModelCallRecord, TokenUsage, WireApi
+
+
+class Budget(BaseModel):
+    """Per-trial limits; a call starting after one is reached is refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_tokens: int | None = Field(default=None, ge=0, description="input (incl. cached) + output")
+    max_usd: float | None = Field(default=None, ge=0)
+    max_calls: int | None = Field(default=None, ge=0)
+
+
+class ScriptedContext(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    solution_script: str | None = Field(
+        default=None, description="text of the task's solution script; the 'solver' replays it")
+
+
+class TrialMeter(BaseModel):
+    """What the gateway measured for one trial (returned by ``Gateway.close_trial``)."""
+
+    trial_id: str
+    model: str
+    calls: list[ModelCallRecord] = Field(default_factory=list)
+    usage: TokenUsage = Field(default_factory=TokenUsage)
+    cost_usd: float | None = None
+    budget_exceeded: bool = False
+    infra_error: str | None = None
+
+
+@dataclass
+class TrialState:
+    trial_id: str
+    token: str
+    model: UpstreamModel
+    budget: Budget
+    scripted: ScriptedContext
+    priced: bool
+    calls: list[ModelCallRecord] = field(default_factory=list)
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    cost_usd: float = 0.0
+    next_seq: int = 0
+    metered_calls: int = 0  # calls that reached the upstream (refusals excluded)
+    budget_exceeded: bool = False
+    infra_error: str | None = None
+
+    def take_seq(self) -> int:
+        seq, self.next_seq = self.next_seq, self.next_seq + 1
+        return seq
+
+    def over_budget(self) -> str | None:
+        """Why the next call must be refused, or ``None``."""
+        b = self.budget
+        if b.max_calls is not None and self.metered_calls >= b.max_calls:
+            return f"call budget of {b.max_calls} calls exhausted"
+        if b.max_tokens is not None and self.usage.total >= b.max_tokens:
+            return f"token budget of {b.max_tokens} tokens exhausted ({self.usage.total} used)"
+        if b.max_usd is not None and self.priced and self.cost_usd >= b.max_usd:
+            return f"cost budget of ${b.max_usd:.4f} exhausted (${self.cost_usd:.4f} spent)"
+        return None
+
+    def add(self, record: ModelCallRecord) -> None:
+        self.calls.append(record)
+        if record.error != "budget_exceeded":
+            self.metered_calls += 1
+        self.usage = self.usage + record.usage
+        self.cost_usd += record.cost_usd or 0.0
+
+    def meter(self) -> TrialMeter:
+        return TrialMeter(trial_id=self.trial_id, model=self.model.name, calls=list(self.calls),
+                          usage=self.usage, cost_usd=self.cost_usd if self.priced else None,
+                          budget_exceeded=self.budget_exceeded, infra_error=self.infra_error)
+
+
+def body_usage(api: WireApi, body: bytes) -> NeutralUsage | None:
+    obj = loads_object(body)
+    if obj is None or not isinstance(obj.get("usage"), dict):
+        return None
+    return usage_fields.parse(api, obj["usage"])
+
+
+class StreamUsage:
+    """Reads the usage (and any error) an upstream reported inside its SSE stream."""
+
+    def __init__(self, api: WireApi) -> None:
+        self.api = api
+        self.usage: NeutralUsage | None = None
+        self.error: str | None = None
+        self._messages: dict[str, Any] = {}
+
+    def feed(self, ev: SseEvent) -> None:
+        data = ev.data
+        if self.api == "chat":
+            if '"usage"' in data:
+                obj = loads_object(data)
+                if obj is not None and isinstance(obj.get("usage"), dict):
+                    self.usage = usage_fields.from_chat(obj["usage"])
+            elif '"error"' in data:
+                self._error(data)
+            return
+        kind = ev.event
+        if kind is None and '"type"' in data:
+            obj = loads_object(data)
+            kind = str(obj.get("type")) if obj else None
+        if self.api == "responses":
+            if kind in ("response.completed", "response.incomplete", "response.failed"):
+                obj = loads_object(data)
+                resp = obj.get("response") if obj else None
+                if isinstance(resp, dict) and isinstance(resp.get("usage"), dict):
+                    self.usage = usage_fields.from_responses(resp["usage"])
+            elif kind == "error":
+                self._error(data)
+            return
+        if kind in ("message_start", "message_delta"):
+            obj = loads_object(data)
+            if obj is None:
+                return
+            holder = obj.get("message") if kind == "message_start" else obj
+            if isinstance(holder, dict) and isinstance(holder.get("usage"), dict):
+                self._messages.update(
+                    {k: v for k, v in holder["usage"].items() if v is not None})
+                self.usage = usage_fields.from_messages(self._messages)
+        elif kind == "error":
+            self._error(data)
+
+    def _error(self, data: str) -> None:
+        obj = loads_object(data)
+        err = obj.get("error") if obj else None
+        if isinstance(err, dict):
+            self.error = str(err.get("message") or err)[:500]

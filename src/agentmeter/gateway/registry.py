@@ -1,0 +1,146 @@
+"""Upstream models: what the gateway calls for a configured model name.
+
+A models TOML file names each model:
+
+```toml
+[models."qwen3-coder"]
+base_url = "https://dashscope.aliyuncs.com/compatible-mode/v1"
+wire_api = "chat"                 # what the upstream speaks (others are translated)
+key_env = "DASHSCOPE_API_KEY"     # host environment variable holding the key
+price_key = "dashscope/qwen3-coder-plus"
+upstream_model = "qwen3-coder-plus"   # sent upstream; defaults to the name after 'provider/'
+```
+
+Without a file, ``provider/model`` names resolve through the built-in providers below, and
+``scripted/<policy>`` (all three APIs) or ``scripted-chat/<policy>`` (Chat Completions only) name
+the in-process scripted model.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agentmeter.gateway.scripted.policy import Policy, PolicyError
+from agentmeter.store.models import ModelSpec, WireApi
+
+
+class ModelConfigError(ValueError):
+    pass
+
+
+class UpstreamModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    base_url: str = Field(description="ends before the API path, e.g. https://api.openai.com/v1; "
+                                      "'scripted' for the in-process scripted model")
+    wire_api: WireApi = "chat"
+    extra_wire_apis: tuple[WireApi, ...] = Field(default=(), description="also spoken natively")
+    key_env: str | None = None
+    price_key: str | None = None
+    upstream_model: str | None = None
+
+    @property
+    def scripted(self) -> bool:
+        return self.base_url == "scripted"
+
+    @property
+    def wire_apis(self) -> tuple[WireApi, ...]:
+        return (self.wire_api, *self.extra_wire_apis)
+
+    @property
+    def model_id(self) -> str:
+        """The model name sent upstream."""
+        if self.upstream_model:
+            return self.upstream_model
+        return self.name.split("/", 1)[1] if "/" in self.name else self.name
+
+    def spec(self) -> ModelSpec:
+        return ModelSpec(name=self.name, wire_api=self.wire_api, price_key=self.price_key)
+
+
+class Provider(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base_url: str
+    wire_api: WireApi = "chat"
+    extra_wire_apis: tuple[WireApi, ...] = ()
+    key_env: str | None = None
+
+
+BUILTIN_PROVIDERS: dict[str, Provider] = {
+    "openai": Provider(base_url="https://api.openai.com/v1", wire_api="responses",
+                       extra_wire_apis=("chat",), key_env="OPENAI_API_KEY"),
+    "anthropic": Provider(base_url="https://api.anthropic.com/v1", wire_api="messages",
+                          key_env="ANTHROPIC_API_KEY"),
+    "openrouter": Provider(base_url="https://openrouter.ai/api/v1", key_env="OPENROUTER_API_KEY"),
+    "deepseek": Provider(base_url="https://api.deepseek.com/v1", key_env="DEEPSEEK_API_KEY"),
+    "dashscope": Provider(base_url="https://dashscope-intl.aliyuncs.com/compatible-mode/v1",
+                          key_env="DASHSCOPE_API_KEY"),
+    "moonshot": Provider(base_url="https://api.moonshot.ai/v1", key_env="MOONSHOT_API_KEY"),
+    "zhipu": Provider(base_url="https://open.bigmodel.cn/api/paas/v4", key_env="ZHIPU_API_KEY"),
+    "minimax": Provider(base_url="https://api.minimax.io/v1", key_env="MINIMAX_API_KEY"),
+    "vllm": Provider(base_url="http://127.0.0.1:8000/v1"),
+    "llamacpp": Provider(base_url="http://127.0.0.1:8080/v1"),
+    "ollama": Provider(base_url="http://127.0.0.1:11434/v1"),
+}
+_LOCAL = {"vllm", "llamacpp", "ollama"}
+
+
+class ModelRegistry:
+    """Configured models by name; unknown ``provider/model`` names fall back to built-ins."""
+
+    def __init__(self, models: dict[str, UpstreamModel] | None = None) -> None:
+        self.models: dict[str, UpstreamModel] = dict(models or {})
+
+    @classmethod
+    def load(cls, path: Path) -> ModelRegistry:
+        try:
+            data = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise ModelConfigError(f"{path}: {e}") from e
+        raw = data.get("models", {})
+        if not isinstance(raw, dict):
+            raise ModelConfigError(f"{path}: field models: must be a table of models")
+        out: dict[str, UpstreamModel] = {}
+        for name, fields in raw.items():
+            if not isinstance(fields, dict):
+                raise ModelConfigError(f"{path}: field models.{name}: must be a table")
+            try:
+                out[name] = UpstreamModel.model_validate({"name": name, **fields})
+            except ValidationError as e:
+                detail = e.errors()[0]
+                where = ".".join(str(p) for p in detail["loc"])
+                raise ModelConfigError(
+                    f"{path}: field models.{name}{'.' + where if where else ''}: {detail['msg']}"
+                ) from e
+        return cls(out)
+
+    def add(self, model: UpstreamModel) -> None:
+        self.models[model.name] = model
+
+    def resolve(self, name: str) -> UpstreamModel:
+        if name in self.models:
+            return self.models[name]
+        prefix, sep, rest = name.partition("/")
+        if not sep or not rest:
+            raise ModelConfigError(f"unknown model {name!r}: use provider/model or a models file")
+        if prefix in ("scripted", "scripted-chat"):
+            try:
+                Policy.parse(rest)
+            except PolicyError as e:
+                raise ModelConfigError(str(e)) from e
+            apis: tuple[WireApi, ...] = ("responses", "messages") if prefix == "scripted" else ()
+            return UpstreamModel(name=name, base_url="scripted", wire_api="chat",
+                                 extra_wire_apis=apis, price_key=name)
+        provider = BUILTIN_PROVIDERS.get(prefix)
+        if provider is None:
+            raise ModelConfigError(
+                f"unknown model {name!r}: provider {prefix!r} is not built in "
+                f"({', '.join(sorted(BUILTIN_PROVIDERS))}); add it to a models file")
+        return UpstreamModel(name=name, base_url=provider.base_url, wire_api=provider.wire_api,
+                             extra_wire_apis=provider.extra_wire_apis, key_env=provider.key_env,
+                             price_key=None if prefix in _LOCAL else name)

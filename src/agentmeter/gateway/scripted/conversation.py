@@ -1,0 +1,96 @@
+"""Read what the scripted model needs from a request of any wire API.
+
+Everything the scripted model decides is derived from the request itself (tools offered, tool
+results already in the conversation), never from server memory, so replays are deterministic.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentmeter.store.models import WireApi
+
+MINI_SWE_SUBMIT = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+
+
+@dataclass
+class OfferedTool:
+    name: str
+    schema: dict[str, Any]
+
+
+@dataclass
+class Conversation:
+    tools: list[OfferedTool] = field(default_factory=list)
+    tool_results: int = 0
+    assistant_turns: int = 0
+    submit_protocol: bool = False  # mini-swe-agent style: must run `echo COMPLETE_…` to finish
+    prompt_text: str = ""  # canonical text of the whole prompt (for token counts)
+    tail_text: str = ""  # canonical text of the newest message
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _tools(api: WireApi, raw: Any) -> list[OfferedTool]:
+    out: list[OfferedTool] = []
+    for t in _list(raw):
+        if not isinstance(t, dict):
+            continue
+        if api == "chat":
+            fn = t.get("function") if isinstance(t.get("function"), dict) else None
+            name, schema = (fn.get("name"), fn.get("parameters")) if fn else (None, None)
+        elif api == "responses":
+            name, schema = t.get("name"), t.get("parameters")
+            if t.get("type") not in (None, "function"):
+                continue
+        else:
+            name, schema = t.get("name"), t.get("input_schema")
+            if t.get("type") not in (None, "custom"):
+                continue
+        if isinstance(name, str):
+            out.append(OfferedTool(name, schema if isinstance(schema, dict) else {}))
+    return out
+
+
+def read(api: WireApi, body: dict[str, Any]) -> Conversation:
+    conv = Conversation(tools=_tools(api, body.get("tools")))
+    if api == "responses":
+        items = body.get("input")
+        items = [{"role": "user", "content": items}] if isinstance(items, str) else _list(items)
+        head: Any = [body.get("instructions")]
+        for it in items:
+            if not isinstance(it, dict):
+                continue
+            kind = it.get("type")
+            if isinstance(kind, str) and kind.endswith("_call_output"):
+                conv.tool_results += 1
+            elif it.get("role") == "assistant":
+                conv.assistant_turns += 1
+    else:
+        items = _list(body.get("messages"))
+        head = [body.get("system")] if api == "messages" else []
+        for m in items:
+            if not isinstance(m, dict):
+                continue
+            role = m.get("role")
+            if role == "assistant":
+                conv.assistant_turns += 1
+            elif role == "tool":
+                conv.tool_results += 1
+            elif role == "user" and api == "messages":
+                conv.tool_results += sum(
+                    1 for b in _list(m.get("content"))
+                    if isinstance(b, dict) and b.get("type") == "tool_result"
+                )
+    conv.prompt_text = _dump([head, body.get("tools"), items])
+    conv.tail_text = _dump(items[-1]) if items else ""
+    conv.submit_protocol = MINI_SWE_SUBMIT in conv.prompt_text
+    return conv

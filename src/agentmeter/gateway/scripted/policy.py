@@ -1,0 +1,141 @@
+"""Scripted policies: what the offline model does next, given the conversation so far.
+
+``solver`` runs the task's reference solution through the client's own shell tool, then finishes;
+``explorer[-N]`` reads files for N turns (default 8), then gives up; ``quitter`` gives up at once.
+Under a mini-swe-agent style protocol the last step is
+``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from agentmeter.gateway.neutral import Completion, ToolCall
+from agentmeter.gateway.scripted.conversation import MINI_SWE_SUBMIT, Conversation, OfferedTool
+
+LABEL = "(scripted test double, not a real model)"
+HEREDOC = "AGENTMETER_EOF"
+EXPLORER_DEFAULT_TURNS = 8
+
+#: the shell tools of known clients, in order of preference
+SHELL_TOOLS = ("exec_command", "shell", "Bash", "run_shell_command", "Shell", "bash", "run_shell")
+_SHELLISH = ("shell", "bash", "exec", "terminal", "command")
+
+_EXPLORE = (
+    "ls -la",
+    "find . -maxdepth 3 -type f | head -100",
+    "cat README* *.md 2>/dev/null | head -200",
+    "ls -la / /tmp",
+    "cat $(find . -maxdepth 2 -type f | head -5) 2>/dev/null | head -300",
+    "wc -l $(find . -maxdepth 2 -type f | head -20) 2>/dev/null",
+)
+
+
+class PolicyError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    turns: int = EXPLORER_DEFAULT_TURNS
+
+    @classmethod
+    def parse(cls, spec: str) -> Policy:
+        """``solver``, ``quitter``, ``explorer`` or ``explorer-N``."""
+        if spec in ("solver", "quitter", "explorer"):
+            return cls(spec)
+        head, _, n = spec.partition("-")
+        if head == "explorer" and n.isdigit() and int(n) > 0:
+            return cls("explorer", int(n))
+        raise PolicyError(f"unknown scripted policy {spec!r} (solver, quitter, explorer[-N])")
+
+
+def heredoc_command(script: str) -> str:
+    return f"bash -c \"$(cat <<'{HEREDOC}'\n{script.rstrip(chr(10))}\n{HEREDOC}\n)\""
+
+
+def pick_tool(tools: list[OfferedTool]) -> OfferedTool | None:
+    by_name = {t.name: t for t in tools}
+    for name in SHELL_TOOLS:
+        if name in by_name:
+            return by_name[name]
+    for t in tools:
+        if any(s in t.name.lower() for s in _SHELLISH):
+            return t
+    return None
+
+
+def tool_arguments(tool: OfferedTool, command: str) -> dict[str, Any]:
+    props = tool.schema.get("properties")
+    props = props if isinstance(props, dict) else {}
+    required = [r for r in tool.schema.get("required") or [] if isinstance(r, str)]
+    if "cmd" in props:
+        key = "cmd"
+    elif "command" in props or not props:
+        key = "command"
+    else:
+        strings = [k for k in required if isinstance(props.get(k), dict)
+                   and props[k].get("type") == "string"]
+        key = strings[0] if strings else next(iter(props))
+    spec = props.get(key) if isinstance(props.get(key), dict) else {}
+    assert isinstance(spec, dict)
+    args: dict[str, Any] = {key: ["bash", "-lc", command] if spec.get("type") == "array"
+                            else command}
+    for name in required:  # fill other required fields so the client accepts the call
+        if name in args or not isinstance(props.get(name), dict):
+            continue
+        p = props[name]
+        if "default" in p:
+            args[name] = p["default"]
+        elif p.get("type") == "boolean":
+            args[name] = False
+        elif p.get("type") in ("integer", "number"):
+            args[name] = 60000 if "timeout" in name else 1
+        elif p.get("type") == "array":
+            args[name] = []
+        else:
+            args[name] = "agentmeter scripted step"
+    return args
+
+
+def _call_id(conv: Conversation) -> str:
+    digest = hashlib.sha256(conv.prompt_text.encode()).hexdigest()[:20]
+    return f"call_{digest}"
+
+
+def _shell(conv: Conversation, command: str, note: str) -> Completion:
+    tool = pick_tool(conv.tools)
+    if tool is None:  # text protocol: one fenced bash block
+        return Completion(text=f"{note}\n\n```bash\n{command}\n```", finish="stop")
+    args = json.dumps(tool_arguments(tool, command), ensure_ascii=False)
+    return Completion(text="", tool_calls=[ToolCall(_call_id(conv), tool.name, args)],
+                      finish="tool_calls")
+
+
+def _final(conv: Conversation, message: str, steps_done: int) -> Completion:
+    """Finish; under a submit protocol the first finishing step is the submit command."""
+    if conv.submit_protocol and steps_done == 0:
+        return _shell(conv, f"echo {MINI_SWE_SUBMIT}", message)
+    return Completion(text=f"{message} {LABEL}", finish="stop")
+
+
+def decide(policy: Policy, conv: Conversation, solution_script: str | None) -> Completion:
+    """The next model turn. ``step`` counts tool results (or assistant turns for text protocols)."""
+    step = conv.tool_results if pick_tool(conv.tools) is not None else conv.assistant_turns
+    if policy.name == "quitter":
+        return _final(conv, "I give up on this task without trying.", step)
+    if policy.name == "explorer":
+        if step < policy.turns:
+            cmd = _EXPLORE[step % len(_EXPLORE)]
+            return _shell(conv, f"{cmd}  # look around, step {step + 1}", "Let me look around.")
+        return _final(conv, f"After {policy.turns} steps I could not solve this; giving up.",
+                      step - policy.turns)
+    if solution_script is None:
+        return _final(conv, "No reference solution was provided to the scripted solver.", step)
+    if step == 0:
+        return _shell(conv, heredoc_command(solution_script), "Running the solution.")
+    return _final(conv, "Done: I ran the reference solution.", step - 1)

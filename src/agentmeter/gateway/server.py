@@ -1,0 +1,231 @@
+"""The gateway: an aiohttp server on a Unix socket and/or TCP, one random token per trial."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from agentmeter.gateway.calls import JSON, Call, CallEnv, forward, refuse_budget
+from agentmeter.gateway.errors import error_bytes
+from agentmeter.gateway.metering import Budget, ScriptedContext, TrialMeter, TrialState
+from agentmeter.gateway.registry import ModelConfigError, ModelRegistry, UpstreamModel
+from agentmeter.gateway.scripted.model import ScriptedModel, tokens
+from agentmeter.gateway.sse import loads_object
+from agentmeter.gateway.upstream import HttpUpstream, RetryPolicy, ScriptedUpstream, Upstream
+from agentmeter.pricing import PriceBook, UnpricedModelError
+from agentmeter.store.models import WireApi
+
+TOKEN_PREFIX = "am-"
+CALL_ROUTES: dict[str, WireApi] = {
+    "/v1/chat/completions": "chat", "/chat/completions": "chat",
+    "/v1/responses": "responses", "/responses": "responses",
+    "/v1/messages": "messages", "/messages": "messages",
+}
+
+
+class GatewayError(RuntimeError):
+    pass
+
+
+def _api_of(request: web.Request) -> WireApi:
+    if "anthropic-version" in request.headers or request.path.rstrip("/").endswith(
+            ("/messages", "/count_tokens")) or "x-api-key" in request.headers:
+        return "messages"
+    return CALL_ROUTES.get(request.path, "chat")
+
+
+class Gateway:
+    """Metering proxy. ``open_trial`` gives a token; ``close_trial`` returns what was metered."""
+
+    def __init__(self, models: ModelRegistry, prices: PriceBook, *,
+                 record_bodies_dir: Path | None = None, retry: RetryPolicy | None = None,
+                 allow_unpriced: bool = True) -> None:
+        self.models, self.prices = models, prices
+        self.record_bodies_dir = record_bodies_dir
+        self.retry = retry or RetryPolicy()
+        self.allow_unpriced = allow_unpriced
+        self._trials: dict[str, TrialState] = {}  # by trial id
+        self._tokens: dict[str, TrialState] = {}  # by token
+        self._upstreams: dict[str, Upstream] = {}
+        self._scripted = ScriptedModel()
+        self._session: aiohttp.ClientSession | None = None
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+        self.unix_socket: Path | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def start(self, unix_socket: Path | None = None, host: str | None = None,
+                    port: int | None = None) -> None:
+        """Listen on a Unix socket and/or TCP (``port=0`` picks a free port: see ``.port``)."""
+        if unix_socket is None and host is None and port is None:
+            host, port = "127.0.0.1", 0
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        for path in CALL_ROUTES:
+            app.router.add_post(path, self._handle_call)
+        for path in ("/v1/messages/count_tokens", "/messages/count_tokens"):
+            app.router.add_post(path, self._count_tokens)
+        for path in ("/v1/models", "/models"):
+            app.router.add_get(path, self._list_models)
+        app.router.add_route("*", "/{tail:.*}", self._fallback)
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300),
+            auto_decompress=True)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        if unix_socket is not None:
+            unix_socket.parent.mkdir(parents=True, exist_ok=True)
+            if unix_socket.exists():
+                unix_socket.unlink()
+            await web.UnixSite(self._runner, str(unix_socket)).start()
+            self.unix_socket = unix_socket
+        if host is not None or port is not None:
+            site = web.TCPSite(self._runner, host or "127.0.0.1", port or 0)
+            await site.start()
+            server = site._server
+            assert isinstance(server, asyncio.base_events.Server)
+            self.port = server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        self._upstreams.clear()
+        if self.unix_socket is not None and self.unix_socket.exists():
+            self.unix_socket.unlink()
+
+    @property
+    def base_url(self) -> str:
+        if self.port is None:
+            raise GatewayError("the gateway is not listening on TCP")
+        return f"http://127.0.0.1:{self.port}"
+
+    # -- trials ------------------------------------------------------------------------------
+    def check_model(self, model: str, *, allow_unpriced: bool | None = None) -> UpstreamModel:
+        """Resolve a model and check its key and price before a run (raises a clear error)."""
+        um = self.models.resolve(model)
+        if um.key_env and not os.environ.get(um.key_env):
+            raise ModelConfigError(f"model {model!r}: environment variable {um.key_env} is not set")
+        allowed = self.allow_unpriced if allow_unpriced is None else allow_unpriced
+        self.prices.require([um.price_key], allow_unpriced=allowed)
+        return um
+
+    def open_trial(self, trial_id: str, model: str, *, budget: Budget | None = None,
+                   scripted: ScriptedContext | None = None) -> str:
+        if trial_id in self._trials:
+            raise GatewayError(f"trial {trial_id!r} is already open")
+        um = self.check_model(model)
+        budget = budget or Budget()
+        priced = um.price_key is not None and self.prices.quote(um.price_key) is not None
+        if budget.max_usd is not None and not priced:
+            raise UnpricedModelError(f"model {model!r} has no price: cannot enforce max_usd")
+        token = TOKEN_PREFIX + secrets.token_urlsafe(24)
+        state = TrialState(trial_id, token, um, budget, scripted or ScriptedContext(), priced)
+        self._trials[trial_id] = state
+        self._tokens[token] = state
+        return token
+
+    def trial_meter(self, trial_id: str) -> TrialMeter:
+        """What was metered so far (the trial stays open)."""
+        return self._trial(trial_id).meter()
+
+    def close_trial(self, trial_id: str) -> TrialMeter:
+        state = self._trial(trial_id)
+        del self._trials[trial_id]
+        self._tokens.pop(state.token, None)
+        return state.meter()
+
+    def _trial(self, trial_id: str) -> TrialState:
+        try:
+            return self._trials[trial_id]
+        except KeyError:
+            raise GatewayError(f"no open trial {trial_id!r}") from None
+
+    def _upstream(self, um: UpstreamModel) -> tuple[Upstream, str | None]:
+        key = os.environ.get(um.key_env) if um.key_env else None
+        up = self._upstreams.get(um.name)
+        if up is None:
+            if um.scripted:
+                up = ScriptedUpstream(um, self._scripted)
+            else:
+                if self._session is None:
+                    raise GatewayError("the gateway is not started")
+                up = HttpUpstream(um, key, self._session, self.retry)
+            self._upstreams[um.name] = up
+        return up, key
+
+    # -- HTTP --------------------------------------------------------------------------------
+    def _auth(self, request: web.Request) -> TrialState | None:
+        auth = request.headers.get("Authorization", "")
+        token = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+        token = token or request.headers.get("x-api-key", "") or request.headers.get("api-key", "")
+        return self._tokens.get(token) if token else None
+
+    @staticmethod
+    def _error(api: WireApi, status: int, message: str, **kw: Any) -> web.Response:
+        return web.Response(status=status, body=error_bytes(api, status, message, **kw),
+                            content_type=JSON)
+
+    async def _handle_call(self, request: web.Request) -> web.StreamResponse:
+        client_api = CALL_ROUTES[request.path]
+        trial = self._auth(request)
+        if trial is None:
+            return self._error(client_api, 401, "invalid or unknown agentmeter trial token",
+                               code="invalid_api_key")
+        try:
+            raw = await request.read()
+        except (TimeoutError, aiohttp.ClientError, ConnectionError):
+            return self._error(client_api, 400, "could not read the request body")
+        body = loads_object(raw)
+        if body is None:
+            return self._error(client_api, 400, "malformed JSON: the body must be a JSON object")
+        um = trial.model
+        upstream_api = client_api if client_api in um.wire_apis else um.wire_api
+        if upstream_api != client_api and upstream_api != "chat":
+            return self._error(client_api, 400, f"model {um.name!r} speaks only {um.wire_api}; "
+                               f"translation from {client_api} to it is not supported")
+        call = Call(trial, client_api, upstream_api, body, len(raw))
+        try:
+            upstream, key = self._upstream(um)
+        except GatewayError as e:
+            return self._error(client_api, 503, str(e))
+        env = CallEnv(self.prices, upstream, key, self.record_bodies_dir)
+        reason = trial.over_budget()
+        if reason is not None:
+            return await refuse_budget(call, env, reason)
+        return await forward(request, call, env)
+
+    async def _count_tokens(self, request: web.Request) -> web.Response:
+        if self._auth(request) is None:
+            return self._error("messages", 401, "invalid or unknown agentmeter trial token")
+        body = loads_object(await request.read())
+        if body is None:
+            return self._error("messages", 400, "malformed JSON: the body must be a JSON object")
+        from agentmeter.gateway.scripted.conversation import read
+
+        estimate = tokens(read("messages", body).prompt_text)  # an estimate, not metered
+        return web.json_response({"input_tokens": max(estimate, 1)})
+
+    async def _list_models(self, request: web.Request) -> web.Response:
+        trial = self._auth(request)
+        if trial is None:
+            return self._error(_api_of(request), 401, "invalid or unknown agentmeter trial token")
+        name = trial.model.name
+        entry = {"id": name, "object": "model", "type": "model", "created": 0,
+                 "created_at": "1970-01-01T00:00:00Z", "owned_by": "agentmeter",
+                 "display_name": name}
+        return web.json_response({"object": "list", "data": [entry], "has_more": False,
+                                  "first_id": name, "last_id": name})
+
+    async def _fallback(self, request: web.Request) -> web.Response:
+        if request.path == "/" and request.method in ("GET", "HEAD"):
+            return web.Response(text="agentmeter gateway\n")
+        return self._error(_api_of(request), 404, f"no route {request.method} {request.path}")

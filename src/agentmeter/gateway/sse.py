@@ -1,0 +1,78 @@
+"""Server-sent events: an incremental parser for byte chunks and an encoder."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class SseEvent:
+    event: str | None
+    data: str
+    raw: bytes  # the event's exact bytes including the blank line that ended it
+
+
+class SseParser:
+    """Feed byte chunks as they arrive; get complete events back. Never raises on garbage."""
+
+    def __init__(self, max_buffer: int = 16 * 1024 * 1024) -> None:
+        self._buf = b""
+        self._max = max_buffer
+
+    def feed(self, chunk: bytes) -> list[SseEvent]:
+        self._buf += chunk
+        if b"\r" in self._buf:
+            self._buf = self._buf.replace(b"\r\n", b"\n")
+        events: list[SseEvent] = []
+        while True:
+            end = self._buf.find(b"\n\n")
+            if end < 0:
+                break
+            block, self._buf = self._buf[: end + 2], self._buf[end + 2 :]
+            ev = _parse_block(block)
+            if ev is not None:
+                events.append(ev)
+        if len(self._buf) > self._max:  # a peer that never ends an event: drop it
+            self._buf = b""
+        return events
+
+    def flush(self) -> list[SseEvent]:
+        """The last event when the stream ended without a blank line."""
+        block, self._buf = self._buf, b""
+        ev = _parse_block(block) if block.strip() else None
+        return [ev] if ev is not None else []
+
+
+def _parse_block(block: bytes) -> SseEvent | None:
+    name: str | None = None
+    data: list[str] = []
+    for line in block.decode("utf-8", "replace").split("\n"):
+        if not line or line.startswith(":"):
+            continue
+        key, _, value = line.partition(":")
+        if value.startswith(" "):
+            value = value[1:]
+        if key == "event":
+            name = value
+        elif key == "data":
+            data.append(value)
+    if name is None and not data:
+        return None
+    return SseEvent(name, "\n".join(data), block)
+
+
+def encode(data: dict[str, Any] | str, event: str | None = None) -> bytes:
+    text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {text}\n\n".encode()
+
+
+def loads_object(text: str | bytes) -> dict[str, Any] | None:
+    """JSON object or ``None`` (garbage, or JSON that is not an object)."""
+    try:
+        value = json.loads(text)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) else None

@@ -1,0 +1,194 @@
+"""Upstreams: real providers over HTTP (with retries) and the in-process scripted model."""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import aiohttp
+
+from agentmeter.gateway.errors import error_bytes
+from agentmeter.gateway.registry import UpstreamModel
+from agentmeter.gateway.scripted.model import ScriptedModel
+from agentmeter.gateway.scripted.policy import Policy
+from agentmeter.store.models import WireApi
+
+API_PATHS: dict[WireApi, str] = {
+    "chat": "/chat/completions", "responses": "/responses", "messages": "/messages",
+}
+#: client headers passed on to the upstream (never credentials)
+FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta", "openai-beta", "user-agent")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Retries of 429, 5xx and connection errors; delays double from ``base_delay``."""
+
+    max_retries: int = 4
+    base_delay: float = 1.0
+    max_delay: float = 60.0
+    connect_timeout: float = 30.0
+    read_timeout: float = 900.0
+
+    def backoff(self, attempt: int) -> float:
+        return float(min(self.base_delay * (2**attempt), self.max_delay))
+
+
+@dataclass
+class UpstreamRequest:
+    api: WireApi
+    body: dict[str, Any]
+    stream: bool
+    headers: dict[str, str]
+    cache_key: str
+    solution_script: str | None = None
+
+
+async def _no_release() -> None:
+    return None
+
+
+@dataclass
+class UpstreamReply:
+    status: int
+    content_type: str
+    body: bytes | None = None  # a complete body (non-stream, or an error)
+    chunks: AsyncIterator[bytes] | None = None  # a stream, chunk by chunk
+    release: Callable[[], Awaitable[None]] = _no_release
+    attempts: int = 1
+    infra_error: str | None = None  # retries exhausted / upstream unreachable
+
+    @property
+    def streaming(self) -> bool:
+        return self.chunks is not None
+
+
+class Upstream(Protocol):
+    async def send(self, req: UpstreamRequest) -> UpstreamReply: ...
+
+
+async def _iterate(chunks: list[bytes]) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield chunk
+
+
+class ScriptedUpstream:
+    """The scripted model, in process. Speaks the APIs its model entry lists."""
+
+    def __init__(self, model: UpstreamModel, engine: ScriptedModel) -> None:
+        self.policy = Policy.parse(model.name.split("/", 1)[1])
+        self.engine = engine
+
+    async def send(self, req: UpstreamRequest) -> UpstreamReply:
+        reply = self.engine.respond(self.policy, req.api, req.body, cache_key=req.cache_key,
+                                    solution_script=req.solution_script)
+        if reply.content_type == "text/event-stream":
+            return UpstreamReply(reply.status, reply.content_type, chunks=_iterate(reply.chunks))
+        return UpstreamReply(reply.status, reply.content_type, body=reply.body)
+
+
+def retry_after(headers: Any) -> float | None:
+    """Seconds from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date)."""
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(float(ms) / 1000, 0.0)
+        except ValueError:
+            pass
+    value = headers.get("Retry-After")
+    if not value:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - time.time(), 0.0)
+
+
+class HttpUpstream:
+    """A provider endpoint. The real key is injected here, from the host environment."""
+
+    def __init__(self, model: UpstreamModel, key: str | None, session: aiohttp.ClientSession,
+                 retry: RetryPolicy) -> None:
+        self.model, self.key, self.session, self.retry = model, key, session, retry
+
+    def _headers(self, req: UpstreamRequest) -> dict[str, str]:
+        headers = {"Content-Type": "application/json",
+                   "Accept": "text/event-stream" if req.stream else "application/json"}
+        for name in FORWARDED_HEADERS:
+            if name in req.headers:
+                headers[name] = req.headers[name]
+        if req.api == "messages":
+            headers.setdefault("anthropic-version", "2023-06-01")
+            if self.key:
+                headers["x-api-key"] = self.key
+        elif self.key:
+            headers["Authorization"] = f"Bearer {self.key}"
+        return headers
+
+    async def send(self, req: UpstreamRequest) -> UpstreamReply:
+        url = self.model.base_url.rstrip("/") + API_PATHS[req.api]
+        data = json.dumps(req.body).encode()
+        headers = self._headers(req)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.retry.connect_timeout,
+                                        sock_read=self.retry.read_timeout)
+        last: UpstreamReply | None = None
+        problem = ""
+        attempts = self.retry.max_retries + 1
+        for attempt in range(attempts):
+            delay = self.retry.backoff(attempt)
+            try:
+                resp = await self.session.post(url, data=data, headers=headers, timeout=timeout)
+            except (TimeoutError, aiohttp.ClientError, OSError) as e:
+                problem = f"cannot reach {url}: {type(e).__name__}: {e}"
+                last = None
+            else:
+                ctype = resp.content_type or "application/json"
+                if resp.status == 429 or resp.status >= 500:
+                    try:
+                        body = await resp.read()
+                    except (TimeoutError, aiohttp.ClientError):
+                        body = b""
+                    resp.release()
+                    last = UpstreamReply(resp.status, ctype, body=body, attempts=attempt + 1)
+                    problem = f"upstream answered {resp.status}"
+                    hinted = retry_after(resp.headers)
+                    if hinted is not None:
+                        delay = min(hinted, self.retry.max_delay)
+                elif resp.status == 200 and req.stream and ctype == "text/event-stream":
+
+                    async def release(r: aiohttp.ClientResponse = resp) -> None:
+                        r.release()
+
+                    return UpstreamReply(200, ctype, chunks=resp.content.iter_any(),
+                                         release=release, attempts=attempt + 1)
+                else:
+                    try:
+                        body = await resp.read()
+                    except (TimeoutError, aiohttp.ClientError) as e:
+                        problem = f"upstream body lost: {type(e).__name__}: {e}"
+                        resp.release()
+                        last = None
+                        if attempt + 1 < attempts:
+                            await asyncio.sleep(delay)
+                        continue
+                    resp.release()
+                    return UpstreamReply(resp.status, ctype, body=body, attempts=attempt + 1)
+            if attempt + 1 < attempts:
+                await asyncio.sleep(delay)
+        error = f"{problem} after {attempts} attempts"
+        if last is not None:
+            last.infra_error = error
+            return last
+        return UpstreamReply(502, "application/json",
+                             body=error_bytes(req.api, 502, f"upstream unavailable: {problem}"),
+                             attempts=attempts, infra_error=error)

@@ -1,0 +1,73 @@
+"""Pricing snapshot files: a dated, fixed price table that overrides genai-prices.
+
+```toml
+date = "2025-06-01"
+currency = "CNY"
+usd_per_unit = 0.14          # fixed exchange rate: 1 CNY = 0.14 USD
+label = "DeepSeek list prices"
+fake = false                 # true for made-up prices (the scripted model's)
+
+[models."deepseek/deepseek-chat"]   # a price key; '*' wildcards allowed
+input = 2.0                  # per million tokens, in `currency`
+output = 8.0
+cache_read = 0.5             # optional; cache_write optional
+```
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from datetime import date
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agentmeter.pricing.formula import ModelRates
+
+
+class PricingError(ValueError):
+    pass
+
+
+class PricingSnapshot(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    date: date
+    currency: str = "USD"
+    usd_per_unit: float = Field(default=1.0, gt=0, description="fixed exchange rate to USD")
+    label: str = ""
+    fake: bool = False
+    models: dict[str, ModelRates] = Field(default_factory=dict)
+    source: str | None = Field(default=None, description="file it was loaded from")
+
+    @classmethod
+    def load(cls, path: Path) -> PricingSnapshot:
+        try:
+            data = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise PricingError(f"{path}: {e}") from e
+        if data.get("currency", "USD") == "USD" and "usd_per_unit" not in data:
+            data["usd_per_unit"] = 1.0
+        try:
+            return cls.model_validate({**data, "source": str(path)})
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise PricingError(f"{path}: field {where}: {first['msg']}") from e
+
+    def rates(self, price_key: str) -> ModelRates | None:
+        if price_key in self.models:
+            return self.models[price_key]
+        for pattern, rates in self.models.items():
+            if "*" in pattern and fnmatch.fnmatchcase(price_key, pattern):
+                return rates
+        return None
+
+
+SHIPPED_DIR = Path(__file__).parent / "snapshots"
+
+
+def scripted_snapshot() -> PricingSnapshot:
+    """The fixed, fake price of the scripted test double."""
+    return PricingSnapshot.load(SHIPPED_DIR / "scripted-fake.toml")
