@@ -1,0 +1,1 @@
+"""calc: a small arithmetic expression calculator."""

@@ -1,0 +1,1 @@
+"""ledger: balances per account from a CSV of transactions, in EUR."""

@@ -1,0 +1,1 @@
+"""A tiny to-do list manager."""
