@@ -1,0 +1,389 @@
+"""The ``docker`` sandbox backend: one container per sandbox on cached images (see dockerd.py).
+
+A sandbox is a container whose pid 1 is a tiny bash loop that only reaps orphans; every command
+is a ``docker exec``. Each exec carries a random marker in its environment, which its children
+inherit (daemonized ones too), so on timeout or cancellation every process holding the marker
+is stopped and killed from inside, while other execs of the same sandbox keep running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import posixpath
+import subprocess
+import tarfile
+import tempfile
+import time
+import uuid
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+from agentmeter.sandbox.bridge import BridgeProcess, start_bridge
+from agentmeter.sandbox.dockerd import (
+    KILL_MARKED,
+    LABEL,
+    OWNER_LABEL,
+    ImageConfig,
+    base_digest,
+    build_layer,
+    chain_digest,
+    docker,
+    ensure_base_image,
+    extract_copy,
+    image_config,
+    image_exists,
+    kill_marked_on_host,
+    layer_tag,
+    owner_alive,
+    owner_label,
+)
+from agentmeter.sandbox.fsdiff import (
+    FIND_LISTING_CMD,
+    diff_entries,
+    parse_find_listing,
+    racy_files,
+    snapshot_from_listing,
+)
+from agentmeter.sandbox.output import CappedBuffer
+from agentmeter.sandbox.protocol import DEFAULT_IGNORE, OutputCallback
+from agentmeter.sandbox.spec import (
+    AGENT_GID,
+    AGENT_UID,
+    AGENT_USER,
+    DEFAULT_OUTPUT_LIMIT,
+    ExecResult,
+    FsDiff,
+    FsSnapshot,
+    SandboxError,
+    SandboxSpec,
+)
+
+MARKER_VAR = "AGENTMETER_EXEC"
+#: pid 1 of every sandbox: sleeps, and reaps orphans (bash waits for any child)
+PID1 = ["bash", "-c", 'trap "exit 0" TERM; while :; do sleep 86400 & wait $!; done']
+_ROOT_USERS = {"", "root", "0", "0:0", "root:root"}
+_AGENT_USERS = {AGENT_USER, str(AGENT_UID), f"{AGENT_UID}:{AGENT_GID}",
+                f"{AGENT_USER}:{AGENT_USER}"}
+
+
+def docker_user(user: str) -> str:
+    """'root' / 'agent' (or a raw docker -u value) as a docker -u value."""
+    if user in _ROOT_USERS:
+        return "0:0"
+    if user in _AGENT_USERS:
+        return f"{AGENT_UID}:{AGENT_GID}"
+    return user
+
+
+def _sandbox_user(image_user: str) -> str:
+    if image_user in _ROOT_USERS:
+        return "root"
+    return AGENT_USER if image_user in _AGENT_USERS else image_user
+
+
+class DockerBackend:
+    """Makes docker sandboxes. Needs a daemon that answers (see dockerd.ensure_dockerd)."""
+
+    name = "docker"
+
+    def __init__(self) -> None:
+        self._prepared: dict[str, ImageConfig] = {}
+        self._locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}  # a Lock serves one loop
+        self._disk_quota: bool | None = None  # unknown until tried
+
+    def _labels(self) -> list[str]:
+        return ["--label", f"{LABEL}=1", "--label", f"{OWNER_LABEL}={owner_label()}"]
+
+    async def prepare(self, spec: SandboxSpec) -> None:
+        await self._image_for(spec)
+
+    async def _image_for(self, spec: SandboxSpec) -> ImageConfig:
+        if spec.base != "debian":
+            raise SandboxError(f"the docker backend has no {spec.base!r} base (only 'debian')")
+        digest = base_digest()
+        for layer in spec.layers:
+            digest = chain_digest(digest, layer)
+        if digest in self._prepared:
+            return self._prepared[digest]
+        lock = self._locks.setdefault(asyncio.get_running_loop(), asyncio.Lock())
+        async with lock:
+            parent = await ensure_base_image()
+            digest = base_digest()
+            for layer in spec.layers:
+                digest = chain_digest(digest, layer)
+                tag = layer_tag(digest)
+                if not await image_exists(tag):
+                    await build_layer(layer, parent, tag, self._labels())
+                parent = tag
+            cfg = self._prepared[digest] = await image_config(parent)
+        return cfg
+
+    async def start(self, spec: SandboxSpec) -> DockerSandbox:
+        image = await self._image_for(spec)
+        name = f"agentmeter-{uuid.uuid4().hex[:12]}"
+        workdir = spec.workdir or image.workdir or "/workspace"
+        user = spec.user if "user" in spec.model_fields_set else _sandbox_user(image.user)
+        args = ["run", "-d", "--name", name, *self._labels(), "--hostname", spec.hostname,
+                "--network", "bridge" if spec.network == "full" else "none",
+                "-u", "0:0", "-w", workdir, "--entrypoint", ""]
+        for k, v in spec.env.items():
+            args += ["-e", f"{k}={v}"]
+        for m in spec.mounts:
+            if "," in str(m.source) or "," in m.target:
+                raise SandboxError(f"mount paths may not contain ',': {m.source} -> {m.target}")
+            args += ["--mount", f"type=bind,source={m.source},target={m.target}"
+                     + (",readonly" if m.read_only else "")]
+        lim = spec.limits
+        if lim.memory_mb:
+            args += ["--memory", f"{lim.memory_mb}m", "--memory-swap", f"{lim.memory_mb}m"]
+        if lim.pids:
+            args += ["--pids-limit", str(lim.pids)]
+        if lim.cpus:
+            args += ["--cpus", str(lim.cpus)]
+        try_disk = bool(lim.disk_mb) and self._disk_quota is not False
+        disk = ["--storage-opt", f"size={lim.disk_mb}m"] if try_disk else []
+        res = await docker(*args, *disk, image.tag, *PID1, check=False)
+        if res.returncode != 0 and disk and "storage-opt" in res.text():
+            self._disk_quota = False
+            warnings.warn("docker: this storage driver cannot cap a container's disk "
+                          f"(--storage-opt size); disk_mb={lim.disk_mb} is not enforced",
+                          stacklevel=2)
+            await docker("rm", "-f", name, check=False)
+            res = await docker(*args, image.tag, *PID1, check=False)
+        elif disk and res.returncode == 0:
+            self._disk_quota = True
+        if res.returncode != 0:
+            await docker("rm", "-f", name, check=False)
+            raise SandboxError(f"docker run failed: {res.text()[-2000:]}")
+        box = DockerSandbox(name, spec, workdir, user, res.stdout.decode().strip())
+        if spec.exposed_sockets:
+            try:
+                pid = int((await docker("inspect", "-f", "{{.State.Pid}}", name)).stdout)
+                box.bridge = await start_bridge(pid, spec.exposed_sockets)
+            except BaseException:
+                await box.stop()
+                raise
+        return box
+
+    async def cleanup_stale(self) -> int:
+        res = await docker("ps", "-a", "--filter", f"label={LABEL}=1", "--format",
+                           f'{{{{.ID}}}} {{{{.Label "{OWNER_LABEL}"}}}}')
+        rows = (ln.partition(" ") for ln in res.stdout.decode().splitlines())
+        dead = [cid for cid, _, owner in rows if owner and not owner_alive(owner)]
+        if dead:
+            await docker("rm", "-f", "-v", *dead, check=False)
+        return len(dead)
+
+
+class DockerSandbox:
+    """A running container. Paths given relative are relative to ``workdir``."""
+
+    def __init__(self, name: str, spec: SandboxSpec, workdir: str, user: str,
+                 container_id: str) -> None:
+        self.id = name
+        self.container_id = container_id
+        self.spec = spec
+        self._workdir = workdir
+        self.user = user
+        self.bridge: BridgeProcess | None = None
+        self._stopped = False
+
+    @property
+    def workdir(self) -> str:
+        return self._workdir
+
+    def _abs(self, path: str) -> str:
+        return posixpath.normpath(posixpath.join(self._workdir, path))
+
+    async def exec(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        user: str | None = None,
+        stdin: bytes | None = None,
+        timeout: float | None = None,
+        output_limit: int = DEFAULT_OUTPUT_LIMIT,
+        on_stdout: OutputCallback | None = None,
+    ) -> ExecResult:
+        marker = f"{MARKER_VAR}={uuid.uuid4().hex}"
+        run_as = docker_user(user or self.user)
+        args = ["exec", "-u", run_as, "-w", self._abs(cwd or "."), "-e", marker]
+        name = {"0:0": "root", f"{AGENT_UID}:{AGENT_GID}": AGENT_USER}.get(run_as)
+        if name:
+            args += ["-e", f"USER={name}", "-e", f"LOGNAME={name}"]
+        if stdin is not None:
+            args.append("-i")
+        for k, v in (env or {}).items():
+            args += ["-e", f"{k}={v}"]
+        argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        t0 = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(
+            "docker", *args, self.id, *argv,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = CappedBuffer(output_limit), CappedBuffer(output_limit)
+
+        async def pump(stream: asyncio.StreamReader | None, buf: CappedBuffer,
+                       cb: OutputCallback | None) -> None:
+            assert stream is not None
+            while chunk := await stream.read(65536):
+                buf.feed(chunk)
+                if cb is not None:
+                    cb(chunk)
+
+        async def feed() -> None:
+            if stdin is not None and proc.stdin is not None:
+                with contextlib.suppress(ConnectionError, BrokenPipeError):
+                    proc.stdin.write(stdin)
+                    await proc.stdin.drain()
+                proc.stdin.close()
+
+        work = asyncio.gather(pump(proc.stdout, out, on_stdout), pump(proc.stderr, err, None),
+                              feed(), proc.wait())
+        timed_out = False
+        try:
+            await asyncio.wait_for(asyncio.shield(work), timeout)
+        except TimeoutError:
+            timed_out = True
+            await self._kill_marked(marker, run_as, proc)
+            try:
+                await asyncio.wait_for(asyncio.shield(work), 10)
+            except TimeoutError:
+                work.cancel()
+        except asyncio.CancelledError:
+            await asyncio.shield(self._kill_marked(marker, run_as, proc))
+            raise
+        code = proc.returncode if proc.returncode is not None else -9
+        return ExecResult(exit_code=code,
+                          stdout=out.text(), stderr=err.text(), timed_out=timed_out,
+                          duration_s=time.monotonic() - t0, stdout_truncated=out.truncated,
+                          stderr_truncated=err.truncated)
+
+    async def _kill_marked(self, marker: str, run_as: str,
+                           proc: asyncio.subprocess.Process) -> None:
+        # As root on the daemon's host the sweep runs from outside (no fork inside, no docker
+        # call). Otherwise, or when that found nothing, inside: /proc/PID/environ is readable
+        # only by the same uid there (no CAP_SYS_PTRACE), so as the exec's user and as root.
+        killed = 0
+        if os.geteuid() == 0 and len(self.container_id) == 64:
+            killed = await asyncio.to_thread(kill_marked_on_host, marker.encode(),
+                                             self.container_id)
+        if not killed:
+            for u in dict.fromkeys((run_as, "0:0")):
+                await docker("exec", "-u", u, self.id, "bash", "-c", KILL_MARKED, "kill", marker,
+                             check=False)
+        try:
+            await asyncio.wait_for(proc.wait(), 5)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+    async def write_file(self, path: str, data: bytes | str, *, mode: int = 0o644,
+                         user: str | None = None) -> None:
+        payload = data.encode() if isinstance(data, str) else data
+        owner = docker_user(user or "root")
+        script = ('mkdir -p -- "$(dirname -- "$1")" && cat > "$1" && chmod "$2" "$1"'
+                  ' && chown "$3" "$1"')
+        res = await docker("exec", "-i", "-u", "0:0", self.id, "bash", "-c", script, "write",
+                           self._abs(path), format(mode, "o"), owner, stdin=payload, check=False)
+        if res.returncode != 0:
+            raise SandboxError(f"write_file {path} in {self.id}: {res.text()}")
+
+    async def read_file(self, path: str) -> bytes:
+        res = await docker("exec", "-u", "0:0", self.id, "bash", "-c",
+                           '[ -f "$1" ] || exit 44; exec cat -- "$1"', "read", self._abs(path),
+                           check=False)
+        if res.returncode == 44:
+            raise SandboxError(f"read_file {path}: no such file in sandbox {self.id}")
+        if res.returncode != 0:
+            raise SandboxError(f"read_file {path} in {self.id}: {res.text()}")
+        return res.stdout
+
+    async def copy_in(self, host_src: Path, dst: str, *, user: str | None = None) -> None:
+        target = self._abs(dst)
+        owner = docker_user(user or "root")
+        uid, _, gid = owner.partition(":")
+        if not (uid.isdigit() and gid.isdigit()):
+            raise SandboxError(f"copy_in needs a numeric or root/agent user, not {owner!r}")
+        if not host_src.exists():
+            raise SandboxError(f"copy_in: {host_src} does not exist")
+
+        def make_tar(fh: tempfile.SpooledTemporaryFile[bytes]) -> None:
+            def own(ti: tarfile.TarInfo) -> tarfile.TarInfo:
+                ti.uid, ti.gid, ti.uname, ti.gname = int(uid), int(gid), "", ""
+                return ti
+            with tarfile.open(fileobj=fh, mode="w") as tar:
+                tar.add(host_src, arcname=posixpath.basename(target), filter=own)
+            fh.seek(0)
+
+        with tempfile.SpooledTemporaryFile(max_size=64 << 20) as fh:
+            await asyncio.to_thread(make_tar, fh)
+            res = await docker("exec", "-i", "-u", "0:0", self.id, "bash", "-c",
+                               'mkdir -p -- "$1" && exec tar -x --same-owner --numeric-owner'
+                               ' -C "$1"',
+                               "copy_in", posixpath.dirname(target), stdin=fh.read(), check=False)
+        if res.returncode != 0:
+            raise SandboxError(f"copy_in {host_src} -> {dst} in {self.id}: {res.text()}")
+
+    async def copy_out(self, src: str, host_dst: Path) -> None:
+        source = self._abs(src)
+        host_dst.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=host_dst, prefix=".agentmeter-copy-") as tmp:
+            tar_path = Path(tmp) / "out.tar"
+            with open(tar_path, "wb") as fh:
+                proc = await asyncio.create_subprocess_exec(
+                    "docker", "cp", f"{self.id}:{source}", "-", stdout=fh, stderr=subprocess.PIPE)
+                _, err = await proc.communicate()
+            if proc.returncode != 0:
+                raise SandboxError(f"copy_out {src} from {self.id}: {err.decode(errors='replace')}")
+            await asyncio.to_thread(extract_copy, tar_path, Path(tmp) / "x", host_dst)
+
+    async def snapshot(self, root: str | None = None,
+                       ignore: Sequence[str] = DEFAULT_IGNORE) -> FsSnapshot:
+        top = self._abs(root or ".")
+        taken = time.time_ns()
+        entries = parse_find_listing(await self._listing(top), ignore)
+        digests = await self._digests(top, list(racy_files(entries, taken)))
+        return snapshot_from_listing(top, taken, entries, digests)
+
+    async def diff(self, snapshot: FsSnapshot, ignore: Sequence[str] = DEFAULT_IGNORE) -> FsDiff:
+        now = parse_find_listing(await self._listing(snapshot.root), ignore)
+        suspects = [rel for rel, e in snapshot.entries.items()
+                    if e.digest is not None and rel in now and now[rel].kind == "f"
+                    and now[rel].size == e.size and now[rel].mtime_ns == e.mtime_ns]
+        digests = await self._digests(snapshot.root, suspects)
+        return diff_entries(snapshot, now, digests.get, ignore)
+
+    async def _listing(self, top: str) -> bytes:
+        res = await docker("exec", "-u", "0:0", "-w", top, self.id, "bash", "-c", FIND_LISTING_CMD,
+                           check=False)
+        if res.returncode != 0 and not res.stdout:
+            raise SandboxError(f"listing {top} in {self.id}: {res.text()}")
+        return res.stdout
+
+    async def _digests(self, top: str, rels: list[str]) -> dict[str, str]:
+        if not rels:
+            return {}
+        res = await docker("exec", "-i", "-u", "0:0", "-w", top, self.id, "bash", "-c",
+                           "xargs -0 -r sha256sum -z -- 2>/dev/null; true",
+                           stdin=b"\0".join(r.encode("utf-8", "surrogateescape") for r in rels))
+        out: dict[str, str] = {}
+        for rec in res.stdout.split(b"\0"):
+            digest, sep, name = rec.partition(b"  ")
+            if sep:
+                out[name.decode("utf-8", "surrogateescape")] = digest.decode()
+        return out
+
+    async def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        if self.bridge is not None:
+            await self.bridge.stop()
+            self.bridge = None
+        await docker("rm", "-f", "-v", self.id, check=False)

@@ -1,0 +1,415 @@
+"""Talking to the Docker daemon: start it when none answers, run the ``docker`` CLI, label
+containers with their owner, build the images the docker backend runs (the imported Debian base
+and one cached image per layer), and unpack ``docker cp`` archives safely.
+
+Images are never pulled from a registry. The base is the debootstrap tree of
+:func:`~agentmeter.sandbox.rootfs.ensure_debian_base` imported with ``docker import``; each layer
+is an image on top of the previous one, tagged by a digest of the whole chain, so a layer that
+was built once is found again by tag and never rebuilt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import posixpath
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import tarfile
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentmeter.paths import cache_dir
+from agentmeter.sandbox.dockerfile import parse_dockerfile
+from agentmeter.sandbox.hosttools import DOCKER_TOOLS, ensure_tools
+from agentmeter.sandbox.rootfs import BASE_ID, ensure_debian_base
+from agentmeter.sandbox.spec import LayerBuildError, LayerSpec, SandboxError
+
+#: every container the backends create carries LABEL=1 and OWNER_LABEL=host:pid:starttime
+LABEL = "agentmeter"
+OWNER_LABEL = "agentmeter.owner"
+BASE_REPO = "agentmeter-base"
+LAYER_REPO = "agentmeter-layer"
+BASE_TAG = f"{BASE_REPO}:{BASE_ID}"
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: how many output lines a LayerBuildError shows
+ERROR_TAIL_LINES = 20
+_BUILD_NOISE = re.compile(r"^\s*(DEPRECATED: The legacy builder|BuildKit is currently|"
+                          r"environment-variable\.|---> |Removing intermediate)")
+#: FROM images that are the base itself (no warning when mapped to it)
+_SAME_AS_BASE = re.compile(r"^(docker\.io/)?(library/)?debian:(trixie|13)([-.@][^\s]*)?$")
+
+
+# --- the docker CLI ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DockerOutput:
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+    def text(self) -> str:
+        return (self.stdout + self.stderr).decode("utf-8", "replace").strip()
+
+
+async def docker(*args: str, stdin: bytes | None = None, check: bool = True,
+                 env: dict[str, str] | None = None) -> DockerOutput:
+    """Run ``docker ARGS`` and collect its output; ``check`` raises SandboxError on failure."""
+    proc = await asyncio.create_subprocess_exec(
+        "docker", *args,
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=dict(os.environ, **env) if env else None)
+    out, err = await proc.communicate(stdin)
+    res = DockerOutput(proc.returncode if proc.returncode is not None else -1, out, err)
+    if check and res.returncode != 0:
+        raise SandboxError(f"docker {' '.join(args[:2])} failed: {res.text()[-2000:]}")
+    return res
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def owner_label() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid())}"
+
+
+def owner_alive(label: str) -> bool:
+    host, _, rest = label.partition(":")
+    pid, _, start = rest.partition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return True  # not ours to judge
+    return _start_time(int(pid)) == start
+
+
+# --- the daemon -------------------------------------------------------------------------------
+
+def daemon_answers(timeout: float = 10) -> bool:
+    try:
+        r = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"],
+                           capture_output=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0
+
+
+@dataclass
+class DockerDaemon:
+    """A daemon that answers; ``stop`` ends it only if this process started it."""
+
+    started: bool
+    log_path: Path | None = None
+    flags: tuple[str, ...] = ()
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    def stop(self, timeout: float = 20) -> None:
+        if not self.started or self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+#: dockerd flag sets tried in order: the defaults first, then without host networking setup
+DOCKERD_FLAG_SETS: tuple[tuple[str, ...], ...] = ((), ("--iptables=false", "--bridge=none"))
+
+
+def ensure_dockerd(wait_s: float = 60) -> DockerDaemon:
+    """Return a daemon that answers ``docker info``, starting ``dockerd`` (root only) if needed."""
+    if daemon_answers():
+        return DockerDaemon(started=False)
+    if os.geteuid() != 0:
+        raise SandboxError("no Docker daemon answers and starting dockerd needs root "
+                           "(start it with: sudo dockerd &)")
+    ensure_tools(DOCKER_TOOLS, "the docker sandbox backend")
+    log_dir = cache_dir() / "docker"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / "dockerd.log"
+    failures: list[str] = []
+    for flags in DOCKERD_FLAG_SETS:
+        with open(log_path, "ab") as log:
+            log.write(f"\n--- agentmeter: dockerd {' '.join(flags)} at {time.ctime()}\n".encode())
+            log.flush()
+            proc = subprocess.Popen(["dockerd", *flags], stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and proc.poll() is None:
+            if daemon_answers(timeout=5):
+                return DockerDaemon(started=True, log_path=log_path, flags=flags, proc=proc)
+            time.sleep(0.3)
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(20)
+        tail = log_path.read_text(errors="replace").splitlines()[-8:]
+        failures.append(f"dockerd {' '.join(flags)}:\n  " + "\n  ".join(tail))
+    raise SandboxError(f"could not start dockerd (log: {log_path})\n" + "\n".join(failures))
+
+
+# --- images -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ImageConfig:
+    """What an image says its containers should default to."""
+
+    tag: str
+    workdir: str
+    env: dict[str, str]
+    user: str  # as written in the image ("" = root)
+
+
+async def image_exists(tag: str) -> bool:
+    res = await docker("image", "inspect", "--format", "{{.Id}}", tag, check=False)
+    return res.returncode == 0
+
+
+async def image_config(tag: str) -> ImageConfig:
+    raw = (await docker("image", "inspect", "--format", "{{json .Config}}", tag)).stdout
+    cfg = json.loads(raw or b"{}") or {}
+    env = dict(e.partition("=")[::2] for e in (cfg.get("Env") or []))
+    return ImageConfig(tag=tag, workdir=cfg.get("WorkingDir") or "", env=env,
+                       user=cfg.get("User") or "")
+
+
+async def ensure_base_image() -> str:
+    """Import the debootstrap base once; returns its tag."""
+    if await image_exists(BASE_TAG):
+        return BASE_TAG
+    root = await asyncio.to_thread(ensure_debian_base)
+    changes = [f"ENV PATH={DEFAULT_PATH}", f"LABEL agentmeter.base={BASE_ID}"]
+    import_cmd = ["docker", "import", *(a for c in changes for a in ("--change", c)), "-", BASE_TAG]
+    script = (f"set -o pipefail; tar -C {shlex.quote(str(root))} --numeric-owner -cf - . | "
+              + " ".join(shlex.quote(a) for a in import_cmd))
+    proc = await asyncio.create_subprocess_exec("bash", "-c", script, stdout=subprocess.PIPE,
+                                                stderr=subprocess.STDOUT)
+    out, _ = await proc.communicate()
+    if proc.returncode != 0:
+        raise SandboxError("docker import of the Debian base failed: "
+                           + out.decode(errors="replace")[-2000:])
+    return BASE_TAG
+
+
+def chain_digest(parent_digest: str, layer: LayerSpec) -> str:
+    return hashlib.sha256(f"{parent_digest}\0{layer.recipe_digest()}".encode()).hexdigest()
+
+
+def base_digest() -> str:
+    return hashlib.sha256(f"docker-base\0{BASE_ID}".encode()).hexdigest()
+
+
+def layer_tag(digest: str) -> str:
+    return f"{LAYER_REPO}:{digest[:40]}"
+
+
+def _tail(text: str, n: int = ERROR_TAIL_LINES) -> str:
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return "\n".join("  | " + ln for ln in lines[-n:])
+
+
+def _network_flag(layer: LayerSpec) -> str:
+    return "bridge" if layer.network == "full" else "none"
+
+
+_FAIL_MARK = "__agentmeter_layer_failed__"
+_SCRIPT_PATH = "/tmp/agentmeter-setup.sh"
+_CONTEXT_DIR = "/tmp/agentmeter-context"
+#: script layers run as root with errexit (like the local backend), in the build context when
+#: there is one; the ERR trap names the failing line and command
+_SCRIPT_WRAPPER = (
+    f"cat > {_SCRIPT_PATH}; if [ -d {_CONTEXT_DIR} ]; then cd {_CONTEXT_DIR}; fi; "
+    f"bash -eE -c "
+    + shlex.quote(f"trap 'echo \"{_FAIL_MARK} $LINENO $BASH_COMMAND\" >&2' ERR; . {_SCRIPT_PATH}")
+    + f" </dev/null; rc=$?; rm -rf {_SCRIPT_PATH} {_CONTEXT_DIR}; exit $rc"
+)
+
+
+async def build_script_layer(layer: LayerSpec, parent: str, tag: str, labels: list[str]) -> None:
+    """Run the script as root in a container of ``parent`` and commit it as ``tag``."""
+    name = f"agentmeter-build-{os.getpid()}-{tag.rpartition(':')[2][:12]}"
+    await docker("rm", "-f", name, check=False)
+    try:
+        await docker("create", "-i", "--name", name, *labels, "-u", "0:0", "--entrypoint", "",
+                     "--network", _network_flag(layer), parent, "bash", "-c", _SCRIPT_WRAPPER)
+        if layer.context is not None:
+            await docker("cp", f"{layer.context}/.", f"{name}:{_CONTEXT_DIR}")
+        res = await docker("start", "-a", "-i", name, stdin=layer.source.encode(), check=False)
+        if res.returncode != 0:
+            out = res.text()
+            where = ""
+            for ln in reversed(out.splitlines()):
+                if ln.startswith(_FAIL_MARK):
+                    _, lineno, command = (ln.split(" ", 2) + ["", ""])[:3]
+                    where = f":{lineno}: {command}"
+                    break
+            out = "\n".join(ln for ln in out.splitlines() if not ln.startswith(_FAIL_MARK))
+            raise LayerBuildError(f"{layer.origin}{where}: layer script failed "
+                                  f"(exit {res.returncode})\n{_tail(out)}")
+        # the build ran as root; the image keeps its parent's USER
+        user = (await image_config(parent)).user or "root"
+        await docker("commit", "--change", 'CMD ["/bin/bash"]', "--change", f"USER {user}",
+                     name, tag)
+    finally:
+        await docker("rm", "-f", name, check=False)
+
+
+def _rewrite_from(text: str, from_line: int, parent: str) -> str:
+    lines = text.splitlines()
+    i = from_line - 1
+    end = i
+    while end < len(lines) and lines[end].rstrip().endswith("\\"):
+        end += 1
+    lines[i:end + 1] = [f"FROM {parent}"]
+    return "\n".join(lines) + "\n"
+
+
+def _failed_step_line(output: str, steps: list[tuple[int, str]]) -> tuple[int, str] | None:
+    """Map the last ``Step k/n : INSTR`` of a legacy build log to (line, instruction)."""
+    norm = {" ".join(text.split()): line for line, text in steps}
+    for ln in reversed(output.splitlines()):
+        m = re.match(r"^Step \d+/\d+ : (.*)$", ln)
+        if m:
+            text = " ".join(m.group(1).split())
+            return (norm[text], text) if text in norm else (0, text)
+    return None
+
+
+async def build_dockerfile_layer(layer: LayerSpec, parent: str, tag: str,
+                                 labels: list[str]) -> None:
+    """``docker build`` the Dockerfile with its FROM rewritten to ``parent``."""
+    parsed = parse_dockerfile(layer.source, layer.origin)  # raises file:line for unsupported input
+    if not _SAME_AS_BASE.match(parsed.from_image):
+        warnings.warn(f"{layer.origin}:{parsed.from_line}: FROM {parsed.from_image} is built on "
+                      f"agentmeter's Debian trixie base instead (images are never pulled)",
+                      stacklevel=2)
+    text = _rewrite_from(layer.source, parsed.from_line, parent)
+    with tempfile.TemporaryDirectory(prefix="agentmeter-build-") as tmp:
+        dockerfile = Path(tmp) / "Dockerfile"
+        dockerfile.write_text(text)
+        context = layer.context if layer.context is not None else Path(tmp) / "empty"
+        context.mkdir(exist_ok=True)
+        res = await docker("build", "--force-rm", "--network", _network_flag(layer), *labels,
+                           "-t", tag, "-f", str(dockerfile), str(context),
+                           env={"DOCKER_BUILDKIT": "0"}, check=False)
+    if res.returncode != 0:
+        out = res.text()
+        out = "\n".join(ln for ln in out.splitlines() if not _BUILD_NOISE.match(ln))
+        step = _failed_step_line(out, [(s.line, s.text) for s in parsed.steps])
+        where = f"{layer.origin}:{step[0]}: {step[1]}" if step and step[0] else layer.origin
+        if step and not step[0]:
+            where += f": {step[1]}"
+        raise LayerBuildError(f"{where}: docker build failed\n{_tail(out)}")
+
+
+async def build_layer(layer: LayerSpec, parent: str, tag: str, labels: list[str]) -> None:
+    if layer.kind == "script":
+        await build_script_layer(layer, parent, tag, labels)
+    else:
+        await build_dockerfile_layer(layer, parent, tag, labels)
+
+
+# --- killing the processes of one exec -------------------------------------------------------
+
+#: run inside as the exec's user and as root: SIGSTOP then SIGKILL every process whose environment
+#: holds the marker. Bash builtins only, so it needs no fork (a pids limit may be exhausted).
+KILL_MARKED = r"""
+for round in 1 2 3 4 5 6 7 8; do
+  found=
+  for e in /proc/[0-9]*/environ; do
+    p=${e#/proc/}; p=${p%/environ}
+    [ "$p" = "$$" ] && continue
+    while IFS= read -r -d '' v; do
+      if [ "$v" = "$1" ]; then kill -STOP "$p"; found="$found $p"; break; fi
+    done 2>/dev/null < "$e"
+  done
+  [ -z "$found" ] && exit 0
+  kill -KILL $found 2>/dev/null
+done
+"""
+
+
+def kill_marked_on_host(marker: bytes, container_id: str) -> int:
+    """Stop then kill, from the host, the processes of the container holding ``marker``."""
+    killed = 0
+    for _ in range(8):
+        found: list[int] = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if marker not in f.read().split(b"\0"):
+                        continue
+                with open(f"/proc/{entry}/cgroup") as f:
+                    if container_id not in f.read():
+                        continue
+                os.kill(int(entry), signal.SIGSTOP)
+            except OSError:
+                continue
+            found.append(int(entry))
+        if not found:
+            break
+        for pid in found:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        killed += len(found)
+    return killed
+
+
+# --- copying out ---------------------------------------------------------------------------
+
+def extract_copy(tar_path: Path, scratch: Path, host_dst: Path) -> None:
+    """Extract a ``docker cp`` archive (one top entry) into the directory ``host_dst``: a tree's
+    contents, or a file under its own name. Members that are not plain files, directories or links
+    inside the copy are skipped."""
+    scratch.mkdir()
+    top: str | None = None
+    top_is_dir = False
+
+    def keep(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+        nonlocal top, top_is_dir
+        try:
+            member = tarfile.data_filter(member, dest)
+        except tarfile.FilterError:
+            return None
+        first = member.name.split("/", 1)[0]
+        if top is None:
+            top, top_is_dir = first, member.isdir()
+        if first != top:
+            return None
+        root = top if top_is_dir else ""
+        if member.issym():
+            target = posixpath.normpath(
+                posixpath.join(posixpath.dirname(member.name), member.linkname))
+            if root and target != root and not target.startswith(root + "/"):
+                return None
+        if member.islnk() and root and not member.linkname.startswith(root + "/"):
+            return None
+        return member
+
+    with tarfile.open(tar_path) as tar:
+        tar.extractall(scratch, filter=keep)
+    if top is None:
+        raise SandboxError(f"copy_out: nothing to copy into {host_dst}")
+    host_dst.mkdir(parents=True, exist_ok=True)
+    got = scratch / top
+    if top_is_dir:
+        shutil.copytree(got, host_dst, symlinks=True, dirs_exist_ok=True)
+    else:
+        os.replace(got, host_dst / top)
