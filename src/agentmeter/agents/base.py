@@ -1,0 +1,67 @@
+"""The Agent interface every agent implements: oracle, nop, the native scaffold, installed CLIs.
+
+An agent declares the cached layers it needs (its installation), then runs against one task in a
+started sandbox. It reaches a model only through the gateway endpoint it is given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from agentmeter.sandbox.protocol import Sandbox
+from agentmeter.sandbox.spec import LayerSpec
+from agentmeter.store.models import TokenUsage
+from agentmeter.tasks.models import Task
+
+
+@dataclass(frozen=True)
+class GatewayEndpoint:
+    """How an agent inside the sandbox reaches its model."""
+
+    base_url: str  # e.g. http://127.0.0.1:18080 (no /v1)
+    token: str  # the per-trial token; never a provider key
+    model: str  # the model name the agent should ask for
+    #: the same gateway as reached from the host, for agents whose loop runs on the host
+    host_base_url: str | None = None
+
+
+@dataclass
+class AgentRun:
+    """What an agent reports after running. The store keeps the gateway's usage, not this."""
+
+    exit_code: int | None = None
+    timed_out: bool = False
+    #: the agent failed in a way that is its own fault (crash, unparseable output)
+    error: str | None = None
+    command_s: float = 0.0
+    tool_calls: dict[str, int] = field(default_factory=dict)
+    turns: int | None = None
+    #: usage the agent itself reported, for the accounting comparison (never stored as truth)
+    self_reported_usage: TokenUsage | None = None
+    final_message: str | None = None
+    #: host files written by the agent run (logs, transcripts): name -> (path, kind)
+    artifacts: dict[str, tuple[Path, str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AgentContext:
+    task: Task
+    sandbox: Sandbox
+    timeout_s: float
+    logs_dir: Path  # host directory for this trial's agent artifacts
+    gateway: GatewayEndpoint | None = None
+
+
+class Agent(Protocol):
+    name: str
+    version: str | None
+    #: whether the agent talks to a model (and so needs a gateway trial)
+    uses_model: bool
+
+    def layers(self) -> list[LayerSpec]:
+        """Cached layers holding the agent's installation (empty if it needs none)."""
+        ...
+
+    async def run(self, ctx: AgentContext) -> AgentRun: ...

@@ -1,0 +1,324 @@
+"""The ``agentmeter`` command. Thin: parses, calls the packages, prints."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from agentmeter.paths import default_runs_dir
+from agentmeter.report.summary import summarize, summary_table
+from agentmeter.runner.executor import RunProgress
+from agentmeter.runner.session import (
+    PreparedRun,
+    RunRequest,
+    RunSetupError,
+    prepare,
+    request_of,
+    run,
+)
+from agentmeter.store.db import Store, StoreError
+from agentmeter.store.models import TrialRecord, TrialStatus
+from agentmeter.tasks.errors import TaskError
+from agentmeter.tasks.suite import load_suite
+
+app = typer.Typer(help="Evaluate deployed agent configurations (model × agent) on local tasks "
+                  "in sandboxes, measuring success and cost together.", no_args_is_help=True)
+tasks_app = typer.Typer(help="Inspect and check task suites.", no_args_is_help=True)
+app.add_typer(tasks_app, name="tasks")
+# logs and CI capture get a wide table instead of rich's 80-column default
+console = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+
+StoreOpt = Annotated[Path | None, typer.Option("--store", help="runs directory (default ./.agentmeter)")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+
+
+def _fail(message: str) -> typer.Exit:
+    err.print(f"[red]error:[/red] {message}")
+    return typer.Exit(2)
+
+
+def _open_store(store: Path | None) -> Store:
+    try:
+        return Store.open(store or default_runs_dir())
+    except StoreError as e:
+        raise _fail(str(e)) from None
+
+
+def _execute(prepared: PreparedRun, store_dir: Path | None, run_id: str | None,
+             as_json: bool) -> tuple[Store, str, RunProgress]:
+    store = _open_store(store_dir)
+    started = time.monotonic()
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("passed {task.fields[passed]}  spend ${task.fields[spend]:.4f}"),
+                  TimeRemainingColumn(), console=err, disable=as_json, transient=False) as bar:
+        job = bar.add_task("preparing", total=None, passed=0, spend=0.0)
+
+        def on_prepare(what: str) -> None:
+            bar.update(job, description=f"preparing {what}")
+
+        def on_progress(p: RunProgress, rec: TrialRecord | None) -> None:
+            bar.update(job, description="running", total=p.total, completed=p.done,
+                       passed=p.passed, spend=p.spend_usd)
+            if rec is not None and rec.status is TrialStatus.INFRA_INVALID:
+                bar.console.print(f"[yellow]infra_invalid[/yellow] {rec.id} try {rec.try_number}: "
+                                  f"{(rec.error or '').splitlines()[0][:200]}")
+
+        def log(line: str) -> None:
+            bar.console.print(f"[dim]{line}[/dim]")
+
+        try:
+            run_id, progress = asyncio.run(run(store, prepared, run_id, on_progress=on_progress,
+                                               on_prepare=on_prepare, log=log))
+        except KeyboardInterrupt:
+            err.print("[yellow]interrupted[/yellow]: completed trials are stored; "
+                      "continue with [bold]agentmeter resume[/bold]")
+            raise typer.Exit(130) from None
+        except RunSetupError as e:
+            raise _fail(str(e)) from None
+    if not as_json:
+        err.print(f"[dim]{progress.done} trials ({progress.skipped} already complete) in "
+                  f"{time.monotonic() - started:.1f}s[/dim]")
+    return store, run_id, progress
+
+
+def _print_results(store: Store, run_id: str, as_json: bool) -> None:
+    rows = summarize(store, run_id)
+    if as_json:
+        print(json.dumps({"run_id": run_id, "configs": [
+            {**r.model_dump(mode="json"), "pass_rate": r.pass_rate} for r in rows]}, indent=1))
+        return
+    console.print(summary_table(rows, f"run {run_id}"))
+    console.print(f"[dim]store: {store.run_dir(run_id)}  ·  details: agentmeter show {run_id}[/dim]")
+
+
+@app.command("run")
+def run_cmd(
+    suite: Annotated[list[str], typer.Option("--suite", "-s", help="suite dir, task dir or built-in name")] = ["starter"],  # noqa: B006
+    agent: Annotated[list[str], typer.Option("--agent", "-a", help="agent name[@version]; repeatable")] = ["oracle"],  # noqa: B006
+    model: Annotated[list[str] | None, typer.Option("--model", "-m", help="model; repeatable (grid)")] = None,
+    subset: Annotated[str | None, typer.Option(help="named subset of the suite")] = None,
+    task: Annotated[list[str] | None, typer.Option("--task", "-t", help="task id; repeatable")] = None,
+    attempts: int = 1, concurrency: Annotated[int, typer.Option("--concurrency", "-c")] = 2,
+    backend: str = "local", run_id: Annotated[str | None, typer.Option("--run-id")] = None,
+    max_infra_retries: int = 2,
+    models_file: Annotated[str | None, typer.Option(help="models TOML")] = None,
+    prices: Annotated[list[str] | None, typer.Option(help="pricing snapshot TOML; repeatable")] = None,
+    require_prices: Annotated[bool, typer.Option(help="fail before running if a model has no price")] = False,
+    record_bodies: bool = False,
+    store: StoreOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Run agents (× models) on tasks. Re-running with the same --run-id resumes it."""
+    try:
+        req = RunRequest(suites=suite, subset=subset, task_ids=task or [], agents=agent,
+                         models=model or [], attempts=attempts, concurrency=concurrency,
+                         backend=backend, max_infra_retries=max_infra_retries,
+                         models_file=models_file, prices=prices or [],
+                         allow_unpriced=not require_prices, record_bodies=record_bodies)
+        prepared = prepare(req)
+    except (RunSetupError, ValueError) as e:
+        raise _fail(str(e)) from None
+    st, rid, _ = _execute(prepared, store, run_id, as_json)
+    _print_results(st, rid, as_json)
+
+
+@app.command()
+def resume(run_id: str, store: StoreOpt = None, concurrency: int | None = None,
+           as_json: JsonOpt = False) -> None:
+    """Continue a run: completed trials are kept, incomplete ones run again."""
+    st = _open_store(store)
+    try:
+        req = request_of(st, run_id)
+        if concurrency:
+            req = req.model_copy(update={"concurrency": concurrency})
+        prepared = prepare(req)
+    except RunSetupError as e:
+        raise _fail(str(e)) from None
+    st, rid, _ = _execute(prepared, store, run_id, as_json)
+    _print_results(st, rid, as_json)
+
+
+@app.command()
+def runs(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """List runs in the store."""
+    st = _open_store(store)
+    records = st.list_runs()
+    if as_json:
+        print(json.dumps([r.model_dump(mode="json") for r in records], indent=1))
+        return
+    table = Table("run", "created", "status", "backend", "trials", "passed")
+    for r in records:
+        trials = st.latest_completed_trials(r.id)
+        table.add_row(r.id, r.created_at.strftime("%Y-%m-%d %H:%M"), r.status, r.backend,
+                      str(len(trials)), str(sum(t.status is TrialStatus.PASSED for t in trials)))
+    console.print(table)
+
+
+@app.command()
+def show(run_id: str, trial: Annotated[str | None, typer.Option("--trial")] = None,
+         store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """Show a run's results, or one trial in detail."""
+    st = _open_store(store)
+    if st.get_run(run_id) is None:
+        raise _fail(f"no run {run_id!r} in {st}")
+    if trial is None:
+        _print_results(st, run_id, as_json)
+        if not as_json:
+            table = Table("trial", "status", "reward", "calls", "USD", "error", title="trials")
+            for t in sorted(st.latest_completed_trials(run_id), key=lambda t: t.id):
+                table.add_row(t.id, t.status.value, "n/a" if t.reward is None else f"{t.reward:g}",
+                              str(t.model_calls), "n/a" if t.cost_usd is None else f"{t.cost_usd:.4f}",
+                              (t.error or "").splitlines()[0][:60] if t.error else "")
+            console.print(table)
+        return
+    rec = st.get_trial(run_id, trial)
+    if rec is None:
+        raise _fail(f"no trial {trial!r} in run {run_id}")
+    calls = st.model_calls(run_id, trial, rec.try_number)
+    arts = st.artifacts(run_id, trial, rec.try_number)
+    data: dict[str, Any] = {"trial": rec.model_dump(mode="json"),
+                            "model_calls": [c.model_dump(mode="json") for c in calls],
+                            "artifacts": [a.model_dump(mode="json") for a in arts]}
+    if as_json:
+        print(json.dumps(data, indent=1))
+        return
+    console.print_json(json.dumps(data["trial"]))
+    for c in calls:
+        console.print(f"call {c.seq}: {c.client_api}→{c.wire_api} {c.upstream_model} {c.status_code} "
+                      f"{c.latency_s * 1000:.0f} ms usage={c.usage.model_dump(exclude_none=True)}")
+    for a in arts:
+        console.print(f"artifact {a.name} ({a.kind}, {a.size} B): {st.run_dir(run_id) / a.relpath}")
+
+
+@tasks_app.command("list")
+def tasks_list(path: Annotated[str, typer.Argument(help="suite/task dir or built-in name")] = "starter",
+               as_json: JsonOpt = False) -> None:
+    """List the tasks of a suite."""
+    try:
+        suite = load_suite(path)
+    except TaskError as e:
+        raise _fail(str(e)) from None
+    if as_json:
+        print(json.dumps([{"id": t.id, "tier": t.tier, "category": t.category, "format": t.format}
+                          for t in suite.tasks], indent=1))
+        return
+    table = Table("task", "tier", "category", "format", title=f"suite {suite.name} ({len(suite.tasks)} tasks)")
+    for t in suite.tasks:
+        table.add_row(t.id, t.tier or "-", t.category or "-", t.format)
+    console.print(table)
+    for name, ids in suite.subsets.items():
+        console.print(f"subset [bold]{name}[/bold]: {', '.join(ids)}")
+
+
+@tasks_app.command("show")
+def tasks_show(task_id: str, suite: Annotated[str, typer.Option("--suite", "-s")] = "starter") -> None:
+    """Show one task: metadata and instruction."""
+    try:
+        s = load_suite(task_id) if Path(task_id).is_dir() else load_suite(suite)
+        t = s.tasks[0] if Path(task_id).is_dir() else s.task(task_id)
+    except (TaskError, KeyError) as e:
+        raise _fail(str(e)) from None
+    meta = t.model_dump(mode="json", exclude={"instruction"})
+    console.print_json(json.dumps(meta))
+    console.rule("instruction")
+    console.print(t.instruction)
+
+
+@tasks_app.command("check")
+def tasks_check(path: Annotated[str, typer.Argument(help="suite/task dir or built-in name")] = "starter",
+                backend: str = "local", concurrency: int = 2, store: StoreOpt = None,
+                as_json: JsonOpt = False) -> None:
+    """Run oracle and nop on every task: report broken tasks (oracle fails) and trivial ones
+    (nop passes)."""
+    try:
+        prepared = prepare(RunRequest(suites=[path], agents=["oracle", "nop"], backend=backend,
+                                      concurrency=concurrency))
+    except RunSetupError as e:
+        raise _fail(str(e)) from None
+    tmp = None
+    if store is None:
+        tmp = tempfile.TemporaryDirectory(prefix="agentmeter-check-")
+        store = Path(tmp.name)
+    st, rid, _ = _execute(prepared, store, None, as_json)
+    labels = {c.id: c.agent.name for c in st.run_configs(rid)}
+    verdicts: dict[str, dict[str, TrialRecord]] = {}
+    for t in st.latest_completed_trials(rid):
+        verdicts.setdefault(t.task_id, {})[labels[t.config_id]] = t
+    broken = sorted(k for k, v in verdicts.items() if v["oracle"].status is not TrialStatus.PASSED)
+    trivial = sorted(k for k, v in verdicts.items() if v["nop"].status is TrialStatus.PASSED)
+    if as_json:
+        print(json.dumps({"tasks": len(verdicts), "broken": broken, "trivial": trivial}))
+    else:
+        for k in broken:
+            o = verdicts[k]["oracle"]
+            console.print(f"[red]broken[/red] {k}: oracle {o.status.value} "
+                          f"(reward {o.reward}) {(o.error or '').splitlines()[0][:150] if o.error else ''}")
+        for k in trivial:
+            console.print(f"[yellow]trivial[/yellow] {k}: nop passes")
+        ok = len(verdicts) - len(set(broken) | set(trivial))
+        console.print(f"{ok}/{len(verdicts)} tasks valid")
+    if tmp is not None:
+        st.close()
+        tmp.cleanup()
+    if broken or trivial:
+        raise typer.Exit(1)
+
+
+@app.command()
+def setup(docker: Annotated[bool, typer.Option(help="also start dockerd and import the base image")] = False,
+          suite: Annotated[str, typer.Option(help="build this suite's environments")] = "starter") -> None:
+    """Install host tools, build the Debian base and the suite's environment layers."""
+    from agentmeter.sandbox import rootfs
+    from agentmeter.sandbox.local import LocalBackend
+    from agentmeter.sandbox.spec import SandboxError
+
+    try:
+        with err.status("building the Debian base (debootstrap, once)") as status:
+            rootfs.ensure_debian_base(lambda line: status.update(f"debootstrap: {line[:80]}"))
+        backend = LocalBackend()
+        backend.layers.log = lambda line: err.print(f"[dim]{line}[/dim]")
+        prepared = prepare(RunRequest(suites=[suite], agents=["oracle"]))
+        from agentmeter.runner.trial import sandbox_spec
+
+        for t in prepared.tasks:
+            asyncio.run(backend.prepare(sandbox_spec(t, prepared.configs[0].agent, None)))
+        if docker:
+            from agentmeter.sandbox.docker import DockerBackend
+            from agentmeter.sandbox.dockerd import ensure_dockerd
+
+            ensure_dockerd()
+            for t in prepared.tasks:
+                asyncio.run(DockerBackend().prepare(sandbox_spec(t, prepared.configs[0].agent, None)))
+    except (SandboxError, RunSetupError) as e:
+        raise _fail(str(e)) from None
+    err.print("[green]ready[/green]")
+
+
+@app.command()
+def demo(store: StoreOpt = None, concurrency: int = 2, as_json: JsonOpt = False) -> None:
+    """Run the built-in demo: the starter suite with the reference agents."""
+    req = RunRequest(suites=["starter"], agents=["oracle", "nop"], concurrency=concurrency)
+    try:
+        prepared = prepare(req)
+    except RunSetupError as e:
+        raise _fail(str(e)) from None
+    st, rid, _ = _execute(prepared, store, None, as_json)
+    _print_results(st, rid, as_json)
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

@@ -1,0 +1,141 @@
+"""The local asyncio executor: runs a plan with bounded concurrency, resumes, retries infra.
+
+Resume rule: a trial whose latest try ended with a final status other than infra_invalid is never
+run again; tries left ``running`` by a killed runner are closed as interrupted (their spending
+kept) and rerun; infra_invalid tries are retried up to ``max_infra_retries`` times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from agentmeter.runner.plan import PlannedTrial
+from agentmeter.runner.trial import TrialContext, TrialRunner, sandbox_spec
+from agentmeter.sandbox.spec import SandboxError
+from agentmeter.store.models import TrialRecord, TrialStatus
+
+INTERRUPTED = "interrupted: the runner stopped before this try finished"
+
+
+@dataclass
+class RunProgress:
+    total: int
+    done: int = 0
+    passed: int = 0
+    spend_usd: float = 0.0
+    infra: int = 0
+    skipped: int = 0
+    results: list[TrialRecord] = field(default_factory=list)
+
+
+ProgressCallback = Callable[[RunProgress, TrialRecord | None], None]
+PrepareCallback = Callable[[str], None]
+
+
+async def prepare_environments(ctx: TrialContext, plan: list[PlannedTrial],
+                               on_prepare: PrepareCallback | None = None) -> dict[str, str]:
+    """Build (or find cached) every distinct environment once, before trials start, so
+    concurrent trials never build the same layer twice. Returns spec key -> build error."""
+    errors: dict[str, str] = {}
+    seen: set[str] = set()
+    for p in plan:
+        key = _env_key(p)
+        if key in seen:
+            continue
+        seen.add(key)
+        spec = sandbox_spec(p.task, p.config.agent, ctx.gateway)
+        if on_prepare:
+            on_prepare(f"environment {p.task.id}" + (f" + {p.config.agent.name}"
+                                                     if p.config.agent.layers() else ""))
+        try:
+            await ctx.backend.prepare(spec)
+        except SandboxError as e:
+            errors[key] = f"environment build failed: {e}"
+    return errors
+
+
+def _env_key(p: PlannedTrial) -> str:
+    return f"{p.task.id}\0{p.task.digest}\0{p.config.agent.name}\0{p.config.agent.version}"
+
+
+def _next_try(latest: TrialRecord | None, max_infra_retries: int, infra_tries: int) -> int | None:
+    """The try number to run next, or None when the trial is complete."""
+    if latest is None:
+        return 0
+    if latest.status.final and latest.status is not TrialStatus.INFRA_INVALID:
+        return None
+    if latest.status is TrialStatus.INFRA_INVALID and infra_tries > max_infra_retries:
+        return None
+    return latest.try_number + 1
+
+
+async def execute(ctx: TrialContext, plan: list[PlannedTrial], *, concurrency: int,
+                  max_infra_retries: int = 2, on_progress: ProgressCallback | None = None,
+                  on_prepare: PrepareCallback | None = None) -> RunProgress:
+    store, run_id = ctx.store, ctx.run_id
+    store.close_incomplete_trials(run_id, INTERRUPTED)
+    await ctx.backend.cleanup_stale()
+    existing: dict[str, list[TrialRecord]] = {}
+    for t in store.trials(run_id):
+        existing.setdefault(t.id, []).append(t)
+    progress = RunProgress(total=len(plan))
+    todo: list[tuple[PlannedTrial, int, int]] = []
+    for p in plan:
+        tries = sorted(existing.get(p.trial_id, []), key=lambda r: r.try_number)
+        latest = tries[-1] if tries else None
+        infra = sum(1 for r in tries if r.status is TrialStatus.INFRA_INVALID and r.error != INTERRUPTED)
+        nxt = _next_try(latest, max_infra_retries, infra)
+        progress.spend_usd += sum(r.cost_usd or 0.0 for r in tries)
+        if nxt is None:
+            assert latest is not None
+            progress.done += 1
+            progress.skipped += 1
+            progress.passed += latest.status is TrialStatus.PASSED
+            progress.results.append(latest)
+        else:
+            todo.append((p, nxt, max(0, max_infra_retries - infra)))
+    if on_progress:
+        on_progress(progress, None)
+    build_errors = await prepare_environments(ctx, [t[0] for t in todo], on_prepare)
+
+    sem = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(p: PlannedTrial, try_number: int, infra_left: int) -> None:
+        async with sem:
+            while True:
+                rec = TrialRecord(id=p.trial_id, run_id=run_id, config_id=p.config.record.id,
+                                  task_id=p.task.id, attempt=p.attempt, try_number=try_number,
+                                  owner_pid=os.getpid())
+                build_error = build_errors.get(_env_key(p))
+                if build_error is not None:  # rebuilding would fail the same way: no retry
+                    rec.status, rec.error = TrialStatus.INFRA_INVALID, build_error
+                    store.save_trial(rec)
+                    break
+                rec = await TrialRunner(ctx, p.config.record, p.config.agent, p.task, rec).run()
+                progress.spend_usd += rec.cost_usd or 0.0
+                if rec.status is TrialStatus.INFRA_INVALID and infra_left > 0:
+                    infra_left -= 1
+                    try_number += 1
+                    if on_progress:
+                        on_progress(progress, rec)
+                    continue
+                break
+            progress.done += 1
+            progress.passed += rec.status is TrialStatus.PASSED
+            progress.infra += rec.status is TrialStatus.INFRA_INVALID
+            progress.results.append(rec)
+            if on_progress:
+                on_progress(progress, rec)
+
+    tasks = [asyncio.create_task(one(p, n, left)) for p, n, left in todo]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    return progress

@@ -1,0 +1,67 @@
+"""Plans: configurations (model x agent) x tasks x attempts, validated before anything runs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from agentmeter.agents.base import Agent
+from agentmeter.agents.registry import make_agent
+from agentmeter.store.models import AgentSpec, ConfigRecord, ModelSpec
+from agentmeter.tasks.models import Task
+
+#: the model of agents that use none (oracle, nop)
+NO_MODEL = "none"
+
+
+def config_record(agent: AgentSpec, model: ModelSpec) -> ConfigRecord:
+    payload = json.dumps({"agent": agent.model_dump(), "model": model.model_dump()}, sort_keys=True)
+    cid = hashlib.sha256(payload.encode()).hexdigest()[:12]
+    version = f"@{agent.version}" if agent.version else ""
+    label = f"{agent.name}{version}" if model.name == NO_MODEL else f"{agent.name}{version} × {model.name}"
+    return ConfigRecord(id=cid, model=model, agent=agent, label=label)
+
+
+@dataclass(frozen=True)
+class PlannedConfig:
+    record: ConfigRecord
+    agent: Agent
+
+
+@dataclass(frozen=True)
+class PlannedTrial:
+    config: PlannedConfig
+    task: Task
+    attempt: int
+
+    @property
+    def trial_id(self) -> str:
+        return f"{self.config.record.id}:{self.task.id}:{self.attempt}"
+
+
+def build_configs(agents: list[str], models: list[str],
+                  agent_options: dict[str, dict[str, Any]] | None = None) -> list[PlannedConfig]:
+    """The grid agents x models; agents that use no model get one configuration each.
+    Raises UnknownAgentError for an unknown agent name."""
+    out: list[PlannedConfig] = []
+    seen: set[str] = set()
+    for spec in agents:
+        name, _, version = spec.partition("@")
+        options = (agent_options or {}).get(name, {})
+        agent = make_agent(name, version or None, options)
+        names = models if agent.uses_model else [NO_MODEL]
+        if agent.uses_model and not models:
+            raise ValueError(f"agent {name!r} needs a model: pass --model (e.g. scripted/solver)")
+        for m in names:
+            rec = config_record(AgentSpec(name=name, version=version or None, options=options),
+                                ModelSpec(name=m))
+            if rec.id not in seen:
+                seen.add(rec.id)
+                out.append(PlannedConfig(rec, agent))
+    return out
+
+
+def build_plan(configs: list[PlannedConfig], tasks: list[Task], attempts: int) -> list[PlannedTrial]:
+    return [PlannedTrial(c, t, a) for c in configs for t in tasks for a in range(attempts)]

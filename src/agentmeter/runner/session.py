@@ -1,0 +1,169 @@
+"""A run from request to stored results: validate everything, open the store, start the gateway
+and the sandbox backend, execute the plan, close cleanly (also on Ctrl-C)."""
+
+from __future__ import annotations
+
+import secrets
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from agentmeter.gateway import Gateway, ModelRegistry
+from agentmeter.pricing import PriceBook
+from agentmeter.runner.executor import PrepareCallback, ProgressCallback, RunProgress, execute
+from agentmeter.runner.plan import PlannedConfig, build_configs, build_plan
+from agentmeter.runner.trial import TrialContext
+from agentmeter.sandbox.protocol import SandboxBackend
+from agentmeter.store.db import Store
+from agentmeter.store.models import RunRecord
+from agentmeter.tasks.models import Task
+from agentmeter.tasks.suite import load_suites
+
+
+class RunRequest(BaseModel):
+    """What to run. Stored with the run so ``resume`` can rebuild the same plan."""
+
+    suites: list[str] = Field(default_factory=lambda: ["starter"])
+    subset: str | None = None
+    task_ids: list[str] = Field(default_factory=list)
+    agents: list[str] = Field(default_factory=lambda: ["oracle"])
+    models: list[str] = Field(default_factory=list)
+    agent_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    attempts: int = Field(default=1, ge=1)
+    concurrency: int = Field(default=2, ge=1)
+    backend: str = "local"
+    max_infra_retries: int = Field(default=2, ge=0)
+    models_file: str | None = None
+    prices: list[str] = Field(default_factory=list)
+    allow_unpriced: bool = True
+    record_bodies: bool = False
+
+
+class RunSetupError(Exception):
+    """The request cannot run (bad task, agent, model or store); nothing was written."""
+
+
+@dataclass
+class PreparedRun:
+    request: RunRequest
+    tasks: list[Task]
+    configs: list[PlannedConfig]
+    suite_name: str
+
+
+def prepare(request: RunRequest) -> PreparedRun:
+    """Validate everything a run needs before anything is written."""
+    from agentmeter.agents.registry import UnknownAgentError
+    from agentmeter.tasks.errors import TaskError
+
+    try:
+        suite = load_suites(request.suites)
+        tasks = list(suite.select(request.subset, request.task_ids or None))
+    except (TaskError, KeyError, ValueError) as e:
+        raise RunSetupError(str(e)) from e
+    if not tasks:
+        raise RunSetupError("no tasks selected")
+    try:
+        configs = build_configs(request.agents, request.models, request.agent_options)
+    except (UnknownAgentError, ValueError) as e:
+        raise RunSetupError(str(e)) from e
+    if any(c.agent.uses_model for c in configs):
+        registry, prices = _models_and_prices(request)
+        gw = Gateway(registry, prices, allow_unpriced=request.allow_unpriced)
+        for c in configs:
+            if c.agent.uses_model:
+                try:
+                    gw.check_model(c.record.model.name)
+                except Exception as e:
+                    raise RunSetupError(f"model {c.record.model.name!r}: {e}") from e
+    return PreparedRun(request, tasks, configs, suite.name)
+
+
+def _models_and_prices(request: RunRequest) -> tuple[ModelRegistry, PriceBook]:
+    try:
+        registry = ModelRegistry.load(Path(request.models_file)) if request.models_file else ModelRegistry()
+        prices = PriceBook.load([Path(p) for p in request.prices]) if request.prices else PriceBook()
+    except Exception as e:
+        raise RunSetupError(str(e)) from e
+    return registry, prices
+
+
+def make_backend(name: str, log: Callable[[str], None] | None = None) -> SandboxBackend:
+    if name == "local":
+        from agentmeter.sandbox.local import LocalBackend
+
+        backend = LocalBackend(progress=None)
+        backend.layers.log = log
+        return backend
+    if name == "docker":
+        from agentmeter.sandbox.docker import DockerBackend
+        from agentmeter.sandbox.dockerd import ensure_dockerd
+
+        ensure_dockerd()
+        return DockerBackend()
+    raise RunSetupError(f"unknown sandbox backend {name!r} (local or docker)")
+
+
+def new_run_id() -> str:
+    return datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+async def run(store: Store, prepared: PreparedRun, run_id: str | None = None, *,
+              on_progress: ProgressCallback | None = None,
+              on_prepare: PrepareCallback | None = None,
+              log: Callable[[str], None] | None = None) -> tuple[str, RunProgress]:
+    """Create (or continue) the run ``run_id`` and execute its plan."""
+    req = prepared.request
+    run_id = run_id or new_run_id()
+    existing = store.get_run(run_id)
+    if existing is None:
+        store.create_run(RunRecord(id=run_id, backend=req.backend, attempts=req.attempts,
+                                   concurrency=req.concurrency,
+                                   settings={"request": req.model_dump(), "suite": prepared.suite_name}))
+    else:
+        store.update_run_status(run_id, "running")
+    for c in prepared.configs:
+        store.upsert_config(c.record, run_id=run_id)
+    for t in prepared.tasks:
+        store.upsert_task(t.to_record(prepared.suite_name), run_id=run_id)
+
+    backend = make_backend(req.backend, log)
+    gateway: Gateway | None = None
+    sock_dir = None
+    if any(c.agent.uses_model for c in prepared.configs):
+        registry, prices = _models_and_prices(req)
+        bodies = store.run_dir(run_id) / "bodies" if req.record_bodies else None
+        gateway = Gateway(registry, prices, record_bodies_dir=bodies, allow_unpriced=req.allow_unpriced)
+        sock_dir = tempfile.TemporaryDirectory(prefix="agentmeter-gw-")
+        await gateway.start(unix_socket=Path(sock_dir.name) / "gw.sock", host="127.0.0.1", port=0)
+    ctx = TrialContext(store=store, run_id=run_id, backend=backend, gateway=gateway)
+    plan = build_plan(prepared.configs, prepared.tasks, req.attempts)
+    status = "interrupted"
+    try:
+        progress = await execute(ctx, plan, concurrency=req.concurrency,
+                                 max_infra_retries=req.max_infra_retries,
+                                 on_progress=on_progress, on_prepare=on_prepare)
+        status = "finished"
+    finally:
+        if gateway is not None:
+            await gateway.stop()
+        if sock_dir is not None:
+            sock_dir.cleanup()
+        store.update_run_status(run_id, status,  # type: ignore[arg-type]
+                                finished_at=datetime.now(UTC))
+    return run_id, progress
+
+
+def request_of(store: Store, run_id: str) -> RunRequest:
+    rec = store.get_run(run_id)
+    if rec is None:
+        raise RunSetupError(f"no run {run_id!r} in {store}")
+    try:
+        return RunRequest.model_validate(rec.settings["request"])
+    except (KeyError, ValueError) as e:
+        raise RunSetupError(f"run {run_id} has no resumable request ({e})") from e

@@ -1,0 +1,304 @@
+"""One trial: sandbox up, agent runs (through the gateway), verifier, result and artifacts.
+
+Every outcome becomes a TrialRecord with a status from the taxonomy; the harness never lets an
+agent's or a provider's behaviour crash it. Sandbox and harness failures are ``infra_invalid``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from agentmeter.agents.base import Agent, AgentContext, AgentRun, GatewayEndpoint
+from agentmeter.gateway import Budget, Gateway, ScriptedContext, TrialMeter
+from agentmeter.sandbox.protocol import Sandbox, SandboxBackend
+from agentmeter.sandbox.spec import (
+    AGENT_USER,
+    ExposedSocket,
+    LayerSpec,
+    Limits,
+    SandboxError,
+    SandboxSpec,
+)
+from agentmeter.store.db import Store
+from agentmeter.store.models import (
+    ArtifactRecord,
+    ConfigRecord,
+    PhaseTimings,
+    TrialRecord,
+    TrialStatus,
+    utcnow,
+)
+from agentmeter.tasks.models import REWARD_JSON, REWARD_TXT, TESTS_MOUNT, VERIFIER_LOGS_DIR, Task
+from agentmeter.tasks.pytest_results import parse_pytest_output
+
+#: port the gateway appears on inside every sandbox
+GATEWAY_PORT = 18080
+#: a reward at or above this counts as passed
+PASS_THRESHOLD = 1.0
+
+
+class InfraError(Exception):
+    """A failure not attributable to the configuration."""
+
+
+@dataclass
+class TrialContext:
+    """Everything a trial needs from the run."""
+
+    store: Store
+    run_id: str
+    backend: SandboxBackend
+    gateway: Gateway | None
+    verbose_artifacts: bool = True
+
+
+def task_environment(task: Task) -> list[LayerSpec]:
+    if task.dockerfile is not None:
+        return [LayerSpec(kind="dockerfile", source=task.dockerfile.read_text(),
+                          origin=str(task.dockerfile), context=task.environment_dir,
+                          label=f"{task.id} environment")]
+    if task.setup_script is not None:
+        return [LayerSpec(kind="script", source=task.setup_script.read_text(),
+                          origin=str(task.setup_script), context=task.environment_dir,
+                          label=f"{task.id} setup")]
+    return []
+
+
+def sandbox_spec(task: Task, agent: Agent, gateway: Gateway | None) -> SandboxSpec:
+    sockets: tuple[ExposedSocket, ...] = ()
+    if gateway is not None and agent.uses_model and gateway.unix_socket is not None:
+        sockets = (ExposedSocket(host_path=gateway.unix_socket, port=GATEWAY_PORT),)
+    return SandboxSpec(
+        base=task.base,
+        layers=tuple(task_environment(task) + agent.layers()),
+        workdir=task.workdir,
+        env=dict(task.environment_env),
+        user=AGENT_USER,
+        limits=Limits(memory_mb=task.memory_mb, cpus=task.cpus, pids=4096,
+                      disk_mb=task.storage_mb),
+        network="full" if task.allow_internet else "none",
+        exposed_sockets=sockets,
+    )
+
+
+def parse_reward(task: Task, reward_txt: bytes | None, reward_json: bytes | None,
+                 verifier_stdout: str) -> tuple[float | None, dict[str, float], str | None]:
+    """(reward, named rewards, problem) from what the verifier left behind."""
+    if task.reward_parser == "pytest":
+        results = parse_pytest_output(verifier_stdout)
+        if not results.outcomes:
+            return None, {}, "the pytest output had no test results"
+        return results.reward, {"fraction": results.fraction}, None
+    if reward_txt is not None:
+        try:
+            value = float(reward_txt.decode().strip())
+        except ValueError:
+            return None, {}, f"{REWARD_TXT} is not a number: {reward_txt[:80]!r}"
+        if not math.isfinite(value):
+            return None, {}, f"{REWARD_TXT} is not finite"
+        return value, {}, None
+    if reward_json is not None:
+        try:
+            named = {k: float(v) for k, v in json.loads(reward_json).items()}
+        except (ValueError, AttributeError, TypeError):
+            return None, {}, f"{REWARD_JSON} is not an object of numbers"
+        if not named:
+            return None, {}, f"{REWARD_JSON} is empty"
+        reward = named.get("reward", sum(named.values()) / len(named))
+        return reward, named, None
+    return None, {}, f"the verifier wrote neither {REWARD_TXT} nor {REWARD_JSON}"
+
+
+class TrialRunner:
+    """Runs one trial and stores every step of it."""
+
+    def __init__(self, ctx: TrialContext, config: ConfigRecord, agent: Agent, task: Task,
+                 record: TrialRecord) -> None:
+        self.ctx = ctx
+        self.config = config
+        self.agent = agent
+        self.task = task
+        self.rec = record
+        self.dir = ctx.store.artifact_dir(ctx.run_id, record.id, record.try_number)
+
+    def _save(self) -> None:
+        self.ctx.store.save_trial(self.rec)
+
+    def _artifact(self, name: str, path: Path, kind: str) -> None:
+        rel = path.relative_to(self.ctx.store.run_dir(self.ctx.run_id)).as_posix()
+        self.ctx.store.add_artifact(self.ctx.run_id, ArtifactRecord(
+            trial_id=self.rec.id, name=name, kind=kind, relpath=rel,  # type: ignore[arg-type]
+            size=path.stat().st_size), try_number=self.rec.try_number)
+
+    async def run(self) -> TrialRecord:
+        rec = self.rec
+        rec.status = TrialStatus.RUNNING
+        rec.started_at = utcnow()
+        self._save()
+        timings = PhaseTimings()
+        sandbox: Sandbox | None = None
+        meter: TrialMeter | None = None
+        token_open = False
+        try:
+            t0 = time.monotonic()
+            try:
+                sandbox = await self.ctx.backend.start(sandbox_spec(self.task, self.agent, self.ctx.gateway))
+                await sandbox.exec(["chown", "-R", f"{AGENT_USER}:{AGENT_USER}", sandbox.workdir],
+                                   user="root")
+            except SandboxError as e:
+                raise InfraError(f"environment: {e}") from e
+            timings.environment = time.monotonic() - t0
+
+            t0 = time.monotonic()
+            endpoint = None
+            if self.agent.uses_model:
+                endpoint = self._open_gateway_trial()
+                token_open = True
+            snapshot = await sandbox.snapshot()
+            timings.agent_setup = time.monotonic() - t0
+
+            t0 = time.monotonic()
+            agent_run = await self._run_agent(sandbox, endpoint)
+            timings.agent_run = time.monotonic() - t0
+            timings.agent_command = agent_run.command_s
+            if token_open and self.ctx.gateway is not None:
+                meter = self.ctx.gateway.close_trial(rec.id)
+                token_open = False
+            await self._save_diff(sandbox, snapshot)
+
+            t0 = time.monotonic()
+            reward, named, problem, verifier_s = await self._verify(sandbox)
+            timings.verification = time.monotonic() - t0
+            timings.verifier_command = verifier_s
+            self._finish(agent_run, meter, reward, named, problem)
+        except InfraError as e:
+            rec.status = TrialStatus.INFRA_INVALID
+            rec.error = str(e)[-4000:]
+        except Exception as e:  # a harness bug must not take the run down
+            rec.status = TrialStatus.INFRA_INVALID
+            rec.error = f"harness error: {e!r}\n{traceback.format_exc()[-3000:]}"
+        finally:
+            if token_open and self.ctx.gateway is not None:
+                meter = self.ctx.gateway.close_trial(rec.id)
+            if sandbox is not None:
+                await sandbox.stop()
+        if meter is not None:
+            self._apply_meter(meter)
+        rec.timings = timings
+        rec.finished_at = utcnow()
+        rec.owner_pid = None
+        self._save()
+        return rec
+
+    def _open_gateway_trial(self) -> GatewayEndpoint:
+        gw = self.ctx.gateway
+        if gw is None:
+            raise InfraError(f"agent {self.agent.name} needs a model but no gateway is running")
+        b = self.task.budgets
+        solution = None
+        if self.task.solution_script is not None and self.task.solution_script.is_file():
+            solution = self.task.solution_script.read_text()
+        token = gw.open_trial(self.rec.id, self.config.model.name,
+                              budget=Budget(max_tokens=b.max_tokens, max_usd=b.max_usd,
+                                            max_calls=b.max_calls),
+                              scripted=ScriptedContext(solution_script=solution))
+        return GatewayEndpoint(base_url=f"http://127.0.0.1:{GATEWAY_PORT}", token=token,
+                               model=self.config.model.name,
+                               host_base_url=gw.base_url if gw.port else None)
+
+    async def _run_agent(self, sandbox: Sandbox, endpoint: GatewayEndpoint | None) -> AgentRun:
+        agent_dir = self.dir / "agent"
+        agent_dir.mkdir(parents=True, exist_ok=True)
+        ctx = AgentContext(task=self.task, sandbox=sandbox, timeout_s=self.task.agent_timeout_s,
+                           logs_dir=agent_dir, gateway=endpoint)
+        try:
+            run = await self.agent.run(ctx)
+        except SandboxError as e:
+            raise InfraError(f"agent run: {e}") from e
+        except Exception as e:
+            run = AgentRun(error=f"agent {self.agent.name} crashed: {e!r}")
+        for name, (path, kind) in run.artifacts.items():
+            if path.is_file():
+                self._artifact(name, path, kind)
+        return run
+
+    async def _save_diff(self, sandbox: Sandbox, snapshot: object) -> None:
+        try:
+            diff = await sandbox.diff(snapshot)  # type: ignore[arg-type]
+        except SandboxError:
+            return
+        path = self.dir / "fs_diff.json"
+        path.write_text(diff.model_dump_json(indent=1))
+        self._artifact("fs_diff.json", path, "fs_diff")
+
+    async def _verify(self, sandbox: Sandbox) -> tuple[float | None, dict[str, float], str | None, float]:
+        task = self.task
+        try:
+            for rel, host in task.verifier_files().items():
+                await sandbox.write_file(f"{TESTS_MOUNT}/{rel}", host.read_bytes(),
+                                         mode=0o755 if host.stat().st_mode & 0o111 else 0o644)
+            await sandbox.exec(["sh", "-c", f"rm -rf {VERIFIER_LOGS_DIR} && mkdir -p {VERIFIER_LOGS_DIR}"],
+                               user="root")
+            r = await sandbox.exec(task.test_command, user="root", timeout=task.verifier_timeout_s,
+                                   env={**task.verifier_env, "TEST_DIR": TESTS_MOUNT})
+            out = self.dir / "verifier.log"
+            out.write_text(f"$ {task.test_command}\n--- exit {r.exit_code}"
+                           f"{' (timed out)' if r.timed_out else ''}\n--- stdout\n{r.stdout}\n"
+                           f"--- stderr\n{r.stderr}\n")
+            self._artifact("verifier.log", out, "verifier_output")
+            txt = await self._maybe_read(sandbox, REWARD_TXT)
+            js = await self._maybe_read(sandbox, REWARD_JSON)
+        except SandboxError as e:
+            raise InfraError(f"verification: {e}") from e
+        reward, named, problem = parse_reward(task, txt, js, r.stdout)
+        if r.timed_out and reward is None:
+            problem = f"the verifier timed out after {task.verifier_timeout_s:.0f}s"
+        return reward, named, problem, r.duration_s
+
+    @staticmethod
+    async def _maybe_read(sandbox: Sandbox, path: str) -> bytes | None:
+        try:
+            return await sandbox.read_file(path)
+        except SandboxError:
+            return None
+
+    def _finish(self, run: AgentRun, meter: TrialMeter | None, reward: float | None,
+                named: dict[str, float], problem: str | None) -> None:
+        rec = self.rec
+        rec.reward = reward
+        rec.rewards = named
+        rec.passed = reward is not None and reward >= PASS_THRESHOLD
+        rec.tool_calls = dict(run.tool_calls)
+        rec.turns = run.turns
+        if run.self_reported_usage is not None:
+            rec.extra["self_reported_usage"] = run.self_reported_usage.model_dump()
+        if meter is not None and meter.infra_error:
+            rec.status = TrialStatus.INFRA_INVALID
+            rec.error = f"provider: {meter.infra_error}"
+        elif rec.passed:
+            rec.status = TrialStatus.PASSED
+        elif meter is not None and meter.budget_exceeded or run.error == "budget_exceeded":
+            rec.status = TrialStatus.BUDGET_EXCEEDED
+        elif run.timed_out:
+            rec.status = TrialStatus.TIMEOUT
+            rec.error = f"agent timed out after {self.task.agent_timeout_s:.0f}s"
+        elif run.error:
+            rec.status = TrialStatus.AGENT_ERROR
+            rec.error = run.error
+        else:
+            rec.status = TrialStatus.FAILED
+        if problem and not rec.error:
+            rec.error = problem
+
+    def _apply_meter(self, meter: TrialMeter) -> None:
+        rec = self.rec
+        rec.usage = meter.usage
+        rec.cost_usd = meter.cost_usd
+        rec.model_calls = len(meter.calls)
+        if meter.calls:
+            self.ctx.store.add_model_calls(self.ctx.run_id, meter.calls, try_number=rec.try_number)
