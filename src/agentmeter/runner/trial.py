@@ -35,6 +35,7 @@ from agentmeter.store.models import (
 )
 from agentmeter.tasks.models import REWARD_JSON, REWARD_TXT, TESTS_MOUNT, VERIFIER_LOGS_DIR, Task
 from agentmeter.tasks.pytest_results import parse_pytest_output
+from agentmeter.verify import offline_pytest
 
 #: port the gateway appears on inside every sandbox
 GATEWAY_PORT = 18080
@@ -73,8 +74,10 @@ def sandbox_spec(task: Task, agent: Agent, gateway: Gateway | None) -> SandboxSp
     sockets: tuple[ExposedSocket, ...] = ()
     if gateway is not None and agent.uses_model and gateway.unix_socket is not None:
         sockets = (ExposedSocket(host_path=gateway.unix_socket, port=GATEWAY_PORT),)
+    mounts = (offline_pytest.toolkit_mount(),) if task.reward_parser == "pytest" else ()
     return SandboxSpec(
         base=task.base,
+        mounts=mounts,
         layers=tuple(task_environment(task) + agent.layers()),
         workdir=task.workdir,
         env=dict(task.environment_env),
@@ -242,10 +245,14 @@ class TrialRunner:
             for rel, host in task.verifier_files().items():
                 await sandbox.write_file(f"{TESTS_MOUNT}/{rel}", host.read_bytes(),
                                          mode=0o755 if host.stat().st_mode & 0o111 else 0o644)
-            await sandbox.exec(["sh", "-c", f"rm -rf {VERIFIER_LOGS_DIR} && mkdir -p {VERIFIER_LOGS_DIR}"],
-                               user="root")
+            prep = f"rm -rf {VERIFIER_LOGS_DIR} && mkdir -p {VERIFIER_LOGS_DIR}"
+            env = {**task.verifier_env, "TEST_DIR": TESTS_MOUNT}
+            if task.reward_parser == "pytest":
+                prep += f" && {offline_pytest.PREPARE_HOME}"
+                env = {**offline_pytest.verifier_env(), **env}
+            await sandbox.exec(["sh", "-c", prep], user="root")
             r = await sandbox.exec(task.test_command, user="root", timeout=task.verifier_timeout_s,
-                                   env={**task.verifier_env, "TEST_DIR": TESTS_MOUNT})
+                                   env=env)
             out = self.dir / "verifier.log"
             out.write_text(f"$ {task.test_command}\n--- exit {r.exit_code}"
                            f"{' (timed out)' if r.timed_out else ''}\n--- stdout\n{r.stdout}\n"

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentmeter.paths import cache_dir
-from agentmeter.sandbox.dockerfile import parse_dockerfile
+from agentmeter.sandbox.dockerfile import image_emulation, parse_dockerfile
 from agentmeter.sandbox.hosttools import DOCKER_TOOLS, ensure_tools
 from agentmeter.sandbox.rootfs import BASE_ID, ensure_debian_base
 from agentmeter.sandbox.spec import LayerBuildError, LayerSpec, SandboxError
@@ -275,7 +275,11 @@ def _rewrite_from(text: str, from_line: int, parent: str) -> str:
     end = i
     while end < len(lines) and lines[end].rstrip().endswith("\\"):
         end += 1
-    lines[i:end + 1] = [f"FROM {parent}"]
+    replacement = [f"FROM {parent}"]
+    emulate = image_emulation(" ".join(" ".join(lines[i:end + 1]).split()[1:2]))
+    if emulate is not None:
+        replacement.append(f"RUN {emulate}")
+    lines[i:end + 1] = replacement
     return "\n".join(lines) + "\n"
 
 

@@ -93,6 +93,25 @@ def _split_kv(rest: str, origin: str, line: int) -> list[tuple[str, str]]:
     return pairs
 
 
+#: Official images we cannot pull, emulated on the Debian base by installing their runtime.
+_EMULATED_IMAGES = {
+    "python": "python3 python3-pip python3-venv python-is-python3",
+    "node": "nodejs npm",
+}
+
+
+def image_emulation(from_image: str) -> str | None:
+    """A RUN command that gives the Debian base what ``from_image`` is known for, if any."""
+    name = from_image.split("@")[0].rsplit("/", 1)[-1].split(":")[0]
+    packages = _EMULATED_IMAGES.get(name)
+    if packages is None and "python" in from_image:
+        packages = _EMULATED_IMAGES["python"]
+    if packages is None:
+        return None
+    return (f"apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "
+            f"--no-install-recommends {packages} && rm -rf /var/lib/apt/lists/*")
+
+
 def parse_dockerfile(text: str, origin: str, build_args: dict[str, str] | None = None) -> ParsedDockerfile:
     """Parse ``text``; ARG/ENV values are substituted into later instructions."""
     variables: dict[str, str] = {}
@@ -122,6 +141,9 @@ def parse_dockerfile(text: str, origin: str, build_args: dict[str, str] | None =
             if not image or any(w.startswith("--") for w in image) or len(image) not in (1, 3):
                 raise LayerBuildError(f"{origin}:{line}: FROM needs one image name")
             parsed = ParsedDockerfile(origin=origin, from_image=image[0], from_line=line)
+            emulate = image_emulation(image[0])
+            if emulate is not None:
+                parsed.steps.append(DockerStep("RUN", line, f"RUN {emulate}", (emulate,)))
             continue
         if parsed is None:
             raise LayerBuildError(f"{origin}:{line}: {instr} before FROM")

@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 
 from agentmeter.paths import cache_dir
 from agentmeter.sandbox import rootfs
-from agentmeter.sandbox.dockerfile import DockerStep, parse_dockerfile
+from agentmeter.sandbox.dockerfile import DockerStep, image_emulation, parse_dockerfile
 from agentmeter.sandbox.spec import AGENT_USER, LayerBuildError, LayerSpec, SandboxSpec
 
 if TYPE_CHECKING:
@@ -82,6 +82,8 @@ def _warn_from(image: str, origin: str, line: int, log: BuildLog | None) -> None
         return
     msg = (f"warning: {origin}:{line}: FROM {image} is not available offline; "
            f"using agentmeter's Debian {rootfs.DEBIAN_RELEASE} base instead")
+    if image_emulation(image):
+        msg += " (with Debian's packages for its runtime)"
     if log:
         log(msg)
     else:
