@@ -12,6 +12,9 @@ import pytest
 
 from agentmeter.sandbox.local import LocalBackend
 
+# session fixtures ``docker_daemon`` and ``docker_backend`` (dockerd started when none runs)
+from docker_fixtures import docker_backend_fixture, docker_daemon_fixture  # noqa: F401
+
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
 

@@ -14,11 +14,6 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-# the session fixtures ``docker_daemon`` and ``docker_backend``
-from docker_fixtures import docker_backend_fixture, docker_daemon_fixture  # noqa: E402,F401
-
 from agentmeter.sandbox.docker import LABEL, OWNER_LABEL, DockerBackend, DockerSandbox  # noqa: E402
 from agentmeter.sandbox.dockerd import (  # noqa: E402
     BASE_TAG,

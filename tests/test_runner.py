@@ -1,0 +1,173 @@
+"""The run loop end to end on real sandboxes: statuses, artifacts, resume after SIGKILL, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agentmeter.runner.session import RunRequest, RunSetupError, prepare, run
+from agentmeter.store.db import Store
+from agentmeter.store.models import TrialStatus
+from taskgen import make_task
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+async def _run(store: Store, req: RunRequest, run_id: str | None = None) -> str:
+    rid, _ = await run(store, prepare(req), run_id)
+    return rid
+
+
+async def test_oracle_and_nop_on_starter_tasks(tmp_path: Path) -> None:
+    store = Store.open(tmp_path)
+    req = RunRequest(suites=["starter"], task_ids=["log-level-counts", "git-restore-deleted-file"],
+                     agents=["oracle", "nop"], concurrency=2)
+    rid = await _run(store, req)
+    trials = store.latest_completed_trials(rid)
+    assert len(trials) == 4
+    configs = {c.id: c.agent.name for c in store.run_configs(rid)}
+    for t in trials:
+        expected = TrialStatus.PASSED if configs[t.config_id] == "oracle" else TrialStatus.FAILED
+        assert t.status is expected, (t.id, t.error)
+        assert t.timings.environment is not None and t.timings.verification is not None
+        names = {a.name for a in store.artifacts(rid, t.id)}
+        assert {"verifier.log", "fs_diff.json"} <= names
+        if configs[t.config_id] == "oracle":
+            assert "oracle.log" in names
+            diff = json.loads((store.run_dir(rid) / next(
+                a.relpath for a in store.artifacts(rid, t.id) if a.name == "fs_diff.json")).read_text())
+            assert diff["created"] or diff["modified"]
+    assert store.get_run(rid).status == "finished"  # type: ignore[union-attr]
+
+
+async def test_harbor_and_terminal_bench_fixtures_pass_with_oracle(tmp_path: Path) -> None:
+    store = Store.open(tmp_path)
+    req = RunRequest(suites=[str(FIXTURES / "harbor-task"), str(FIXTURES / "tb-task")],
+                     agents=["oracle", "nop"])
+    rid = await _run(store, req)
+    configs = {c.id: c.agent.name for c in store.run_configs(rid)}
+    result = {(configs[t.config_id], t.task_id): t.status for t in store.latest_completed_trials(rid)}
+    assert result == {("oracle", "harbor-task"): TrialStatus.PASSED,
+                      ("oracle", "tb-task"): TrialStatus.PASSED,
+                      ("nop", "harbor-task"): TrialStatus.FAILED,
+                      ("nop", "tb-task"): TrialStatus.FAILED}
+
+
+@pytest.mark.docker
+async def test_fixtures_pass_with_oracle_on_docker(tmp_path: Path, docker_daemon: object) -> None:
+    store = Store.open(tmp_path)
+    req = RunRequest(suites=[str(FIXTURES / "harbor-task"), str(FIXTURES / "tb-task")],
+                     task_ids=[], agents=["oracle"], backend="docker")
+    rid = await _run(store, req)
+    trials = store.latest_completed_trials(rid)
+    assert {t.task_id: t.status for t in trials} == {"harbor-task": TrialStatus.PASSED,
+                                                     "tb-task": TrialStatus.PASSED}, \
+        [t.error for t in trials]
+
+
+async def test_status_taxonomy(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    make_task(suite, "slow", solve="sleep 30; echo done > /app/done", agent_timeout=1.0)
+    make_task(suite, "crashing", solve="exit 3")
+    make_task(suite, "no-reward", test="#!/bin/bash\necho forgot the reward\n")
+    make_task(suite, "bad-build", dockerfile="FROM debian:trixie\nRUN echo broken-step && exit 9\n")
+    store = Store.open(tmp_path / "runs")
+    rid = await _run(store, RunRequest(suites=[str(suite)], agents=["oracle"], max_infra_retries=1))
+    by_task = {t.task_id: t for t in store.latest_completed_trials(rid)}
+    assert by_task["slow"].status is TrialStatus.TIMEOUT
+    assert by_task["crashing"].status is TrialStatus.FAILED  # verified, reward 0
+    assert by_task["no-reward"].status is TrialStatus.FAILED
+    assert "neither" in (by_task["no-reward"].error or "")
+    bad = by_task["bad-build"]
+    assert bad.status is TrialStatus.INFRA_INVALID
+    assert "Dockerfile:2" in (bad.error or "") and "broken-step" in (bad.error or "")
+    # a build failure is not retried: rebuilding would fail the same way
+    assert [t.try_number for t in store.trials(rid) if t.task_id == "bad-build"] == [0]
+
+
+@pytest.mark.parametrize("problem,match", [
+    ("unknown-agent", "unknown agent 'nosuch'"),
+    ("bad-task", "task.toml"),
+    ("unknown-task", "unknown task ids"),
+    ("needs-model", "needs a model"),
+])
+async def test_bad_input_fails_before_anything_is_written(tmp_path: Path, problem: str, match: str) -> None:
+    suite = tmp_path / "suite"
+    make_task(suite, "ok")
+    req = RunRequest(suites=[str(suite)], agents=["oracle"])
+    if problem == "unknown-agent":
+        req.agents = ["nosuch"]
+    elif problem == "bad-task":
+        bad = make_task(suite, "bad")
+        (bad / "task.toml").write_text('version = "1.0"\n[agent]\ntimeout_sec = "soon"\nbogus = 1\n')
+    elif problem == "unknown-task":
+        req.task_ids = ["ghost"]
+    elif problem == "needs-model":
+        from agentmeter.agents.registry import agent_names
+        if "native" not in agent_names():
+            pytest.skip("the native agent is not registered yet")
+        req.agents = ["native"]
+    with pytest.raises(RunSetupError, match=match):
+        prepare(req)
+    assert not (tmp_path / "runs").exists()
+
+
+def _completed(db: Path, run_id: str) -> int:
+    if not db.exists():
+        return 0
+    try:
+        with Store.open(db.parent) as st:
+            return len(st.latest_completed_trials(run_id))
+    except Exception:
+        return 0
+
+
+def test_sigkill_mid_run_then_resume_runs_every_trial_exactly_once(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    for i in range(8):
+        make_task(suite, f"t{i}", solve="sleep 0.6; echo done > /app/done")
+    runs = tmp_path / "runs"
+    run_id = "killed-run"
+    cmd = [sys.executable, "-m", "agentmeter.cli", "run", "--suite", str(suite), "-a", "oracle",
+           "-a", "nop", "--concurrency", "2", "--run-id", run_id, "--store", str(runs)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while _completed(runs / "agentmeter.db", run_id) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    with Store.open(runs) as st:
+        before = {t.id: t for t in st.latest_completed_trials(run_id)}
+        running = [t for t in st.trials(run_id) if t.status is TrialStatus.RUNNING]
+    assert 4 <= len(before) < 16, "the kill should land mid-run"
+    r = subprocess.run([sys.executable, "-m", "agentmeter.cli", "resume", run_id, "--store", str(runs),
+                        "--json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    with Store.open(runs) as st:
+        final = st.latest_completed_trials(run_id)
+        tries = st.trials(run_id)
+    assert len(final) == 16
+    assert len({t.id for t in final}) == 16
+    # completed trials were not rerun: same record, one completed try each
+    for tid, rec in before.items():
+        again = [t for t in tries if t.id == tid and t.status.final
+                 and t.status is not TrialStatus.INFRA_INVALID]
+        assert len(again) == 1 and again[0].try_number == rec.try_number
+    # tries interrupted by the kill were closed and rerun under a new try number
+    for t in running:
+        assert any(x.id == t.id and x.try_number > t.try_number for x in tries)
+    statuses = {(t.task_id, t.config_id): t.status for t in final}
+    assert sum(s is TrialStatus.PASSED for s in statuses.values()) == 8
+    # nothing of the killed runner is left behind
+    from agentmeter.paths import cache_dir
+    leftovers = [p for p in (cache_dir() / "sandboxes").iterdir()
+                 if json.loads((p / "owner.json").read_text())["owner"] == proc.pid] \
+        if (cache_dir() / "sandboxes").exists() else []
+    assert leftovers == []
