@@ -306,8 +306,11 @@ def setup(docker: Annotated[bool, typer.Option(help="also start dockerd and impo
 
 @app.command()
 def demo(store: StoreOpt = None, concurrency: int = 2, as_json: JsonOpt = False) -> None:
-    """Run the built-in demo: the starter suite with the reference agents."""
-    req = RunRequest(suites=["starter"], agents=["oracle", "nop"], concurrency=concurrency)
+    """Run the built-in demo: the starter suite with the reference agents and the native agent
+    driven by the scripted offline model (a labelled test double: solver, explorer, quitter)."""
+    req = RunRequest(suites=["starter"], agents=["oracle", "nop", "native"],
+                     models=["scripted/solver", "scripted/explorer", "scripted/quitter"],
+                     concurrency=concurrency)
     try:
         prepared = prepare(req)
     except RunSetupError as e:

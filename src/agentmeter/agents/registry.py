@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from agentmeter.agents import native
 from agentmeter.agents.base import Agent
 from agentmeter.agents.reference import NopAgent, OracleAgent
 
@@ -13,6 +14,7 @@ AgentFactory = Callable[[str | None, dict[str, Any]], Agent]
 _FACTORIES: dict[str, AgentFactory] = {
     "oracle": lambda version, options: OracleAgent(),
     "nop": lambda version, options: NopAgent(),
+    "native": native.factory,
 }
 
 

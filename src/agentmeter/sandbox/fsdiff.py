@@ -8,12 +8,13 @@ gets a content digest, and only such files are hashed again when diffing.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
 import os
+import re
 import stat
 import time
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import PurePosixPath
 
 from agentmeter.sandbox.spec import FsDiff, FsEntry, FsSnapshot
 
@@ -21,14 +22,17 @@ from agentmeter.sandbox.spec import FsDiff, FsEntry, FsSnapshot
 RACY_WINDOW_NS = 2_000_000_000
 
 
+@functools.lru_cache(maxsize=64)
+def _matcher(patterns: tuple[str, ...]) -> Callable[[str], object]:
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns)).match
+
+
 def is_ignored(rel: str, patterns: Sequence[str]) -> bool:
     """True when any path component of ``rel`` (or the whole path) matches a pattern."""
     if not patterns:
         return False
-    for part in PurePosixPath(rel).parts:
-        if any(fnmatch.fnmatchcase(part, p) for p in patterns):
-            return True
-    return any(fnmatch.fnmatchcase(rel, p) for p in patterns)
+    match = _matcher(tuple(patterns))
+    return any(match(part) for part in rel.split("/")) or bool(match(rel))
 
 
 def _kind(mode: int) -> str:
@@ -59,6 +63,7 @@ def _digest_file(path: str) -> str | None:
 def walk_host_tree(top: str, ignore: Sequence[str]) -> dict[str, os.stat_result]:
     """lstat of every path under ``top`` (relative paths), never following symlinks."""
     out: dict[str, os.stat_result] = {}
+    match = _matcher(tuple(ignore)) if ignore else None
     stack = [""]
     while stack:
         rel_dir = stack.pop()
@@ -69,7 +74,8 @@ def walk_host_tree(top: str, ignore: Sequence[str]) -> dict[str, os.stat_result]
         with it:
             for de in it:
                 rel = f"{rel_dir}/{de.name}" if rel_dir else de.name
-                if is_ignored(rel, ignore):
+                # parents were checked already: only the new component and the whole path
+                if match is not None and (match(de.name) or match(rel)):
                     continue
                 try:
                     st = de.stat(follow_symlinks=False)
@@ -89,9 +95,10 @@ def snapshot_host_tree(top: str, root_label: str, ignore: Sequence[str]) -> FsSn
         digest = None
         if kind == "f" and taken - st.st_mtime_ns < RACY_WINDOW_NS:
             digest = _digest_file(os.path.join(top, rel))
-        entries[rel] = FsEntry(kind=kind, size=st.st_size, mtime_ns=st.st_mtime_ns,  # type: ignore[arg-type]
-                               mode=stat.S_IMODE(st.st_mode), digest=digest)
-    return FsSnapshot(root=root_label, taken_ns=taken, entries=entries)
+        # model_construct: thousands of trusted values, validation would dominate the cost
+        entries[rel] = FsEntry(kind, st.st_size, st.st_mtime_ns,  # type: ignore[arg-type]
+                               stat.S_IMODE(st.st_mode), digest)
+    return FsSnapshot.model_construct(root=root_label, taken_ns=taken, entries=entries)
 
 
 def diff_entries(
@@ -101,7 +108,9 @@ def diff_entries(
     ignore: Sequence[str],
 ) -> FsDiff:
     """Compare a snapshot with the current listing. ``digest_of(rel)`` hashes a current file."""
-    old = {k: v for k, v in before.entries.items() if not is_ignored(k, ignore)}
+    old = before.entries
+    if ignore:
+        old = {k: v for k, v in old.items() if not is_ignored(k, ignore)}
     created = sorted(k for k in now if k not in old)
     deleted = sorted(k for k in old if k not in now)
     modified: list[str] = []
@@ -120,8 +129,8 @@ def diff_entries(
 
 def diff_host_tree(top: str, before: FsSnapshot, ignore: Sequence[str]) -> FsDiff:
     now = {
-        rel: FsEntry(kind=_kind(st.st_mode), size=st.st_size, mtime_ns=st.st_mtime_ns,  # type: ignore[arg-type]
-                     mode=stat.S_IMODE(st.st_mode))
+        rel: FsEntry(_kind(st.st_mode), st.st_size, st.st_mtime_ns,  # type: ignore[arg-type]
+                     stat.S_IMODE(st.st_mode))
         for rel, st in walk_host_tree(top, ignore).items()
     }
     return diff_entries(before, now, lambda rel: _digest_file(os.path.join(top, rel)), ignore)
@@ -152,7 +161,7 @@ def parse_find_listing(raw: bytes, ignore: Sequence[str]) -> dict[str, FsEntry]:
 def snapshot_from_listing(root: str, taken_ns: int, entries: dict[str, FsEntry],
                           digests: dict[str, str]) -> FsSnapshot:
     fixed = {
-        rel: e.model_copy(update={"digest": digests.get(rel)}) if rel in digests else e
+        rel: e._replace(digest=digests[rel]) if rel in digests else e
         for rel, e in entries.items()
     }
     return FsSnapshot(root=root, taken_ns=taken_ns, entries=fixed)

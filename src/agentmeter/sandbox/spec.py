@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -111,7 +111,10 @@ class ExecResult(_Frozen):
         return self.exit_code == 0 and not self.timed_out
 
 
-class FsEntry(_Frozen):
+class FsEntry(NamedTuple):
+    """One path of a snapshot. A tuple, not a model: a snapshot holds thousands and is never
+    persisted (an FsDiff is)."""
+
     kind: Literal["f", "d", "l", "o"]  # file, directory, symlink, other
     size: int
     mtime_ns: int

@@ -1,0 +1,128 @@
+"""Sandbox benchmark: lifecycle cost of the local and Docker backends vs a bare process spawn,
+snapshot+diff of a 5,000-file workspace, layer cache miss vs hit, start cost vs layer size.
+
+All figures are measured in this one run. Prints a human summary, then a final JSON line.
+Usage: python benchmarks/sandbox.py [--n 50] [--docker-n 15] [--no-docker]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+from agentmeter.sandbox.local import LocalBackend
+from agentmeter.sandbox.spec import LayerSpec, SandboxSpec
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def summary(xs: list[float]) -> dict[str, float]:
+    return {"p50_ms": round(pct(xs, 50) * 1000, 2), "p95_ms": round(pct(xs, 95) * 1000, 2),
+            "mean_ms": round(statistics.fmean(xs) * 1000, 2), "n": len(xs)}
+
+
+async def lifecycle(backend, spec: SandboxSpec, n: int) -> list[float]:  # type: ignore[no-untyped-def]
+    await backend.prepare(spec)
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        sb = await backend.start(spec)
+        r = await sb.exec(["true"])
+        await sb.stop()
+        out.append(time.perf_counter() - t)
+        assert r.exit_code == 0
+    return out
+
+
+async def main() -> dict[str, object]:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=50)
+    ap.add_argument("--docker-n", type=int, default=15)
+    ap.add_argument("--no-docker", action="store_true")
+    args = ap.parse_args()
+    result: dict[str, object] = {"machine": {"cpus": os.cpu_count(), "kernel": platform.release(),
+                                             "python": platform.python_version()}}
+
+    bare = []
+    for _ in range(args.n):
+        t = time.perf_counter()
+        subprocess.run(["true"], check=True)
+        bare.append(time.perf_counter() - t)
+    result["bare_spawn"] = summary(bare)
+
+    local = LocalBackend()
+    result["local_lifecycle"] = summary(await lifecycle(local, SandboxSpec(), args.n))
+
+    # snapshot + diff of 5,000 files
+    sb = await local.start(SandboxSpec())
+    await sb.exec("for d in $(seq 50); do mkdir -p d$d; for f in $(seq 100); do echo $d-$f > d$d/f$f; done; done")
+    await sb.exec("touch -d '2020-01-01' -- d*/f*")  # settled files: no racy hashing
+    t = time.perf_counter()
+    snap = await sb.snapshot()
+    t_snap = time.perf_counter() - t
+    await sb.exec("for d in $(seq 10); do echo changed > d$d/f1; rm d$d/f2; echo n > d$d/new; done")
+    t = time.perf_counter()
+    diff = await sb.diff(snap)
+    t_diff = time.perf_counter() - t
+    await sb.stop()
+    assert len(snap.entries) == 5050 and len(diff.created) == 10 and len(diff.deleted) == 10
+    result["diff_5000_files"] = {"snapshot_ms": round(t_snap * 1000, 1), "diff_ms": round(t_diff * 1000, 1),
+                                 "snapshot_plus_diff_ms": round((t_snap + t_diff) * 1000, 1)}
+
+    # layer cache: miss (build) vs hit, and start cost with a small vs a 300 MB layer
+    tag = time.time_ns()
+    small = SandboxSpec(layers=(LayerSpec(kind="script", source=f"echo {tag} > /opt/small", network="none"),))
+    big = SandboxSpec(layers=(LayerSpec(kind="script", network="none",
+                                        source=f"echo {tag}; head -c 300M /dev/urandom > /opt/big"),))
+    t = time.perf_counter()
+    await local.prepare(small)
+    miss = time.perf_counter() - t
+    t = time.perf_counter()
+    await local.prepare(small)
+    hit = time.perf_counter() - t
+    await local.prepare(big)
+    small_starts = await lifecycle(local, small, max(10, args.n // 2))
+    big_starts = await lifecycle(local, big, max(10, args.n // 2))
+    result["layer_cache"] = {"miss_ms": round(miss * 1000, 1), "hit_ms": round(hit * 1000, 2)}
+    result["start_vs_layer_size"] = {"small_layer": summary(small_starts),
+                                     "layer_300MB": summary(big_starts)}
+
+    if not args.no_docker:
+        try:
+            from agentmeter.sandbox.docker import DockerBackend
+            from agentmeter.sandbox.dockerd import ensure_dockerd
+
+            daemon = ensure_dockerd()
+            try:
+                result["docker_lifecycle"] = summary(await lifecycle(DockerBackend(), SandboxSpec(),
+                                                                     args.docker_n))
+            finally:
+                daemon.stop()
+        except Exception as e:  # noqa: BLE001 - reported, not fatal
+            result["docker_lifecycle"] = {"error": str(e)}
+    loc = result["local_lifecycle"]["p50_ms"]  # type: ignore[index]
+    dock = result.get("docker_lifecycle", {})
+    targets = {"local_p50_le_25ms": loc <= 25}
+    if isinstance(dock, dict) and "p50_ms" in dock:
+        targets["local_10x_faster_than_docker"] = dock["p50_ms"] / loc >= 10
+        result["docker_over_local_p50"] = round(dock["p50_ms"] / loc, 1)
+    targets["diff_5000_le_100ms"] = result["diff_5000_files"]["snapshot_plus_diff_ms"] <= 100  # type: ignore[index]
+    result["targets_met"] = targets
+    return result
+
+
+if __name__ == "__main__":
+    res = asyncio.run(main())
+    for k, v in res.items():
+        print(f"{k}: {v}", file=sys.stderr)
+    print(json.dumps(res))
