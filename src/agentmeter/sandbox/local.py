@@ -76,15 +76,19 @@ def _sandboxes_dir() -> Path:
 
 
 def _rmtree(path: Path) -> None:
-    def onerror(func, p, exc):  # type: ignore[no-untyped-def]
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(p), 0o700)
-            os.chmod(p, 0o700)
-            func(p)
-
-    shutil.rmtree(path, onerror=onerror)
-    if path.exists():
-        shutil.rmtree(path, ignore_errors=True)
+    """rmtree that also removes what overlayfs leaves unreadable (its work dir is mode 000)."""
+    try:
+        shutil.rmtree(path)
+        return
+    except FileNotFoundError:
+        return
+    except OSError:
+        pass
+    for root, dirs, _files in os.walk(path):
+        for d in dirs:  # top-down: fixed before os.walk descends into it
+            with contextlib.suppress(OSError):
+                os.chmod(os.path.join(root, d), 0o700)
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _pid_alive(pid: int) -> bool:
