@@ -61,7 +61,7 @@ async def test_provider_key_never_reaches_the_sandbox(tmp_path: Path,
     for section in ("== env", "== proc environ", "== processes", "== files", "== unauthenticated call"):
         assert section in evidence
     assert "HOME=/home/agent" in evidence
-    assert " 401 " in evidence.split("== unauthenticated call")[1]  # reachable, but not without a token
+    assert " 401 " in evidence.rsplit("== unauthenticated call", 1)[1]  # reachable, but not without a token
     assert secret not in evidence
     assert "sk-agentmeter-test-" not in evidence.split("== files")[1].split("==")[0]
     assert "AGENTMETER_TEST_PROVIDER_KEY" not in evidence
