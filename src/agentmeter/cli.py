@@ -319,6 +319,53 @@ def demo(store: StoreOpt = None, concurrency: int = 2, as_json: JsonOpt = False)
     _print_results(st, rid, as_json)
 
 
+gateway_app = typer.Typer(help="The metering gateway on its own.", no_args_is_help=True)
+app.add_typer(gateway_app, name="gateway")
+
+
+@gateway_app.command("serve")
+def gateway_serve(
+    model: Annotated[str, typer.Option("--model", "-m", help="model every call goes to")],
+    host: str = "127.0.0.1", port: int = 8080,
+    models_file: Annotated[str | None, typer.Option(help="models TOML")] = None,
+    prices: Annotated[list[str] | None, typer.Option(help="pricing snapshot TOML")] = None,
+    max_usd: float | None = None, max_tokens: int | None = None, max_calls: int | None = None,
+    out: Annotated[Path | None, typer.Option(help="append every call as JSON lines")] = None,
+) -> None:
+    """Meter any agent: serves Chat Completions, Responses and Messages on HOST:PORT."""
+    from agentmeter.gateway import Budget
+    from agentmeter.gateway.serve import serve
+    from agentmeter.runner.session import _models_and_prices
+
+    try:
+        registry, book = _models_and_prices(RunRequest(models_file=models_file, prices=prices or []))
+        Gateway_check = registry.resolve(model)  # noqa: N806 - fail before listening
+        del Gateway_check
+    except (RunSetupError, ValueError) as e:
+        raise _fail(str(e)) from None
+
+    def announce(url: str, token: str) -> None:
+        err.print(f"gateway for [bold]{model}[/bold] on {url}  (Ctrl-C to stop)")
+        err.print(f"  OpenAI-style clients:    base URL {url}/v1   API key {token}")
+        err.print(f"  Anthropic-style clients: base URL {url}      API key {token}")
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        import signal as _signal
+        for sig in (_signal.SIGINT, _signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        meter = await serve(model, host=host, port=port, models=registry, prices=book,
+                            budget=Budget(max_usd=max_usd, max_tokens=max_tokens, max_calls=max_calls),
+                            out=out, announce=announce, on_call=lambda line: err.print(line), stop=stop)
+        u = meter.usage
+        err.print(f"{len(meter.calls)} calls; tokens in={u.input} out={u.output} "
+                  f"cache_write={u.cache_creation} cache_read={u.cache_read}; "
+                  f"USD {meter.cost_usd if meter.cost_usd is not None else 'n/a'}")
+
+    asyncio.run(main())
+
+
 def main() -> None:  # pragma: no cover
     app()
 

@@ -1,0 +1,113 @@
+"""Budget grids B_g and expensive-failure thresholds τ_g (AgentMeter §4.2, Table 1).
+
+Either fixed (a TOML file; the paper's Table 1 ships as ``agentmeter-table1.toml``) or derived
+from a calibration pool: B_g = rounded tier-specific cost quantiles, τ_g = P90 cost among the
+failed (scored, not passed) runs of tier g, rounded the same way.
+
+```toml
+alpha = 0.6                       # optional: the TierScore trade-off
+[tiers.easy]
+budgets = [0.01, 0.04, 0.10, 0.18, 0.26]
+tau = 0.12
+```
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from agentmeter.metrics.frame import TIERS, FloatArray, Tier
+
+SHIPPED_DIR = Path(__file__).parent
+TABLE1_PATH = SHIPPED_DIR / "agentmeter-table1.toml"
+
+#: the cost quantiles the derived budget grids use (five points, like Table 1)
+DEFAULT_QUANTILES: tuple[float, ...] = (0.10, 0.25, 0.50, 0.75, 0.90)
+FAILED_QUANTILE = 0.90
+
+
+class BudgetError(ValueError):
+    pass
+
+
+class TierBudget(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    budgets: list[float] = Field(min_length=1, description="B_g in USD")
+    tau: float | None = Field(default=None, ge=0,
+                              description="τ_g in USD; None = no failed run to derive it from")
+
+    @field_validator("budgets")
+    @classmethod
+    def _non_negative_sorted(cls, v: list[float]) -> list[float]:
+        if any((not math.isfinite(b)) or b < 0 for b in v):
+            raise ValueError("budgets must be finite and >= 0")
+        return sorted(v)
+
+
+class BudgetSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tiers: dict[Tier, TierBudget]
+    alpha: float | None = Field(default=None, ge=0, le=1)
+    source: str | None = None
+
+    @classmethod
+    def load(cls, path: Path) -> BudgetSpec:
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise BudgetError(f"{path}: {e}") from e
+        try:
+            return cls.model_validate({**data, "source": str(path)})
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise BudgetError(f"{path}: field {where}: {first['msg']}") from e
+
+
+def table1() -> BudgetSpec:
+    """The paper's Table 1 (USD, pricing snapshot 2026-06-04)."""
+    return BudgetSpec.load(TABLE1_PATH)
+
+
+def round_budget(value: float, decimals: int = 2) -> float:
+    """Round to ``decimals`` places (cents, like Table 1); a positive value that would round to
+    zero keeps two significant figures instead, so cheap tiers still get a usable grid."""
+    rounded = round(value, decimals)
+    if rounded == 0 and value > 0:
+        return float(f"{value:.2g}")
+    return float(rounded)
+
+
+def derive_tier_budget(costs: FloatArray, failed_costs: FloatArray,
+                       quantiles: tuple[float, ...] = DEFAULT_QUANTILES,
+                       decimals: int = 2) -> TierBudget | None:
+    """B_g from the tier's run costs and τ_g from its failed runs' costs (NaN = unknown, skipped).
+    ``None`` when the tier has no priced run. Equal rounded grid points are merged."""
+    known = costs[~np.isnan(costs)]
+    if known.size == 0:
+        return None
+    grid = sorted({round_budget(float(q), decimals) for q in np.quantile(known, quantiles)})
+    failed = failed_costs[~np.isnan(failed_costs)]
+    tau = (round_budget(float(np.quantile(failed, FAILED_QUANTILE)), decimals)
+           if failed.size else None)
+    return TierBudget(budgets=grid, tau=tau)
+
+
+def derive_budgets(costs_by_tier: dict[Tier, FloatArray],
+                   failed_by_tier: dict[Tier, FloatArray],
+                   quantiles: tuple[float, ...] = DEFAULT_QUANTILES,
+                   decimals: int = 2, source: str = "calibration") -> BudgetSpec:
+    tiers: dict[Tier, TierBudget] = {}
+    for g in TIERS:
+        tb = derive_tier_budget(costs_by_tier.get(g, np.zeros(0)),
+                                failed_by_tier.get(g, np.zeros(0)), quantiles, decimals)
+        if tb is not None:
+            tiers[g] = tb
+    return BudgetSpec(tiers=tiers, source=source)

@@ -1,0 +1,104 @@
+"""The result of a scoring: what the CLI and the report render. ``None`` means n/a."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from agentmeter.metrics.frame import Tier
+
+
+class Interval(BaseModel):
+    """A percentile bootstrap confidence interval."""
+
+    low: float
+    high: float
+
+
+class TierFigures(BaseModel):
+    tier: Tier
+    n_tasks: int = Field(description="|T_g| in the scoring")
+    n_counted: int = Field(description="tasks in the denominator (infra_invalid excluded)")
+    passes: int
+    sr: float | None
+    cbq: list[float | None] = Field(description="CBQ_g(c, b) for b in the tier's grid")
+    cost_aubqc: float | None
+    efr: float | None
+    score: float | None
+
+
+class ConfigRow(BaseModel):
+    config_id: str
+    label: str
+    model: str
+    agent: str
+    n_tasks: int
+    n_scored: int
+    n_infra_invalid: int
+    n_missing: int
+    passes: int
+    pass_rate: float | None = Field(description="Pass/N over the scoring's tasks")
+    tiers: dict[Tier, TierFigures]
+    tokens: float | None = Field(description="raw tokens spent, infra_invalid tries included")
+    usd: float | None = Field(description="billable USD spent, infra_invalid tries included")
+    tok_per_pass: float | None
+    usd_per_pass: float | None
+    ams: float | None
+    delta_best: float | None = Field(description="same-model AMS gap to the best agent")
+    ci: dict[str, Interval] = Field(default_factory=dict)
+
+
+class ModelSummary(BaseModel):
+    """Best and worst agent of one model by AMS (AgentMeter Table 3)."""
+
+    model: str
+    best_agent: str
+    best_config: str
+    best_ams: float
+    worst_agent: str
+    worst_config: str
+    worst_ams: float
+    spread: float
+
+
+class Winners(BaseModel):
+    """Config ids winning each criterion (several on a tie; empty when n/a for all)."""
+
+    passes: list[str] = Field(default_factory=list)
+    tok_per_pass: list[str] = Field(default_factory=list)
+    usd_per_pass: list[str] = Field(default_factory=list)
+    ams: list[str] = Field(default_factory=list)
+
+
+class TierSetup(BaseModel):
+    tier: Tier
+    n_tasks: int
+    budgets: list[float] | None
+    tau: float | None
+
+
+class BootstrapInfo(BaseModel):
+    resamples: int
+    level: float
+    seed: int
+    over_attempts: bool
+    strata: str = "tier"
+
+
+class Scorecard(BaseModel):
+    rows: list[ConfigRow]
+    models: list[ModelSummary]
+    winners: Winners
+    tiers: list[TierSetup]
+    alpha: float
+    infra_policy: str
+    tier_source: str = Field(description="'calibration' or 'stored'")
+    budget_source: str
+    n_tasks: int
+    bootstrap: BootstrapInfo | None = None
+    notes: list[str] = Field(default_factory=list)
+
+    def row(self, config_id: str) -> ConfigRow:
+        for r in self.rows:
+            if r.config_id == config_id:
+                return r
+        raise KeyError(config_id)

@@ -1,0 +1,118 @@
+"""Bootstrap confidence intervals over tasks (and attempts), vectorised and seeded.
+
+Tasks are resampled with replacement *within their tier* (the tier sizes stay fixed, so every
+replicate is a valid AgentMeter scoring); a replicate is a row of multinomial task counts and all
+figures are weighted sums (:func:`agentmeter.metrics.aggregate.statistics`). When cells have
+several attempts, each replicate also draws one available attempt per (config, task) uniformly,
+so the interval reflects run-to-run variability too (the point estimate keeps the latest-attempt
+selection rule). Intervals are percentile intervals.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from agentmeter.metrics.aggregate import ScoringPlan, Statistics, statistics
+from agentmeter.metrics.frame import (
+    MISSING,
+    ROW_COLUMNS,
+    TIERS,
+    BoolArray,
+    CellMatrix,
+    FloatArray,
+    IntArray,
+    TrialFrame,
+    cell_matrix,
+)
+
+#: headline figures that get intervals
+HEADLINE = ("ams", "pass_rate", "tok_per_pass", "usd_per_pass", *(f"score_{g}" for g in TIERS))
+
+
+def task_weights(strata: IntArray, resamples: int, rng: np.random.Generator) -> FloatArray:
+    """Counts of each task in ``resamples`` stratified bootstrap samples: (resamples, tasks)."""
+    n = len(strata)
+    w = np.zeros((resamples, n))
+    for s in np.unique(strata):
+        members = np.flatnonzero(strata == s)
+        k = len(members)
+        draws = rng.integers(0, k, size=(resamples, k))
+        offsets = (np.arange(resamples)[:, None] * k + draws).ravel()
+        w[:, members] = np.bincount(offsets, minlength=resamples * k).reshape(resamples, k)
+    return w
+
+
+def headline(stats: Statistics) -> dict[str, FloatArray]:
+    out = {"ams": stats.ams, "pass_rate": stats.pass_rate,
+           "tok_per_pass": stats.per_pass("tokens"), "usd_per_pass": stats.per_pass("usd")}
+    for g in TIERS:
+        out[f"score_{g}"] = stats.tiers[g].score
+    return out
+
+
+def percentile_interval(replicates: FloatArray, level: float) -> tuple[FloatArray, FloatArray]:
+    """Per column of (replicates, configs): the central ``level`` interval, NaN-skipping; NaN
+    where more than 5 % of replicates are n/a."""
+    tail = (1 - level) / 2 * 100
+    finite = ~np.isnan(replicates)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns -> NaN
+        lo, hi = np.nanpercentile(replicates, [tail, 100 - tail], axis=0)
+    bad = finite.mean(axis=0) < 0.95
+    return np.where(bad, np.nan, lo), np.where(bad, np.nan, hi)
+
+
+@dataclass(frozen=True)
+class AttemptCells:
+    """Per-attempt cell matrices stacked on a leading axis (attempts, configs, tasks)."""
+
+    cells: list[CellMatrix]
+
+    @classmethod
+    def from_frame(cls, frame: TrialFrame) -> AttemptCells | None:
+        attempts = np.unique(frame.attempt)
+        if len(attempts) <= 1:
+            return None
+        return cls([cell_matrix(_rows(frame, frame.attempt == a)) for a in attempts])
+
+    def draw(self, rng: np.random.Generator) -> CellMatrix:
+        """One available attempt per (config, task), uniformly."""
+        state = np.stack([c.state for c in self.cells])
+        avail = state != MISSING
+        n_avail = avail.sum(axis=0)
+        u = rng.random(n_avail.shape)
+        k = np.floor(u * np.maximum(n_avail, 1)).astype(np.int64)  # k-th available attempt
+        rank = np.cumsum(avail, axis=0) - 1
+        pick = np.argmax(avail & (rank == k[None]), axis=0)[None]
+        fields = {}
+        for name in ("state", "reward", "passed", "cost", "tokens", "turns", "interactions",
+                     "spend_usd", "spend_tokens", "attempt"):
+            stacked = np.stack([getattr(c, name) for c in self.cells])
+            fields[name] = np.take_along_axis(stacked, pick, axis=0)[0]
+        return CellMatrix(**fields)
+
+
+def _rows(frame: TrialFrame, keep: BoolArray) -> TrialFrame:
+    return replace(frame, **{name: getattr(frame, name)[keep] for name in ROW_COLUMNS})
+
+
+def bootstrap(cells: CellMatrix, plan: ScoringPlan, strata: IntArray, resamples: int,
+              seed: int = 0, attempts: AttemptCells | None = None,
+              chunk: int = 250) -> dict[str, FloatArray]:
+    """Replicates of the headline figures: name -> (resamples, configs)."""
+    rng = np.random.default_rng(seed)
+    weights = task_weights(strata, resamples, rng)
+    parts: dict[str, list[FloatArray]] = {name: [] for name in HEADLINE}
+    if attempts is None:
+        for start in range(0, resamples, chunk):
+            for name, v in headline(statistics(cells, plan, weights[start:start + chunk])).items():
+                parts[name].append(v)
+    else:
+        for r in range(resamples):
+            drawn = attempts.draw(rng)
+            for name, v in headline(statistics(drawn, plan, weights[r:r + 1])).items():
+                parts[name].append(v)
+    return {name: np.concatenate(v, axis=0) for name, v in parts.items()}
