@@ -47,6 +47,26 @@ async def test_oracle_and_nop_on_starter_tasks(tmp_path: Path) -> None:
     assert store.get_run(rid).status == "finished"  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
+async def test_starter_suite_oracle_nop_and_native_with_scripted_policies(tmp_path: Path) -> None:
+    """The whole starter suite: every task is valid (oracle passes, nop fails), and the native
+    agent passes all of it with scripted/solver and none with scripted/quitter."""
+    store = Store.open(tmp_path)
+    req = RunRequest(suites=["starter"], agents=["oracle", "nop", "native"],
+                     models=["scripted/solver", "scripted/quitter"], concurrency=2)
+    rid = await _run(store, req)
+    labels = {c.id: c.label for c in store.run_configs(rid)}
+    passed: dict[str, int] = {}
+    for t in store.latest_completed_trials(rid):
+        assert t.status in (TrialStatus.PASSED, TrialStatus.FAILED), (labels[t.config_id], t.id, t.error)
+        passed[labels[t.config_id]] = passed.get(labels[t.config_id], 0) + (t.status is TrialStatus.PASSED)
+        if labels[t.config_id].startswith("native"):
+            assert t.model_calls >= 1 and t.usage.input and t.usage.output and t.cost_usd
+            assert len(store.model_calls(rid, t.id)) == t.model_calls
+    assert passed == {"oracle": 24, "nop": 0, "native × scripted/solver": 24,
+                      "native × scripted/quitter": 0}
+
+
 async def test_harbor_and_terminal_bench_fixtures_pass_with_oracle(tmp_path: Path) -> None:
     store = Store.open(tmp_path)
     req = RunRequest(suites=[str(FIXTURES / "harbor-task"), str(FIXTURES / "tb-task")],

@@ -294,3 +294,17 @@ async def test_cleanup_stale_removes_dead_owners(local_backend: LocalBackend, tm
     removed = await local_backend.cleanup_stale()
     assert removed >= 1
     assert not directory.exists()
+
+
+async def test_failed_start_leaves_nothing_behind(local_backend: LocalBackend, tmp_path: Path) -> None:
+    from agentmeter.paths import cache_dir
+    from agentmeter.sandbox.spec import Mount, SandboxError
+
+    before = set((cache_dir() / "sandboxes").iterdir())
+    with pytest.raises(SandboxError, match="does not exist"):
+        await local_backend.start(SandboxSpec(mounts=(Mount(source=tmp_path / "nope", target="/x"),)))
+    # a mount target bwrap cannot create (below a file) fails at the first exec
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(SandboxError, match="failed to start"):
+        await local_backend.start(SandboxSpec(mounts=(Mount(source=tmp_path / "f", target="/etc/hostname/x"),)))
+    assert set((cache_dir() / "sandboxes").iterdir()) <= before  # nothing new left behind

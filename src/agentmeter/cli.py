@@ -114,7 +114,7 @@ def run_cmd(
     max_infra_retries: int = 2,
     models_file: Annotated[str | None, typer.Option(help="models TOML")] = None,
     prices: Annotated[list[str] | None, typer.Option(help="pricing snapshot TOML; repeatable")] = None,
-    require_prices: Annotated[bool, typer.Option(help="fail before running if a model has no price")] = False,
+    allow_unpriced: Annotated[bool, typer.Option(help="run models that have no price (cost n/a)")] = False,
     record_bodies: bool = False,
     store: StoreOpt = None, as_json: JsonOpt = False,
 ) -> None:
@@ -124,7 +124,7 @@ def run_cmd(
                          models=model or [], attempts=attempts, concurrency=concurrency,
                          backend=backend, max_infra_retries=max_infra_retries,
                          models_file=models_file, prices=prices or [],
-                         allow_unpriced=not require_prices, record_bodies=record_bodies)
+                         allow_unpriced=allow_unpriced, record_bodies=record_bodies)
         prepared = prepare(req)
     except (RunSetupError, ValueError) as e:
         raise _fail(str(e)) from None

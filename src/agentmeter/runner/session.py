@@ -40,7 +40,7 @@ class RunRequest(BaseModel):
     max_infra_retries: int = Field(default=2, ge=0)
     models_file: str | None = None
     prices: list[str] = Field(default_factory=list)
-    allow_unpriced: bool = True
+    allow_unpriced: bool = False
     record_bodies: bool = False
 
 
@@ -80,7 +80,7 @@ def prepare(request: RunRequest) -> PreparedRun:
                 try:
                     gw.check_model(c.record.model.name)
                 except Exception as e:
-                    raise RunSetupError(f"model {c.record.model.name!r}: {e}") from e
+                    raise RunSetupError(str(e)) from e
     return PreparedRun(request, tasks, configs, suite.name)
 
 

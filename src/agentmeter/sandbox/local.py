@@ -177,8 +177,10 @@ class LocalSandbox:
                 assert self._keeper is not None
                 self._bridge = await start_bridge(self._keeper.pid, self.spec.exposed_sockets,
                                                   enter_userns=self._rootless)
-            if self.workdir != "/":
-                await self.exec(["mkdir", "-p", self.workdir], user="root")
+            # the first exec also proves the sandbox works (bwrap, mounts, user switch)
+            r = await self.exec(["mkdir", "-p", self.workdir], user="root")
+            if r.exit_code != 0:
+                raise SandboxError(f"sandbox {self.id} failed to start: {r.stderr.strip()}")
         except BaseException:
             await self.stop()
             raise
@@ -414,6 +416,12 @@ class LocalBackend:
         return await self.start_raw(spec, lowers, meta)
 
     async def start_raw(self, spec: SandboxSpec, lowers: list[str], meta: LayerMeta) -> LocalSandbox:
+        for m in spec.mounts:
+            if not m.source.exists():
+                raise SandboxError(f"mount source {m.source} (for {m.target}) does not exist")
+        for sock in spec.exposed_sockets:
+            if not sock.host_path.exists():
+                raise SandboxError(f"exposed socket {sock.host_path} does not exist")
         sid = secrets.token_hex(6)
         directory = _sandboxes_dir() / sid
         directory.parent.mkdir(parents=True, exist_ok=True)
