@@ -191,3 +191,38 @@ def test_sigkill_mid_run_then_resume_runs_every_trial_exactly_once(tmp_path: Pat
                  if json.loads((p / "owner.json").read_text())["owner"] == proc.pid] \
         if (cache_dir() / "sandboxes").exists() else []
     assert leftovers == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_stops_cleanly(tmp_path: Path, sig: signal.Signals) -> None:
+    suite = tmp_path / "suite"
+    for i in range(6):
+        make_task(suite, f"t{i}", solve="sleep 1; echo done > /app/done")
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "agentmeter.cli", "run", "--suite", str(suite),
+                             "-a", "oracle", "--concurrency", "2", "--run-id", "stopped",
+                             "--store", str(runs)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 120
+    while _completed(runs / "agentmeter.db", "stopped") < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "agentmeter resume" in stderr
+    with Store.open(runs) as st:
+        assert st.get_run("stopped").status == "interrupted"  # type: ignore[union-attr]
+        tries = st.trials("stopped")
+    assert not [t for t in tries if not t.status.final]  # in-flight tries were closed
+    assert any(t.error and t.error.startswith("interrupted") for t in tries)
+    # nothing of the stopped runner is left running
+    time.sleep(0.2)
+    assert not any(str(suite).encode() in _cmdline_of(p) for p in os.listdir("/proc") if p.isdigit())
+
+
+def _cmdline_of(pid: str) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

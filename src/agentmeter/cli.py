@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import sys
 import tempfile
 import time
@@ -77,10 +78,17 @@ def _execute(prepared: PreparedRun, store_dir: Path | None, run_id: str | None,
         def log(line: str) -> None:
             bar.console.print(f"[dim]{line}[/dim]")
 
+        async def main() -> tuple[str, RunProgress]:
+            # SIGTERM (a scheduler stopping us) ends the run as cleanly as Ctrl-C does
+            task = asyncio.current_task()
+            assert task is not None
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+            return await run(store, prepared, run_id, on_progress=on_progress,
+                             on_prepare=on_prepare, log=log)
+
         try:
-            run_id, progress = asyncio.run(run(store, prepared, run_id, on_progress=on_progress,
-                                               on_prepare=on_prepare, log=log))
-        except KeyboardInterrupt:
+            run_id, progress = asyncio.run(main())
+        except (KeyboardInterrupt, asyncio.CancelledError):
             err.print("[yellow]interrupted[/yellow]: completed trials are stored; "
                       "continue with [bold]agentmeter resume[/bold]")
             raise typer.Exit(130) from None

@@ -13,11 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agentmeter.runner.plan import PlannedTrial
-from agentmeter.runner.trial import TrialContext, TrialRunner, sandbox_spec
+from agentmeter.runner.trial import INTERRUPTED, TrialContext, TrialRunner, sandbox_spec
 from agentmeter.sandbox.spec import SandboxError
 from agentmeter.store.models import TrialRecord, TrialStatus
 
-INTERRUPTED = "interrupted: the runner stopped before this try finished"
 
 
 @dataclass

@@ -6,6 +6,7 @@ agent's or a provider's behaviour crash it. Sandbox and harness failures are ``i
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import time
@@ -41,6 +42,8 @@ from agentmeter.verify import offline_pytest
 GATEWAY_PORT = 18080
 #: a reward at or above this counts as passed
 PASS_THRESHOLD = 1.0
+#: the error of a try cut short by the runner stopping (not counted as an infra retry)
+INTERRUPTED = "interrupted: the runner stopped before this try finished"
 
 
 class InfraError(Exception):
@@ -182,6 +185,21 @@ class TrialRunner:
         except InfraError as e:
             rec.status = TrialStatus.INFRA_INVALID
             rec.error = str(e)[-4000:]
+        except asyncio.CancelledError:  # Ctrl-C / SIGTERM: record the try as interrupted
+            rec.status = TrialStatus.INFRA_INVALID
+            rec.error = INTERRUPTED
+            rec.finished_at = utcnow()
+            if meter is None and token_open and self.ctx.gateway is not None:
+                meter = self.ctx.gateway.close_trial(rec.id)
+                token_open = False
+            if meter is not None:
+                self._apply_meter(meter)
+            if sandbox is not None:
+                await sandbox.stop()
+                sandbox = None
+            rec.timings = timings
+            self._save()
+            raise
         except Exception as e:  # a harness bug must not take the run down
             rec.status = TrialStatus.INFRA_INVALID
             rec.error = f"harness error: {e!r}\n{traceback.format_exc()[-3000:]}"
