@@ -65,7 +65,8 @@ async def main() -> dict[str, object]:
 
     # snapshot + diff of 5,000 files
     sb = await local.start(SandboxSpec())
-    await sb.exec("for d in $(seq 50); do mkdir -p d$d; for f in $(seq 100); do echo $d-$f > d$d/f$f; done; done")
+    await sb.exec("for d in $(seq 50); do mkdir -p d$d; "
+                  "for f in $(seq 100); do echo $d-$f > d$d/f$f; done; done")
     await sb.exec("touch -d '2020-01-01' -- d*/f*")  # settled files: no racy hashing
     t = time.perf_counter()
     snap = await sb.snapshot()

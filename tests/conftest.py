@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from agentmeter.sandbox.local import LocalBackend
-
 # session fixtures ``docker_daemon`` and ``docker_backend`` (dockerd started when none runs)
 from docker_fixtures import docker_backend_fixture, docker_daemon_fixture  # noqa: F401
+
+from agentmeter.sandbox.local import LocalBackend
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 

@@ -8,20 +8,21 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from taskgen import make_task
 
 from agentmeter.gateway.scripted.policy import Policy
 from agentmeter.gateway.scripted.server import Exchange, make_app
 from agentmeter.runner.session import RunRequest, prepare, run
 from agentmeter.store.db import Store
 from agentmeter.store.models import TrialStatus
-from taskgen import make_task
 
 EVIDENCE = r"""
 { echo '== env'; env
   echo '== proc environ'; cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n'
   echo '== processes'; ps -eo args 2>/dev/null || cat /proc/[0-9]*/cmdline | tr '\0' ' '
   echo '== files'; grep -rsl 'sk-agentmeter-test-' /app /home /tmp /root /etc /run /var /opt /logs 2>/dev/null
-  echo '== unauthenticated call'; exec 3<>/dev/tcp/127.0.0.1/18080 && printf 'GET /v1/models HTTP/1.0\r\n\r\n' >&3 && head -1 <&3
+  echo '== unauthenticated call'; exec 3<>/dev/tcp/127.0.0.1/18080 &&
+    printf 'GET /v1/models HTTP/1.0\r\n\r\n' >&3 && head -1 <&3
 } > /app/evidence.txt 2>&1
 echo done > /app/done
 """
@@ -34,7 +35,8 @@ async def test_provider_key_never_reaches_the_sandbox(tmp_path: Path,
     suite = tmp_path / "suite"
     make_task(suite, "dump-environment", solve=EVIDENCE,
               test="#!/bin/bash\nmkdir -p /logs/verifier\ncat /app/evidence.txt\n"
-                   "[ -f /app/done ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n")
+                   "[ -f /app/done ] && echo 1 > /logs/verifier/reward.txt "
+                   "|| echo 0 > /logs/verifier/reward.txt\n")
     log: list[Exchange] = []
     runner = web.AppRunner(make_app(Policy("solver"), solution_script=EVIDENCE, log=log))
     await runner.setup()

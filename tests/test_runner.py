@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
+from taskgen import make_task
 
 from agentmeter.runner.session import RunRequest, RunSetupError, prepare, run
 from agentmeter.store.db import Store
 from agentmeter.store.models import TrialStatus
-from taskgen import make_task
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -306,5 +306,6 @@ async def test_failed_start_leaves_nothing_behind(local_backend: LocalBackend, t
     # a mount target bwrap cannot create (below a file) fails at the first exec
     (tmp_path / "f").write_text("x")
     with pytest.raises(SandboxError, match="failed to start"):
-        await local_backend.start(SandboxSpec(mounts=(Mount(source=tmp_path / "f", target="/etc/hostname/x"),)))
+        await local_backend.start(
+            SandboxSpec(mounts=(Mount(source=tmp_path / "f", target="/etc/hostname/x"),)))
     assert set((cache_dir() / "sandboxes").iterdir()) <= before  # nothing new left behind

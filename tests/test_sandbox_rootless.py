@@ -36,12 +36,14 @@ async def main():
                                              exposed_sockets=(ExposedSocket(host_path=sock, port=18999),)))
         out["warnings"] = [str(w.message) for w in caught]
         out["dir"] = str(sb.dir)
-        r = await sb.exec("id -u; echo hi > /workspace/f; cat /workspace/f; ls -A /root | wc -l", user="agent")
+        r = await sb.exec("id -u; echo hi > /workspace/f; cat /workspace/f; ls -A /root | wc -l",
+                          user="agent")
         out["exec"] = [r.exit_code, r.stdout]
         snap = await sb.snapshot()
         await sb.exec("echo more > /workspace/g", user="agent")
         out["diff"] = (await sb.diff(snap)).created
-        r = await sb.exec("exec 3<>/dev/tcp/127.0.0.1/18999; echo ping >&3; cat <&3", user="agent", timeout=10)
+        r = await sb.exec("exec 3<>/dev/tcp/127.0.0.1/18999; echo ping >&3; cat <&3", user="agent",
+                          timeout=10)
         out["bridge"] = r.stdout
         r = await sb.exec("(setsid sleep 300 &); sleep 60", timeout=1)
         out["timed_out"] = r.timed_out

@@ -5,6 +5,7 @@ the printed token as its API key; every call is printed and, with ``out``, appen
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 from collections.abc import Callable
 from pathlib import Path
@@ -26,10 +27,8 @@ async def serve(model: str, *, host: str, port: int, models: ModelRegistry, pric
     seen = 0
     try:
         while not stop.is_set():
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.5)
-            except TimeoutError:
-                pass
             meter = gw.trial_meter(session)
             for call in meter.calls[seen:]:
                 u = call.usage

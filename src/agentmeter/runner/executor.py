@@ -18,7 +18,6 @@ from agentmeter.sandbox.spec import SandboxError
 from agentmeter.store.models import TrialRecord, TrialStatus
 
 
-
 @dataclass
 class RunProgress:
     total: int
@@ -129,12 +128,12 @@ async def execute(ctx: TrialContext, plan: list[PlannedTrial], *, concurrency: i
             if on_progress:
                 on_progress(progress, rec)
 
-    tasks = [asyncio.create_task(one(p, n, left)) for p, n, left in todo]
+    workers = [asyncio.create_task(one(p, n, left)) for p, n, left in todo]
     try:
-        await asyncio.gather(*tasks)
+        await asyncio.gather(*workers)
     except BaseException:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        for w in workers:
+            w.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
         raise
     return progress

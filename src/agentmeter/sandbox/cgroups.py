@@ -4,6 +4,7 @@ delegation) the limits are skipped with a warning, never silently."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -36,10 +37,8 @@ class Cgroup:
     def pids(self) -> set[int]:
         out: set[int] = set()
         for d in self.dirs:
-            try:
+            with contextlib.suppress(OSError):
                 out |= {int(x) for x in (d / "cgroup.procs").read_text().split()}
-            except OSError:
-                pass
         return out
 
     def kill_all(self) -> None:
@@ -48,10 +47,8 @@ class Cgroup:
             if not pids:
                 return
             for pid in pids:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
             time.sleep(0.01)
 
     def remove(self) -> None:

@@ -136,7 +136,8 @@ def parse_dockerfile(text: str, origin: str, build_args: dict[str, str] | None =
             continue
         if instr == "FROM":
             if parsed is not None:
-                raise LayerBuildError(f"{origin}:{line}: multi-stage builds (a second FROM) are not supported")
+                raise LayerBuildError(
+                    f"{origin}:{line}: multi-stage builds (a second FROM) are not supported")
             image = substitute(rest, variables).split()
             if not image or any(w.startswith("--") for w in image) or len(image) not in (1, 3):
                 raise LayerBuildError(f"{origin}:{line}: FROM needs one image name")

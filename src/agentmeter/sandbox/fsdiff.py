@@ -123,7 +123,7 @@ def diff_entries(
         elif a.size != b.size or a.mtime_ns != b.mtime_ns:
             modified.append(rel)
         elif a.digest is not None and a.kind == "f" and digest_of(rel) != a.digest:
-            modified.append(rel)
+            modified.append(rel)  # same size and mtime: only racy files are hashed again
     return FsDiff(created=created, modified=modified, deleted=deleted)
 
 

@@ -242,8 +242,8 @@ class LocalSandbox:
                 "--chdir", cwd, "--clearenv"]
         for m in self.spec.mounts:
             cmd += ["--ro-bind" if m.read_only else "--bind", str(m.source), m.target]
-        if self.spec.network == "full":
-            cmd += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"] if self.spec.base != "host" else []
+        if self.spec.network == "full" and self.spec.base != "host":
+            cmd += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
         for k, v in env.items():
             cmd += ["--setenv", k, v]
         if not self._rootless:

@@ -404,3 +404,53 @@ class Store:
             stmt = stmt.where(ar.c.try_number == try_number)
         stmt = stmt.order_by(ar.c.trial_id, ar.c.try_number, ar.c.name)
         return [s.artifact_from_row(r) for r in self._read(stmt)]
+
+    # --- bulk writes: imports and repricing ---------------------------------------------
+
+    def import_run(self, run: RunRecord, configs: Sequence[ConfigRecord],
+                   tasks: Sequence[TaskRecord], trials: Sequence[TrialRecord]) -> RunRecord:
+        """Write a whole run (an imported one) in one transaction: all of it or nothing."""
+        if not RUN_ID_PATTERN.match(run.id):
+            raise StoreError(f"run id {run.id!r}: use letters, digits, '.', '_' and '-' "
+                             "(it names a directory)")
+        if self.get_run(run.id) is not None:
+            raise StoreError(f"run {run.id!r} already exists in {self.where}")
+        now = utcnow()
+        with self._write(f"import of run {run.id!r}") as conn:
+            conn.execute(sa.insert(s.runs).values(**s.run_to_row(run)))
+            self._upsert(conn, s.configs, [s.config_to_row(c) for c in configs])
+            self._upsert(conn, s.run_configs, [{"run_id": run.id, "config_id": c.id}
+                                               for c in configs])
+            self._upsert(conn, s.tasks, [s.task_to_row(t) for t in tasks])
+            self._upsert(conn, s.run_tasks, [{"run_id": run.id, "task_id": t.id,
+                                              "task_digest": t.digest} for t in tasks])
+            if trials:
+                conn.execute(sa.insert(s.trials), [s.trial_to_row(t, now) for t in trials])
+        return run
+
+    def reprice_run(self, run_id: str, trial_costs: dict[tuple[str, int], float | None],
+                    call_costs: dict[tuple[str, int, int], float | None],
+                    pricing_snapshot: str, settings: dict[str, Any]) -> None:
+        """Replace stored costs (trials keyed by (trial id, try), model calls by (trial id, try,
+        seq)) and record the pricing snapshot and settings on the run, in one transaction."""
+        t, mc = s.trials, s.model_calls
+        now = utcnow()
+        with self._write(f"repricing of run {run_id!r}") as conn:
+            done = conn.execute(sa.update(s.runs).where(s.runs.c.id == run_id).values(
+                pricing_snapshot=pricing_snapshot, settings=settings))
+            if done.rowcount == 0:
+                raise StoreError(f"no run {run_id!r} in {self.where}")
+            if call_costs:
+                conn.execute(sa.update(mc).where(
+                    mc.c.run_id == run_id, mc.c.trial_id == sa.bindparam("k_trial"),
+                    mc.c.try_number == sa.bindparam("k_try"), mc.c.seq == sa.bindparam("k_seq")
+                ).values(cost_usd=sa.bindparam("v_cost")),
+                    [{"k_trial": k[0], "k_try": k[1], "k_seq": k[2], "v_cost": v}
+                     for k, v in call_costs.items()])
+            if trial_costs:
+                conn.execute(sa.update(t).where(
+                    t.c.run_id == run_id, t.c.id == sa.bindparam("k_trial"),
+                    t.c.try_number == sa.bindparam("k_try")
+                ).values(cost_usd=sa.bindparam("v_cost"), updated_at=now),
+                    [{"k_trial": k[0], "k_try": k[1], "v_cost": v}
+                     for k, v in trial_costs.items()])
