@@ -9,7 +9,6 @@ is stopped and killed from inside, while other execs of the same sandbox keep ru
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import posixpath
 import subprocess
@@ -47,7 +46,7 @@ from agentmeter.sandbox.fsdiff import (
     racy_files,
     snapshot_from_listing,
 )
-from agentmeter.sandbox.output import CappedBuffer
+from agentmeter.sandbox.output import CappedBuffer, collect_output
 from agentmeter.sandbox.protocol import DEFAULT_IGNORE, OutputCallback
 from agentmeter.sandbox.spec import (
     AGENT_GID,
@@ -227,24 +226,7 @@ class DockerSandbox:
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         out, err = CappedBuffer(output_limit), CappedBuffer(output_limit)
-
-        async def pump(stream: asyncio.StreamReader | None, buf: CappedBuffer,
-                       cb: OutputCallback | None) -> None:
-            assert stream is not None
-            while chunk := await stream.read(65536):
-                buf.feed(chunk)
-                if cb is not None:
-                    cb(chunk)
-
-        async def feed() -> None:
-            if stdin is not None and proc.stdin is not None:
-                with contextlib.suppress(ConnectionError, BrokenPipeError):
-                    proc.stdin.write(stdin)
-                    await proc.stdin.drain()
-                proc.stdin.close()
-
-        work = asyncio.gather(pump(proc.stdout, out, on_stdout), pump(proc.stderr, err, None),
-                              feed(), proc.wait())
+        work = asyncio.ensure_future(collect_output(proc, stdin, out, err, on_stdout))
         timed_out = False
         try:
             await asyncio.wait_for(asyncio.shield(work), timeout)

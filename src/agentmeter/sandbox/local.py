@@ -37,7 +37,7 @@ from agentmeter.sandbox.bridge import BridgeProcess, start_bridge
 from agentmeter.sandbox.fsdiff import diff_host_tree, snapshot_host_tree
 from agentmeter.sandbox.hosttools import LOCAL_TOOLS, ensure_tools
 from agentmeter.sandbox.layers import LayerMeta, LocalLayerCache
-from agentmeter.sandbox.output import CappedBuffer
+from agentmeter.sandbox.output import CappedBuffer, collect_output
 from agentmeter.sandbox.protocol import DEFAULT_IGNORE, OutputCallback
 from agentmeter.sandbox.spec import (
     AGENT_GID,
@@ -282,30 +282,9 @@ class LocalSandbox:
             # bwrap's own init stays visible inside as /proc/1/environ: give it nothing of ours
             env={"PATH": os.environ.get("PATH", DEFAULT_PATH)})
         out, err = CappedBuffer(output_limit), CappedBuffer(output_limit)
-
-        async def pump(stream: asyncio.StreamReader | None, buf: CappedBuffer,
-                       cb: OutputCallback | None) -> None:
-            assert stream is not None
-            while chunk := await stream.read(65536):
-                buf.feed(chunk)
-                if cb is not None:
-                    cb(chunk)
-
-        async def feed_stdin() -> None:
-            if stdin is not None and proc.stdin is not None:
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    proc.stdin.write(stdin)
-                    await proc.stdin.drain()
-                proc.stdin.close()
-
-        async def run() -> int:
-            await asyncio.gather(feed_stdin(), pump(proc.stdout, out, on_stdout),
-                                 pump(proc.stderr, err, None))
-            return await proc.wait()
-
         timed_out = False
         try:
-            code = await asyncio.wait_for(run(), timeout)
+            code = await asyncio.wait_for(collect_output(proc, stdin, out, err, on_stdout), timeout)
         except TimeoutError:
             timed_out = True
             code = await self._kill(proc)

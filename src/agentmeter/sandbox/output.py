@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Callable
+
 
 class CappedBuffer:
     """Keeps the first half and the last half of ``limit`` bytes of a stream."""
@@ -38,3 +42,27 @@ class CappedBuffer:
             + marker
             + bytes(self._tail).decode("utf-8", "replace")
         )
+
+
+async def collect_output(proc: asyncio.subprocess.Process, stdin: bytes | None, out: CappedBuffer,
+                         err: CappedBuffer, on_stdout: Callable[[bytes], None] | None) -> int:
+    """Feed ``stdin``, capture stdout/stderr into the buffers (stdout chunks also go to
+    ``on_stdout``) and return the exit code. Used by every backend's ``exec``."""
+
+    async def pump(stream: asyncio.StreamReader | None, buf: CappedBuffer,
+                   cb: Callable[[bytes], None] | None) -> None:
+        assert stream is not None
+        while chunk := await stream.read(65536):
+            buf.feed(chunk)
+            if cb is not None:
+                cb(chunk)
+
+    async def feed() -> None:
+        if stdin is not None and proc.stdin is not None:
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                proc.stdin.write(stdin)
+                await proc.stdin.drain()
+            proc.stdin.close()
+
+    await asyncio.gather(feed(), pump(proc.stdout, out, on_stdout), pump(proc.stderr, err, None))
+    return await proc.wait()
