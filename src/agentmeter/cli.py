@@ -40,6 +40,20 @@ app.add_typer(tasks_app, name="tasks")
 console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
+def _version(value: bool) -> None:
+    if value:
+        from agentmeter import __version__
+
+        print(f"agentmeter {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="print the version and exit")] = False) -> None:
+    """Evaluate deployed agent configurations (model × agent) on local tasks in sandboxes."""
+
+
 StoreOpt = Annotated[Path | None, typer.Option("--store", help="runs directory (default ./.agentmeter)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 
