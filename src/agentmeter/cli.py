@@ -388,6 +388,11 @@ def gateway_serve(
     asyncio.run(main())
 
 
+from agentmeter.cli_analysis import register as register_analysis  # noqa: E402
+
+register_analysis(app)
+
+
 def main() -> None:  # pragma: no cover
     app()
 

@@ -32,6 +32,7 @@ from agentmeter.store.models import (
     ModelCallRecord,
     RunRecord,
     TaskRecord,
+    TokenUsage,
     TrialRecord,
     TrialStatus,
     utcnow,
@@ -371,6 +372,18 @@ class Store:
         stmt = stmt.order_by(mc.c.trial_id, mc.c.try_number, mc.c.seq)
         return [s.model_call_from_row(r) for r in self._read(stmt)]
 
+    def call_usage_by_try(self, run_id: str) -> dict[tuple[str, int], list[tuple[int, TokenUsage]]]:
+        """(trial id, try number) -> [(seq, usage)] of a run's model calls (for repricing)."""
+        mc = s.model_calls
+        out: dict[tuple[str, int], list[tuple[int, TokenUsage]]] = {}
+        stmt = sa.select(mc).where(mc.c.run_id == run_id).order_by(mc.c.trial_id,
+                                                                    mc.c.try_number, mc.c.seq)
+        for row in self._read(stmt):
+            call = s.model_call_from_row(row)
+            out.setdefault((row["trial_id"], row["try_number"]), []).append((call.seq,
+                                                                             call.usage))
+        return out
+
     # --- artifacts -----------------------------------------------------------------------
 
     def _runs_dir(self) -> Path:
@@ -418,15 +431,24 @@ class Store:
         now = utcnow()
         with self._write(f"import of run {run.id!r}") as conn:
             conn.execute(sa.insert(s.runs).values(**s.run_to_row(run)))
-            self._upsert(conn, s.configs, [s.config_to_row(c) for c in configs])
+            # ids are digests of the definition: an existing config/task version is kept
+            self._insert_missing(conn, s.configs, [s.config_to_row(c) for c in configs])
             self._upsert(conn, s.run_configs, [{"run_id": run.id, "config_id": c.id}
                                                for c in configs])
-            self._upsert(conn, s.tasks, [s.task_to_row(t) for t in tasks])
+            self._insert_missing(conn, s.tasks, [s.task_to_row(t) for t in tasks])
             self._upsert(conn, s.run_tasks, [{"run_id": run.id, "task_id": t.id,
                                               "task_digest": t.digest} for t in tasks])
             if trials:
                 conn.execute(sa.insert(s.trials), [s.trial_to_row(t, now) for t in trials])
         return run
+
+    def _insert_missing(self, conn: sa.Connection, table: sa.Table,
+                        rows: Sequence[dict[str, Any]]) -> None:
+        if not rows:
+            return
+        keys = [c.name for c in table.primary_key.columns]
+        ins = sqlite.insert(table) if conn.dialect.name == "sqlite" else postgresql.insert(table)
+        conn.execute(ins.on_conflict_do_nothing(index_elements=keys), list(rows))
 
     def reprice_run(self, run_id: str, trial_costs: dict[tuple[str, int], float | None],
                     call_costs: dict[tuple[str, int, int], float | None],

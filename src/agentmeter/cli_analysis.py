@@ -1,0 +1,493 @@
+"""Analysis commands: ``score``, ``compare``, ``reprice``, ``import``, ``export``,
+``core-subset``. Thin, like ``cli.py``: parse, call metrics/importers/store, print."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import tomllib
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from agentmeter.cli import JsonOpt, StoreOpt, _fail, _open_store, console, err
+from agentmeter.importers import ImportFormatError, Mapping, load_import, save_import
+from agentmeter.importers.export import export_rows, write_table
+from agentmeter.metrics import (
+    BudgetError,
+    BudgetSpec,
+    EffortAllocation,
+    PassK,
+    Scorecard,
+    ScoringSpec,
+    TrialFrame,
+    compare_scorecards,
+    effort_allocation,
+    load_frame,
+    pass_k_by_config,
+    prepare,
+    score,
+    select_core,
+    table1,
+)
+from agentmeter.pricing import PriceBook, PricingError, PricingSnapshot
+from agentmeter.report import scorecard_table as view
+from agentmeter.store.db import Store, StoreError
+from agentmeter.tasks.errors import TaskError
+from agentmeter.tasks.suite import SUITE_TOML, load_suite, load_suites
+
+TiersOpt = Annotated[str, typer.Option(
+    "--tiers", help="calibrate (Eq. 1 on the scored runs), stored (the tasks' own tiers) or a "
+    "TOML/JSON file mapping task -> tier")]
+BudgetsOpt = Annotated[str, typer.Option(
+    "--budgets", help="derive (calibration cost quantiles), table1 (the paper's) or a TOML file")]
+PricesOpt = Annotated[list[Path] | None, typer.Option(
+    "--prices", help="pricing snapshot TOML: reprice every trial from its usage; repeatable")]
+SubsetOpt = Annotated[str | None, typer.Option(
+    "--subset", help="score a named subset of the run's suite (tiers and budgets stay fixed "
+    "on the full run)")]
+SuiteOpt = Annotated[Path | None, typer.Option(
+    "--suite", help="suite dir for --subset (default: the run's own suite)")]
+_TIERS = ("easy", "medium", "hard")
+
+
+# --- shared option handling ----------------------------------------------------------------
+
+def _tier_file(path: Path) -> dict[str, str]:
+    """task -> tier from {task: tier}, {easy: [tasks], ...} or a calibration's {tasks: [...]}."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise _fail(f"{path}: {e}") from None
+    data = data.get("tiers", data) if isinstance(data, dict) else data
+    out: dict[str, str] = {}
+    if isinstance(data, dict) and isinstance(data.get("tasks"), list):
+        data = {t.get("task_id"): t.get("tier") for t in data["tasks"] if isinstance(t, dict)}
+    if not isinstance(data, dict):
+        raise _fail(f"{path}: expected a table of task -> tier")
+    for key, value in data.items():
+        if key in _TIERS and isinstance(value, list):
+            out.update({str(t): key for t in value})
+        elif isinstance(value, str) and value in _TIERS:
+            out[str(key)] = value
+        else:
+            raise _fail(f"{path}: field {key}: expected easy/medium/hard or a list of task ids "
+                        "under a tier name")
+    return out
+
+
+def _budgets(value: str) -> BudgetSpec | None:
+    if value == "derive":
+        return None
+    if value == "table1":
+        return table1()
+    try:
+        return BudgetSpec.load(Path(value))
+    except BudgetError as e:
+        raise _fail(str(e)) from None
+
+
+def _book(prices: list[Path] | None) -> PriceBook:
+    try:
+        return PriceBook.load(prices or [])
+    except PricingError as e:
+        raise _fail(str(e)) from None
+
+
+def _subset_ids(store: Store, run_id: str, subset: str, suite: Path | None) -> list[str]:
+    try:
+        if suite is not None:
+            s = load_suite(suite)
+        else:
+            rec = store.get_run(run_id)
+            sources = ((rec.settings.get("request") or {}).get("suites") if rec else None)
+            if not sources:
+                raise _fail(f"run {run_id} records no suite: pass --suite DIR for --subset")
+            s = load_suites(sources)
+    except TaskError as e:
+        raise _fail(str(e)) from None
+    if subset not in s.subsets:
+        raise _fail(f"{s.path / SUITE_TOML}: no subset {subset!r} (known: "
+                    f"{', '.join(sorted(s.subsets)) or 'none'})")
+    return list(s.subsets[subset])
+
+
+def _frames(store: Store, runs: list[str], subset: str | None, suite: Path | None,
+            tiers: str) -> tuple[TrialFrame, TrialFrame, str]:
+    """(frame to score, calibration pool, tier mode)."""
+    try:
+        full = load_frame(store, runs)
+    except StoreError as e:
+        raise _fail(str(e)) from None
+    mode = tiers
+    if tiers not in ("calibrate", "stored"):
+        full = full.with_tiers(_tier_file(Path(tiers)))
+        mode = "stored"
+    frame = full
+    if subset is not None:
+        ids = _subset_ids(store, runs[0], subset, suite)
+        absent = [t for t in ids if t not in full.task_ids]
+        if absent:
+            raise _fail(f"subset {subset!r}: task(s) not in run(s) {', '.join(runs)}: "
+                        + ", ".join(absent[:10]))
+        frame = full.select_tasks(ids)
+    return frame, full, mode
+
+
+def _spec(mode: str, alpha: float | None, resamples: int, reprice: bool) -> ScoringSpec:
+    return ScoringSpec(tiers=mode, alpha=alpha, resamples=resamples,  # type: ignore[arg-type]
+                       reprice=reprice)
+
+
+# --- score ---------------------------------------------------------------------------------
+
+def score_cmd(
+    runs: Annotated[list[str], typer.Argument(help="run id(s); several are pooled")],
+    metric: Annotated[str, typer.Option(help="ams | passk | allocation | all")] = "ams",
+    tiers: TiersOpt = "calibrate", budgets: BudgetsOpt = "derive",
+    subset: SubsetOpt = None, suite: SuiteOpt = None,
+    alpha: Annotated[float | None, typer.Option(help="TierScore trade-off α (default 0.6)")] = None,
+    resamples: Annotated[int, typer.Option(help="bootstrap resamples for CIs (0 = none)")] = 0,
+    k: Annotated[int | None, typer.Option(help="k for pass@k (default: attempts per task)")] = None,
+    prices: PricesOpt = None, store: StoreOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Score runs: the AgentMeter leaderboard (Pass, Tok/Pass, USD/Pass, tier scores, AMS with
+    CIs, Δbest, winners), pass@k and effort allocation."""
+    if metric not in ("ams", "passk", "allocation", "all"):
+        raise _fail(f"--metric {metric!r}: use ams, passk, allocation or all")
+    if alpha is not None and not 0 <= alpha <= 1:
+        raise _fail("--alpha must be in [0, 1]")
+    if resamples < 0:
+        raise _fail("--resamples must be >= 0")
+    st = _open_store(store)
+    frame, pool, mode = _frames(st, runs, subset, suite, tiers)
+    spec = _spec(mode, alpha, resamples, bool(prices))
+    book, fixed = _book(prices), _budgets(budgets)
+    out: dict[str, Any] = {"runs": runs, "subset": subset}
+    card: Scorecard | None = None
+    passk: list[PassK] | None = None
+    alloc: EffortAllocation | None = None
+    if metric in ("ams", "all"):
+        card = score(frame, spec, prices=book, budgets=fixed, calibration_frame=pool)
+        out["scorecard"] = card.model_dump(mode="json")
+    if metric in ("passk", "all"):
+        kk = k if k is not None else (int(frame.attempt.max()) + 1 if len(frame) else 1)
+        if kk < 1:
+            raise _fail("--k must be >= 1")
+        passk = pass_k_by_config(frame, kk)
+        out["pass_k"] = [p.model_dump(mode="json") for p in passk]
+    if metric in ("allocation", "all"):
+        p = prepare(frame, spec, prices=book, budgets=fixed, calibration_frame=pool)
+        alloc = effort_allocation(p.frame)
+        out["allocation"] = alloc.model_dump(mode="json")
+    if as_json:
+        print(json.dumps(out, indent=1))
+        return
+    what = ", ".join(runs) + (f" (subset {subset})" if subset else "")
+    if card is not None:
+        console.print(view.leaderboard(card, f"AgentMeter leaderboard: {what} "
+                                             f"({card.n_tasks} tasks)"))
+        console.print(view.details(card))
+    if passk is not None:
+        console.print(view.passk_table(passk, {c.id: c.label for c in frame.configs}))
+    if alloc is not None:
+        console.print(view.allocation_table(alloc))
+
+
+# --- compare -------------------------------------------------------------------------------
+
+def _scorecard_file(path: Path) -> Scorecard:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return Scorecard.model_validate(data.get("scorecard", data))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise _fail(f"{path}: not a scorecard (agentmeter score --json output): "
+                    f"{str(e).splitlines()[0]}") from None
+
+
+def compare_cmd(
+    a: Annotated[str, typer.Argument(help="reference: RUN, RUN@SUBSET or a score --json file")],
+    b: Annotated[str | None, typer.Argument(help="other: RUN, RUN@SUBSET or a JSON file "
+                                                 "(default: A@--subset)")] = None,
+    subset: SubsetOpt = None, suite: SuiteOpt = None,
+    top_k: Annotated[int, typer.Option("--top-k", help="k of Top-k kept")] = 3,
+    tiers: TiersOpt = "calibrate", budgets: BudgetsOpt = "derive", prices: PricesOpt = None,
+    store: StoreOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Rank agreement of two scorings (Spearman, Kendall τ-b, MAE of AMS, Top-1/Top-k kept):
+    two runs, or a subset against its full run. Tiers and budgets are fixed on A's full run."""
+    if b is None:
+        if subset is None:
+            raise _fail("give B, or --subset NAME to compare a subset with the full run A")
+        b = f"{a.partition('@')[0]}@{subset}"
+    if top_k < 1:
+        raise _fail("--top-k must be >= 1")
+    st: Store | None = None
+    pool: TrialFrame | None = None
+    cards: list[Scorecard] = []
+    for spec_text in (a, b):
+        if spec_text.endswith(".json") and Path(spec_text).is_file():
+            cards.append(_scorecard_file(Path(spec_text)))
+            continue
+        st = st or _open_store(store)
+        run, _, sub = spec_text.partition("@")
+        frame, full, mode = _frames(st, [run], sub or None, suite, tiers)
+        pool = pool if pool is not None else full
+        cards.append(score(frame, _spec(mode, None, 0, bool(prices)), prices=_book(prices),
+                           budgets=_budgets(budgets), calibration_frame=pool))
+    agreement = compare_scorecards(cards[0], cards[1], top_k)
+    if as_json:
+        others = {r.config_id: r.ams for r in cards[1].rows}
+        print(json.dumps({"reference": a, "other": b, **agreement.model_dump(mode="json"),
+                          "ams": {r.config_id: [r.ams, others.get(r.config_id)]
+                                  for r in cards[0].rows}}, indent=1))
+        return
+    console.print(view.ams_side_by_side(cards[0], cards[1], a, b))
+    console.print(view.agreement_table(agreement, a, b))
+
+
+# --- reprice -------------------------------------------------------------------------------
+
+def reprice_cmd(
+    run_id: Annotated[str, typer.Argument(help="run id")],
+    prices: Annotated[list[Path], typer.Option("--prices", help="pricing snapshot TOML; "
+                                               "repeatable (later files win)")],
+    allow_unpriced: Annotated[bool, typer.Option(help="store n/a costs for models the "
+                                                 "snapshot does not price")] = False,
+    store: StoreOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Recompute stored costs (model calls and trial totals, Eq. 2) under another pricing
+    snapshot without rerunning, and record the snapshot on the run."""
+    try:
+        snaps = [PricingSnapshot.load(p) for p in prices]
+    except PricingError as e:
+        raise _fail(str(e)) from None
+    book = PriceBook(snaps, use_genai_prices=False)
+    st = _open_store(store)
+    run = st.get_run(run_id)
+    if run is None:
+        raise _fail(f"no run {run_id!r} in {st.where}")
+    configs = {c.id: c for c in st.run_configs(run_id)}
+
+    def key(cid: str) -> str | None:
+        c = configs.get(cid)
+        if c is None:
+            return None
+        return c.model.price_key or (c.model.name if c.model.name not in ("none", "unknown")
+                                     else None)
+
+    trials = st.trials(run_id)
+
+    def metered(t: Any) -> bool:
+        return bool(t.model_calls) or any(v is not None for v in (
+            t.usage.input, t.usage.output, t.usage.cache_creation, t.usage.cache_read))
+
+    unpriced = sorted({f"{configs[t.config_id].label} ({key(t.config_id) or 'no price key'})"
+                       for t in trials if t.config_id in configs and metered(t)
+                       and book.quote(key(t.config_id) or "") is None})
+    if unpriced and not allow_unpriced:
+        raise _fail(f"{', '.join(map(str, prices))}: no price for {', '.join(unpriced)}; "
+                    "nothing was changed (--allow-unpriced stores n/a costs for them)")
+    call_costs: dict[tuple[str, int, int], float | None] = {}
+    trial_costs: dict[tuple[str, int], float | None] = {}
+    before: dict[str, float | None] = {}
+    after: dict[str, float | None] = {}
+    stored_calls = st.call_usage_by_try(run_id)
+    for t in trials:
+        k = key(t.config_id)
+        priced = k is not None and book.quote(k) is not None
+        mine = stored_calls.get((t.id, t.try_number), [])
+        for seq, usage in mine:
+            call_costs[(t.id, t.try_number, seq)] = book.cost_usd(k, usage) if priced else None
+        if mine:
+            new = (sum(call_costs[(t.id, t.try_number, s)] or 0.0 for s, _ in mine)
+                   if priced else None)
+        elif metered(t):
+            new = book.cost_usd(k, t.usage) if priced else None
+        else:
+            continue  # nothing metered (e.g. oracle): the stored cost stays
+        trial_costs[(t.id, t.try_number)] = new
+        for totals, v in ((before, t.cost_usd), (after, new)):  # n/a once any part is n/a
+            prev = totals.get(t.config_id, 0.0)
+            totals[t.config_id] = None if prev is None or v is None else prev + v
+    name = " + ".join(s.label or Path(s.source or "snapshot").name for s in snaps)
+    history = list(run.settings.get("repricing", []))
+    history.append({"snapshot": name, "files": [str(p) for p in prices],
+                    "dates": [str(s.date) for s in snaps], "previous": run.pricing_snapshot,
+                    "at": datetime.now(UTC).isoformat()})
+    st.reprice_run(run_id, trial_costs, call_costs, name, {**run.settings, "repricing": history})
+    rows = [{"config_id": c, "label": configs[c].label if c in configs else c,
+             "usd_before": before[c], "usd_after": after[c]} for c in sorted(before)]
+    if as_json:
+        print(json.dumps({"run_id": run_id, "pricing_snapshot": name,
+                          "trials": len(trial_costs), "model_calls": len(call_costs),
+                          "unpriced": unpriced, "configs": rows}, indent=1))
+        return
+    from rich.table import Table
+
+    table = Table("configuration", "USD before", "USD after",
+                  title=f"run {run_id} repriced under {name}", title_justify="left")
+    for r in rows:
+        table.add_row(str(r["label"]), *("n/a" if r[c] is None else f"{r[c]:.4f}"
+                                         for c in ("usd_before", "usd_after")))
+    console.print(table)
+    err.print(f"[dim]{len(trial_costs)} trial tries and {len(call_costs)} model calls "
+              "repriced[/dim]")
+    for u in unpriced:
+        err.print(f"[yellow]no price[/yellow] {u}: costs stored as n/a")
+
+
+
+# --- import / export -----------------------------------------------------------------------
+
+def import_cmd(
+    path: Annotated[Path, typer.Argument(help="Harbor job dir, Terminal-Bench run dir, or a "
+                                              ".csv/.jsonl/.parquet table")],
+    fmt: Annotated[str | None, typer.Option("--format", help="harbor | terminal-bench | table "
+                                                             "(default: detected)")] = None,
+    mapping: Annotated[Path | None, typer.Option(help="TOML column/status mapping")] = None,
+    run_id: Annotated[str | None, typer.Option("--run-id", help="id of the new run")] = None,
+    store: StoreOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Import another harness's results as a run (source = the importer, status imported)."""
+    try:
+        m = Mapping.load(mapping) if mapping else None
+        imported = load_import(path, fmt, m, run_id)
+        st = _open_store(store)
+        save_import(st, imported)
+    except (ImportFormatError, StoreError) as e:
+        raise _fail(str(e)) from None
+    counts: dict[str, int] = {}
+    for t in imported.trials:
+        counts[t.status.value] = counts.get(t.status.value, 0) + 1
+    run = imported.run
+    if as_json:
+        print(json.dumps({"run_id": run.id, "source": run.source, "trials": len(imported.trials),
+                          "configs": [c.label for c in imported.configs],
+                          "tasks": len(imported.tasks), "statuses": counts}, indent=1))
+        return
+    console.print(f"imported run [bold]{run.id}[/bold] from {path} ({run.source}): "
+                  f"{len(imported.trials)} trials, {len(imported.tasks)} tasks, "
+                  f"{len(imported.configs)} configurations")
+    for c in imported.configs:
+        console.print(f"  {c.label}")
+    console.print("  statuses: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    console.print(f"[dim]next: agentmeter score {run.id}[/dim]")
+
+
+def export_cmd(
+    run_id: Annotated[str, typer.Argument(help="run id")],
+    fmt: Annotated[str, typer.Option("--format", help="csv | jsonl | parquet")] = "csv",
+    out: Annotated[Path | None, typer.Option("--output", "-o", help="file (default: stdout)")
+                   ] = None,
+    store: StoreOpt = None,
+) -> None:
+    """Export a run, one row per trial try (config, model, agent, task, tier, status, reward,
+    tokens, cost, calls, timings)."""
+    st = _open_store(store)
+    try:
+        rows = export_rows(st, run_id)
+        data = write_table(rows, fmt, out)
+    except (ImportFormatError, StoreError) as e:
+        raise _fail(str(e)) from None
+    except OSError as e:
+        raise _fail(f"{out}: {e.strerror or e}") from None
+    if data is not None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    else:
+        err.print(f"[dim]{len(rows)} rows written to {out}[/dim]")
+
+
+# --- core subset ---------------------------------------------------------------------------
+
+_SUBSET_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _save_subset(suite_dir: Path, name: str, task_ids: list[str]) -> Path:
+    """Add ``name = [...]`` under [subsets] of the suite's suite.toml (other content kept)."""
+    try:
+        suite = load_suite(suite_dir)
+    except TaskError as e:
+        raise _fail(str(e)) from None
+    file = suite.path / SUITE_TOML
+    unknown = [t for t in task_ids if t not in suite.task_ids]
+    if unknown:
+        raise _fail(f"{suite.path}: the suite has no task(s) {', '.join(unknown)}")
+    if name in suite.subsets:
+        raise _fail(f"{file}: subset {name!r} exists already; choose another --save name")
+    text = file.read_text(encoding="utf-8") if file.is_file() else ""
+    line = f"{name} = [{', '.join(json.dumps(t) for t in task_ids)}]\n"
+    header = re.search(r"^\[subsets\][ \t]*(#.*)?$", text, flags=re.MULTILINE)
+    if header:
+        at = header.end() + 1
+        new = text[:at] + line + text[at:]
+    elif "subsets" in tomllib.loads(text):
+        raise _fail(f"{file}: subsets are not written as a [subsets] table; add "
+                    f"{line.strip()!r} by hand")
+    else:
+        new = text + ("" if text.endswith("\n") or not text else "\n") + "\n[subsets]\n" + line
+    if tomllib.loads(new).get("subsets", {}).get(name) != task_ids:
+        raise _fail(f"{file}: could not add subset {name!r} safely; add {line.strip()!r} by hand")
+    tmp = file.with_name(file.name + ".tmp")
+    tmp.write_text(new, encoding="utf-8")
+    tmp.replace(file)
+    return file
+
+
+def core_subset_cmd(
+    run_id: Annotated[str, typer.Argument(help="run id (the full calibration run)")],
+    per_tier: Annotated[int, typer.Option("--per-tier", help="tasks per tier")],
+    save: Annotated[str | None, typer.Option(help="save as this subset name in suite.toml")
+                    ] = None,
+    suite: SuiteOpt = None, tiers: TiersOpt = "calibrate", budgets: BudgetsOpt = "derive",
+    prices: PricesOpt = None, store: StoreOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Pick K tasks per tier whose AMS ranking best preserves the full run's (stratified core
+    subset, AgentMeter §5.4); optionally save it as a named subset of the suite."""
+    if per_tier < 1:
+        raise _fail("--per-tier must be >= 1")
+    st = _open_store(store)
+    frame, _, mode = _frames(st, [run_id], None, None, tiers)
+    p = prepare(frame, _spec(mode, None, 0, bool(prices)), prices=_book(prices),
+                budgets=_budgets(budgets))
+    if len(p.frame.configs) < 2:
+        raise _fail(f"run {run_id} has {len(p.frame.configs)} configuration(s): a ranking needs "
+                    "at least two")
+    core = select_core(p.cells, p.plan, p.frame.task_ids, per_tier)
+    ids = [t for g in _TIERS for t in core.tasks.get(g, [])]
+    saved = None
+    if save is not None:
+        if not _SUBSET_NAME.match(save):
+            raise _fail(f"--save {save!r}: use letters, digits, '_' and '-'")
+        if suite is None:
+            rec = st.get_run(run_id)
+            sources = (rec.settings.get("request") or {}).get("suites") if rec else None
+            if not sources or len(sources) != 1 or not Path(sources[0]).is_dir():
+                raise _fail(f"run {run_id}: pass --suite DIR to say where to save the subset")
+            suite = Path(sources[0])
+        saved = _save_subset(suite, save, ids)
+    if as_json:
+        print(json.dumps({**core.model_dump(mode="json"), "saved_to": str(saved) if saved
+                          else None, "notes": p.notes}, indent=1))
+        return
+    for g in _TIERS:
+        console.print(f"[bold]{g}[/bold] ({len(core.tasks.get(g, []))}): "
+                      + ", ".join(core.tasks.get(g, [])))
+    a = core.agreement
+    console.print(view.agreement_table(a, "full run", f"core subset ({len(ids)} tasks)"))
+    if saved:
+        console.print(f"saved as subset [bold]{save}[/bold] in {saved}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("score")(score_cmd)
+    app.command("compare")(compare_cmd)
+    app.command("reprice")(reprice_cmd)
+    app.command("import")(import_cmd)
+    app.command("export")(export_cmd)
+    app.command("core-subset")(core_subset_cmd)

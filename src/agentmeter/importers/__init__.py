@@ -1,0 +1,65 @@
+"""agentmeter.importers: trial data in and out of the store.
+
+In: Harbor job directories, Terminal-Bench v1 run directories, and generic per-trial tables
+(CSV / JSON Lines / Parquet) with a TOML column mapping. An imported run lives in the store like
+a native one (``RunRecord.source`` = the importer's name, status "imported") and scores the same
+way. Out: :mod:`agentmeter.importers.export` writes a run as a per-try table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agentmeter.importers.common import ImportedRun, ImportFormatError
+from agentmeter.importers.harbor import import_harbor, looks_like_harbor
+from agentmeter.importers.mapping import Mapping
+from agentmeter.importers.table import TABLE_SUFFIXES, import_table
+from agentmeter.importers.terminal_bench import import_terminal_bench, looks_like_terminal_bench
+from agentmeter.store.db import Store, StoreError
+
+FORMATS = ("harbor", "terminal-bench", "table")
+
+
+def detect_format(path: Path) -> str:
+    if not path.exists():
+        raise ImportFormatError(f"{path}: no such file or directory")
+    if path.is_file() and path.suffix.lower() in TABLE_SUFFIXES:
+        return "table"
+    if looks_like_terminal_bench(path):
+        return "terminal-bench"
+    if looks_like_harbor(path):
+        return "harbor"
+    raise ImportFormatError(f"{path}: cannot tell the format (a Harbor job directory, a "
+                            "Terminal-Bench run directory with results.json, or a .csv/.jsonl/"
+                            ".parquet table); pass --format")
+
+
+def load_import(path: Path, fmt: str | None = None, mapping: Mapping | None = None,
+                run_id: str | None = None) -> ImportedRun:
+    """Read a source into records (nothing is written)."""
+    fmt = fmt or detect_format(path)
+    if not path.exists():
+        raise ImportFormatError(f"{path}: no such file or directory")
+    if fmt == "harbor":
+        return import_harbor(path, mapping, run_id)
+    if fmt == "terminal-bench":
+        return import_terminal_bench(path, mapping, run_id)
+    if fmt == "table":
+        return import_table(path, mapping, run_id)
+    raise ImportFormatError(f"unknown import format {fmt!r} ({', '.join(FORMATS)})")
+
+
+def save_import(store: Store, imported: ImportedRun) -> None:
+    """Write the run in one transaction. A configuration id already in the store must name the
+    same model and agent (ids are digests of the definition; the stored record is kept)."""
+    for c in imported.configs:
+        known = store.get_config(c.id)
+        if known is not None and (known.model.name, known.agent.name) != (c.model.name,
+                                                                          c.agent.name):
+            raise StoreError(f"configuration id {c.id!r} is already in {store.where} as "
+                             f"{known.label!r}, not {c.label!r}")
+    store.import_run(imported.run, imported.configs, imported.tasks, imported.trials)
+
+
+__all__ = ["FORMATS", "ImportFormatError", "ImportedRun", "Mapping", "detect_format",
+           "load_import", "save_import"]

@@ -1,0 +1,106 @@
+"""The import mapping file (TOML): how a source's columns and values map onto agentmeter's
+trial fields. Used by the table importer, and by the Harbor and Terminal-Bench importers for
+defaults, tiers and status overrides.
+
+```toml
+source = "my-harness"        # RunRecord.source (default: the importer's name)
+pass_threshold = 1.0         # reward >= this counts as passed when nothing else says
+
+[columns]                    # agentmeter field = column name in the table
+task = "task_id"             # fields not listed use the column of the same name, if any;
+model = "model_name"         # "" switches a field off
+input_tokens = "prompt_tokens"
+
+[status_values]              # a status column's values -> the status taxonomy
+resolved = "passed"
+error = "infra_invalid"
+
+[defaults]                   # constant values for fields without a column
+agent = "codex"
+model = "openai/gpt-5"
+
+[tiers]                      # task id -> easy | medium | hard
+hello-world = "easy"
+
+[exceptions]                 # Harbor exception type -> status (overrides the built-in map)
+DaytonaError = "infra_invalid"
+
+[failure_modes]              # Terminal-Bench v1 failure_mode -> status
+test_timeout = "infra_invalid"
+```
+
+Fields: config (a label), config_id (kept as the configuration id), model, price_key, agent,
+agent_version, task, tier, category, attempt, try_number, status, reward, passed, error,
+input_tokens (incl. cached), output_tokens, cache_creation_tokens, cache_read_tokens,
+reasoning_tokens, cost_usd, model_calls, tool_calls (a total), turns, started_at, finished_at,
+environment_s, agent_setup_s, agent_run_s, verification_s. ``agentmeter export`` writes
+exactly these column names, so an exported table imports back without a mapping.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from agentmeter.importers.common import STATUS_NAMES, ImportFormatError
+
+FIELDS = ("config", "config_id", "model", "price_key", "agent", "agent_version", "task", "tier", "category",
+          "attempt", "try_number", "status", "reward", "passed", "error", "input_tokens",
+          "output_tokens", "cache_creation_tokens", "cache_read_tokens", "reasoning_tokens",
+          "cost_usd", "model_calls", "tool_calls", "turns", "started_at", "finished_at",
+          "environment_s", "agent_setup_s", "agent_run_s", "verification_s")
+
+StatusName = Literal["passed", "failed", "agent_error", "timeout", "budget_exceeded",
+                     "infra_invalid"]
+TierName = Literal["easy", "medium", "hard"]
+
+
+class Mapping(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    source: str | None = None
+    pass_threshold: float = Field(default=1.0, ge=0, le=1)
+    columns: dict[str, str] = Field(default_factory=dict)
+    status_values: dict[str, StatusName] = Field(default_factory=dict)
+    defaults: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    tiers: dict[str, TierName] = Field(default_factory=dict)
+    exceptions: dict[str, StatusName] = Field(default_factory=dict)
+    failure_modes: dict[str, StatusName] = Field(default_factory=dict)
+    path: str | None = None
+
+    @field_validator("columns", "defaults")
+    @classmethod
+    def _known_fields(cls, v: dict[str, object]) -> dict[str, object]:
+        unknown = sorted(set(v) - set(FIELDS))
+        if unknown:
+            raise ValueError(f"unknown field(s) {', '.join(unknown)} (known: "
+                             f"{', '.join(FIELDS)})")
+        return v
+
+    @classmethod
+    def load(cls, path: Path) -> Mapping:
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise ImportFormatError(f"{path}: {e}") from None
+        try:
+            return cls.model_validate({**data, "path": str(path)})
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise ImportFormatError(f"{path}: field {where}: {first['msg']}") from None
+
+    def column(self, field: str, available: set[str]) -> str | None:
+        """The source column of ``field``, or None."""
+        if field in self.columns:
+            return self.columns[field] or None
+        return field if field in available else None
+
+    def status_value(self, raw: str) -> str | None:
+        if raw in self.status_values:
+            return self.status_values[raw]
+        low = raw.strip().lower()
+        return low if low in STATUS_NAMES else None

@@ -1,0 +1,167 @@
+"""Rich rendering of a :class:`~agentmeter.metrics.Scorecard` (the AgentMeter leaderboard) and
+of the other analysis results (pass@k, effort allocation, rank agreement). ``n/a`` marks a value
+that could not be computed; nothing unknown is shown as zero."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from agentmeter.metrics import TIERS, ConfigRow, PassK, RankAgreement, Scorecard
+from agentmeter.metrics.allocation import EffortAllocation, PassFailSplit
+
+NA = "n/a"
+
+
+def _f(v: float | None, fmt: str = ".3f") -> str:
+    return NA if v is None else format(v, fmt)
+
+
+def _usd(v: float | None) -> str:
+    if v is None:
+        return NA
+    return f"{v:.4f}" if abs(v) < 10 else f"{v:,.2f}"
+
+
+def _tok(v: float | None) -> str:
+    return NA if v is None else f"{v:,.0f}"
+
+
+def _ci(row: ConfigRow, name: str, fmt: str = ".3f") -> str:
+    ci = row.ci.get(name)
+    return "" if ci is None else f" [{ci.low:{fmt}}, {ci.high:{fmt}}]"
+
+
+def _ranked(card: Scorecard) -> list[ConfigRow]:
+    return sorted(card.rows, key=lambda r: (r.ams is None, -(r.ams or 0.0),
+                                            -(r.pass_rate or 0.0), r.label))
+
+
+def leaderboard(card: Scorecard, title: str) -> Table:
+    cis = card.bootstrap is not None
+    table = Table(title=title, title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("configuration")
+    table.add_column("Pass", justify="right")
+    for g in TIERS:
+        table.add_column(f"{g} pass", justify="right")
+    for col in ("Tok/Pass", "USD/Pass"):
+        table.add_column(col, justify="right")
+    for g in TIERS:
+        table.add_column(f"S_{g}", justify="right")
+    table.add_column("AMS" + (f" [{card.bootstrap.level:.0%} CI]" if card.bootstrap else ""),
+                     justify="right")
+    table.add_column("Δbest", justify="right")
+    winners = set(card.winners.ams)
+    for i, r in enumerate(_ranked(card), start=1):
+        rate = NA if r.pass_rate is None else f"{r.pass_rate:.0%}"
+        cells = [str(i), r.label + (" [dim](scripted test model)[/dim]"
+                                    if r.model.startswith("scripted") else ""),
+                 f"{r.passes}/{r.n_tasks} {rate}" + (_ci(r, "pass_rate", ".0%") if cis else "")]
+        for g in TIERS:
+            t = r.tiers.get(g)
+            cells.append(NA if t is None or t.n_tasks == 0 else f"{t.passes}/{t.n_counted}")
+        cells += [_tok(r.tok_per_pass), _usd(r.usd_per_pass)]
+        for g in TIERS:
+            t = r.tiers.get(g)
+            cells.append(_f(t.score if t else None))
+        ams = _f(r.ams) + (_ci(r, "ams") if cis else "")
+        cells.append(f"[bold]{ams}[/bold]" if r.config_id in winners else ams)
+        cells.append(_f(r.delta_best))
+        table.add_row(*cells)
+    return table
+
+
+def _labels(card: Scorecard, ids: Sequence[str]) -> str:
+    names = {r.config_id: r.label for r in card.rows}
+    return ", ".join(names.get(i, i) for i in ids) or NA
+
+
+def details(card: Scorecard) -> RenderableType:
+    """Winners per criterion, the tier setup (budgets, τ), model spreads and notes."""
+    parts: list[RenderableType] = []
+    w = card.winners
+    win = Table("criterion", "winner", title="winners", title_justify="left")
+    for name, ids in (("most passes", w.passes), ("fewest tokens per pass", w.tok_per_pass),
+                      ("lowest USD per pass", w.usd_per_pass), ("highest AMS", w.ams)):
+        win.add_row(name, _labels(card, ids))
+    parts.append(win)
+    setup = Table("tier", "tasks", "budget grid B_g (USD)", "τ_g (USD)",
+                  title=f"tiers ({card.tier_source}); budgets: {card.budget_source}; "
+                        f"α = {card.alpha:g}; infra_invalid: {card.infra_policy}",
+                  title_justify="left")
+    for t in card.tiers:
+        setup.add_row(t.tier, str(t.n_tasks),
+                      NA if t.budgets is None else ", ".join(f"{b:g}" for b in t.budgets),
+                      NA if t.tau is None else f"{t.tau:g}")
+    parts.append(setup)
+    if card.models:
+        spread = Table("model", "best agent", "AMS", "worst agent", "AMS", "spread",
+                       title="agent choice per model", title_justify="left")
+        for m in card.models:
+            spread.add_row(m.model, m.best_agent, f"{m.best_ams:.3f}", m.worst_agent,
+                           f"{m.worst_ams:.3f}", f"{m.spread:.3f}")
+        parts.append(spread)
+    if card.bootstrap is not None:
+        b = card.bootstrap
+        parts.append(Text(f"CIs: {b.resamples} bootstrap resamples of tasks within tiers"
+                          + (" and attempts" if b.over_attempts else "")
+                          + f", {b.level:.0%} percentile, seed {b.seed}", style="dim"))
+    for note in card.notes:
+        parts.append(Text(f"note: {note}", style="yellow"))
+    return Group(*parts)
+
+
+def passk_table(rows: list[PassK], labels: dict[str, str]) -> Table:
+    k = rows[0].k if rows else 1
+    table = Table("configuration", f"pass@{k}", f"pass^{k}", "tasks",
+                  f"tasks with < {k} attempts", title=f"pass@{k} / pass^{k}",
+                  title_justify="left")
+    for r in rows:
+        table.add_row(labels.get(r.config_id, r.config_id), _f(r.pass_at_k), _f(r.pass_hat_k),
+                      str(r.n_tasks), str(r.n_tasks_short))
+    return table
+
+
+def allocation_table(alloc: EffortAllocation) -> Table:
+    table = Table("scope", "outcome", "runs", "median tok", "mean tok", "median USD",
+                  "mean USD", title="effort allocation (selected scored trials)",
+                  title_justify="left")
+    scopes: list[tuple[str, PassFailSplit]] = [("all", alloc.overall)]
+    scopes += [(g, alloc.tiers[g]) for g in TIERS if g in alloc.tiers]
+    for scope, split in scopes:
+        for outcome, st in (("passed", split.passed), ("failed", split.failed)):
+            table.add_row(scope, outcome, str(st.n), _tok(st.median_tokens),
+                          _tok(st.mean_tokens), _usd(st.median_usd), _usd(st.mean_usd))
+    return table
+
+
+def agreement_table(a: RankAgreement, ref: str, other: str) -> Table:
+    table = Table("measure", "value", title=f"rank agreement of {other} with {ref} "
+                  f"({a.n} configurations scored in both)", title_justify="left")
+
+    def yes(v: bool | None) -> str:
+        return NA if v is None else ("yes" if v else "no")
+
+    table.add_row("Spearman ρ", _f(a.spearman))
+    table.add_row("Kendall τ-b", _f(a.kendall))
+    table.add_row("MAE of AMS", _f(a.mae, ".4f"))
+    table.add_row("Top-1 kept", yes(a.top1_kept))
+    table.add_row(f"Top-{a.k} kept", yes(a.topk_kept))
+    return table
+
+
+def ams_side_by_side(ref: Scorecard, other: Scorecard, ref_name: str,
+                     other_name: str) -> Table:
+    table = Table("configuration", f"AMS {ref_name}", f"AMS {other_name}", "Δ",
+                  title="AMS per configuration", title_justify="left")
+    others = {r.config_id: r for r in other.rows}
+    for r in _ranked(ref):
+        o = others.get(r.config_id)
+        delta = None if (o is None or o.ams is None or r.ams is None) else o.ams - r.ams
+        table.add_row(r.label, _f(r.ams), _f(o.ams if o else None),
+                      NA if delta is None else f"{delta:+.3f}")
+    return table
