@@ -157,9 +157,12 @@ def test_sigkill_mid_run_then_resume_runs_every_trial_exactly_once(tmp_path: Pat
     run_id = "killed-run"
     cmd = [sys.executable, "-m", "agentmeter.cli", "run", "--suite", str(suite), "-a", "oracle",
            "-a", "nop", "--concurrency", "2", "--run-id", run_id, "--store", str(runs)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = tmp_path / "runner.log"
+    with log.open("w") as err_out:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err_out)
     deadline = time.monotonic() + 120
     while _completed(runs / "agentmeter.db", run_id) < 4 and time.monotonic() < deadline:
+        assert proc.poll() is None, f"the runner exited early: {log.read_text()[-2000:]}"
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()

@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from agentmeter.paths import default_runs_dir
+from agentmeter.cli_analysis import register as register_analysis
+from agentmeter.cli_common import JsonOpt, StoreOpt, console, err, fail, open_store
+from agentmeter.cli_report import register as register_report
 from agentmeter.report.summary import summarize, summary_table
 from agentmeter.runner.executor import RunProgress
 from agentmeter.runner.session import (
@@ -27,7 +28,7 @@ from agentmeter.runner.session import (
     request_of,
     run,
 )
-from agentmeter.store.db import Store, StoreError
+from agentmeter.store.db import Store
 from agentmeter.store.models import TrialRecord, TrialStatus
 from agentmeter.tasks.errors import TaskError
 from agentmeter.tasks.suite import load_suite
@@ -36,9 +37,6 @@ app = typer.Typer(help="Evaluate deployed agent configurations (model × agent) 
                   "in sandboxes, measuring success and cost together.", no_args_is_help=True)
 tasks_app = typer.Typer(help="Inspect and check task suites.", no_args_is_help=True)
 app.add_typer(tasks_app, name="tasks")
-# logs and CI capture get a wide table instead of rich's 80-column default
-console = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 def _version(value: bool) -> None:
     if value:
@@ -54,25 +52,11 @@ def _root(version: Annotated[bool, typer.Option("--version", callback=_version, 
     """Evaluate deployed agent configurations (model × agent) on local tasks in sandboxes."""
 
 
-StoreOpt = Annotated[Path | None, typer.Option("--store", help="runs directory (default ./.agentmeter)")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
-
-
-def _fail(message: str) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}")
-    return typer.Exit(2)
-
-
-def _open_store(store: Path | None) -> Store:
-    try:
-        return Store.open(store or default_runs_dir())
-    except StoreError as e:
-        raise _fail(str(e)) from None
 
 
 def _execute(prepared: PreparedRun, store_dir: Path | None, run_id: str | None,
              as_json: bool) -> tuple[Store, str, RunProgress]:
-    store = _open_store(store_dir)
+    store = open_store(store_dir)
     started = time.monotonic()
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("passed {task.fields[passed]}  spend ${task.fields[spend]:.4f}"),
@@ -107,7 +91,7 @@ def _execute(prepared: PreparedRun, store_dir: Path | None, run_id: str | None,
                       "continue with [bold]agentmeter resume[/bold]")
             raise typer.Exit(130) from None
         except RunSetupError as e:
-            raise _fail(str(e)) from None
+            raise fail(str(e)) from None
     if not as_json:
         err.print(f"[dim]{progress.done} trials ({progress.skipped} already complete) in "
                   f"{time.monotonic() - started:.1f}s[/dim]")
@@ -126,8 +110,10 @@ def _print_results(store: Store, run_id: str, as_json: bool) -> None:
 
 @app.command("run")
 def run_cmd(
-    suite: Annotated[list[str], typer.Option("--suite", "-s", help="suite dir, task dir or built-in name")] = ["starter"],  # noqa: B006
-    agent: Annotated[list[str], typer.Option("--agent", "-a", help="agent name[@version]; repeatable")] = ["oracle"],  # noqa: B006
+    suite: Annotated[list[str], typer.Option(
+        "--suite", "-s", help="suite dir, task dir or built-in name")] = ["starter"],  # noqa: B006
+    agent: Annotated[list[str], typer.Option(
+        "--agent", "-a", help="agent name[@version]; repeatable")] = ["oracle"],  # noqa: B006
     model: Annotated[list[str] | None, typer.Option("--model", "-m", help="model; repeatable (grid)")] = None,
     subset: Annotated[str | None, typer.Option(help="named subset of the suite")] = None,
     task: Annotated[list[str] | None, typer.Option("--task", "-t", help="task id; repeatable")] = None,
@@ -149,7 +135,7 @@ def run_cmd(
                          allow_unpriced=allow_unpriced, record_bodies=record_bodies)
         prepared = prepare(req)
     except (RunSetupError, ValueError) as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     st, rid, _ = _execute(prepared, store, run_id, as_json)
     _print_results(st, rid, as_json)
 
@@ -158,14 +144,14 @@ def run_cmd(
 def resume(run_id: str, store: StoreOpt = None, concurrency: int | None = None,
            as_json: JsonOpt = False) -> None:
     """Continue a run: completed trials are kept, incomplete ones run again."""
-    st = _open_store(store)
+    st = open_store(store)
     try:
         req = request_of(st, run_id)
         if concurrency:
             req = req.model_copy(update={"concurrency": concurrency})
         prepared = prepare(req)
     except RunSetupError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     st, rid, _ = _execute(prepared, store, run_id, as_json)
     _print_results(st, rid, as_json)
 
@@ -173,7 +159,7 @@ def resume(run_id: str, store: StoreOpt = None, concurrency: int | None = None,
 @app.command()
 def runs(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """List runs in the store."""
-    st = _open_store(store)
+    st = open_store(store)
     records = st.list_runs()
     if as_json:
         print(json.dumps([r.model_dump(mode="json") for r in records], indent=1))
@@ -190,9 +176,9 @@ def runs(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
 def show(run_id: str, trial: Annotated[str | None, typer.Option("--trial")] = None,
          store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """Show a run's results, or one trial in detail."""
-    st = _open_store(store)
+    st = open_store(store)
     if st.get_run(run_id) is None:
-        raise _fail(f"no run {run_id!r} in {st}")
+        raise fail(f"no run {run_id!r} in {st}")
     if trial is None:
         _print_results(st, run_id, as_json)
         if not as_json:
@@ -205,7 +191,7 @@ def show(run_id: str, trial: Annotated[str | None, typer.Option("--trial")] = No
         return
     rec = st.get_trial(run_id, trial)
     if rec is None:
-        raise _fail(f"no trial {trial!r} in run {run_id}")
+        raise fail(f"no trial {trial!r} in run {run_id}")
     calls = st.model_calls(run_id, trial, rec.try_number)
     arts = st.artifacts(run_id, trial, rec.try_number)
     data: dict[str, Any] = {"trial": rec.model_dump(mode="json"),
@@ -229,12 +215,13 @@ def tasks_list(path: Annotated[str, typer.Argument(help="suite/task dir or built
     try:
         suite = load_suite(path)
     except TaskError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     if as_json:
         print(json.dumps([{"id": t.id, "tier": t.tier, "category": t.category, "format": t.format}
                           for t in suite.tasks], indent=1))
         return
-    table = Table("task", "tier", "category", "format", title=f"suite {suite.name} ({len(suite.tasks)} tasks)")
+    table = Table("task", "tier", "category", "format",
+                  title=f"suite {suite.name} ({len(suite.tasks)} tasks)")
     for t in suite.tasks:
         table.add_row(t.id, t.tier or "-", t.category or "-", t.format)
     console.print(table)
@@ -249,7 +236,7 @@ def tasks_show(task_id: str, suite: Annotated[str, typer.Option("--suite", "-s")
         s = load_suite(task_id) if Path(task_id).is_dir() else load_suite(suite)
         t = s.tasks[0] if Path(task_id).is_dir() else s.task(task_id)
     except (TaskError, KeyError) as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     meta = t.model_dump(mode="json", exclude={"instruction"})
     console.print_json(json.dumps(meta))
     console.rule("instruction")
@@ -266,7 +253,7 @@ def tasks_check(path: Annotated[str, typer.Argument(help="suite/task dir or buil
         prepared = prepare(RunRequest(suites=[path], agents=["oracle", "nop"], backend=backend,
                                       concurrency=concurrency))
     except RunSetupError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     tmp = None
     if store is None:
         tmp = tempfile.TemporaryDirectory(prefix="agentmeter-check-")
@@ -322,7 +309,7 @@ def setup(docker: Annotated[bool, typer.Option(help="also start dockerd and impo
             for t in prepared.tasks:
                 asyncio.run(DockerBackend().prepare(sandbox_spec(t, prepared.configs[0].agent, None)))
     except (SandboxError, RunSetupError) as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     err.print("[green]ready[/green]")
 
 
@@ -336,9 +323,14 @@ def demo(store: StoreOpt = None, concurrency: int = 2, as_json: JsonOpt = False)
     try:
         prepared = prepare(req)
     except RunSetupError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     st, rid, _ = _execute(prepared, store, None, as_json)
     _print_results(st, rid, as_json)
+    from agentmeter.report.html import write_html_report
+
+    path = write_html_report(st, [rid], st.run_dir(rid) / "report.html")
+    if not as_json:
+        console.print(f"HTML report (open in a browser): {path}")
 
 
 gateway_app = typer.Typer(help="The metering gateway on its own.", no_args_is_help=True)
@@ -364,7 +356,7 @@ def gateway_serve(
         Gateway_check = registry.resolve(model)  # noqa: N806 - fail before listening
         del Gateway_check
     except (RunSetupError, ValueError) as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
 
     def announce(url: str, token: str) -> None:
         err.print(f"gateway for [bold]{model}[/bold] on {url}  (Ctrl-C to stop)")
@@ -388,9 +380,8 @@ def gateway_serve(
     asyncio.run(main())
 
 
-from agentmeter.cli_analysis import register as register_analysis  # noqa: E402
-
 register_analysis(app)
+register_report(app)
 
 
 def main() -> None:  # pragma: no cover

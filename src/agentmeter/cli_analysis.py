@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from agentmeter.cli import JsonOpt, StoreOpt, _fail, _open_store, console, err
+from agentmeter.cli_common import JsonOpt, StoreOpt, console, err, fail, open_store
 from agentmeter.importers import ImportFormatError, Mapping, load_import, save_import
 from agentmeter.importers.export import export_rows, write_table
 from agentmeter.metrics import (
@@ -62,20 +62,20 @@ def _tier_file(path: Path) -> dict[str, str]:
         text = path.read_text(encoding="utf-8")
         data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
     except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise _fail(f"{path}: {e}") from None
+        raise fail(f"{path}: {e}") from None
     data = data.get("tiers", data) if isinstance(data, dict) else data
     out: dict[str, str] = {}
     if isinstance(data, dict) and isinstance(data.get("tasks"), list):
         data = {t.get("task_id"): t.get("tier") for t in data["tasks"] if isinstance(t, dict)}
     if not isinstance(data, dict):
-        raise _fail(f"{path}: expected a table of task -> tier")
+        raise fail(f"{path}: expected a table of task -> tier")
     for key, value in data.items():
         if key in _TIERS and isinstance(value, list):
             out.update({str(t): key for t in value})
         elif isinstance(value, str) and value in _TIERS:
             out[str(key)] = value
         else:
-            raise _fail(f"{path}: field {key}: expected easy/medium/hard or a list of task ids "
+            raise fail(f"{path}: field {key}: expected easy/medium/hard or a list of task ids "
                         "under a tier name")
     return out
 
@@ -88,14 +88,14 @@ def _budgets(value: str) -> BudgetSpec | None:
     try:
         return BudgetSpec.load(Path(value))
     except BudgetError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
 
 
 def _book(prices: list[Path] | None) -> PriceBook:
     try:
         return PriceBook.load(prices or [])
     except PricingError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
 
 
 def _subset_ids(store: Store, run_id: str, subset: str, suite: Path | None) -> list[str]:
@@ -106,12 +106,12 @@ def _subset_ids(store: Store, run_id: str, subset: str, suite: Path | None) -> l
             rec = store.get_run(run_id)
             sources = ((rec.settings.get("request") or {}).get("suites") if rec else None)
             if not sources:
-                raise _fail(f"run {run_id} records no suite: pass --suite DIR for --subset")
+                raise fail(f"run {run_id} records no suite: pass --suite DIR for --subset")
             s = load_suites(sources)
     except TaskError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     if subset not in s.subsets:
-        raise _fail(f"{s.path / SUITE_TOML}: no subset {subset!r} (known: "
+        raise fail(f"{s.path / SUITE_TOML}: no subset {subset!r} (known: "
                     f"{', '.join(sorted(s.subsets)) or 'none'})")
     return list(s.subsets[subset])
 
@@ -122,7 +122,7 @@ def _frames(store: Store, runs: list[str], subset: str | None, suite: Path | Non
     try:
         full = load_frame(store, runs)
     except StoreError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     mode = tiers
     if tiers not in ("calibrate", "stored"):
         full = full.with_tiers(_tier_file(Path(tiers)))
@@ -132,7 +132,7 @@ def _frames(store: Store, runs: list[str], subset: str | None, suite: Path | Non
         ids = _subset_ids(store, runs[0], subset, suite)
         absent = [t for t in ids if t not in full.task_ids]
         if absent:
-            raise _fail(f"subset {subset!r}: task(s) not in run(s) {', '.join(runs)}: "
+            raise fail(f"subset {subset!r}: task(s) not in run(s) {', '.join(runs)}: "
                         + ", ".join(absent[:10]))
         frame = full.select_tasks(ids)
     return frame, full, mode
@@ -158,12 +158,12 @@ def score_cmd(
     """Score runs: the AgentMeter leaderboard (Pass, Tok/Pass, USD/Pass, tier scores, AMS with
     CIs, Δbest, winners), pass@k and effort allocation."""
     if metric not in ("ams", "passk", "allocation", "all"):
-        raise _fail(f"--metric {metric!r}: use ams, passk, allocation or all")
+        raise fail(f"--metric {metric!r}: use ams, passk, allocation or all")
     if alpha is not None and not 0 <= alpha <= 1:
-        raise _fail("--alpha must be in [0, 1]")
+        raise fail("--alpha must be in [0, 1]")
     if resamples < 0:
-        raise _fail("--resamples must be >= 0")
-    st = _open_store(store)
+        raise fail("--resamples must be >= 0")
+    st = open_store(store)
     frame, pool, mode = _frames(st, runs, subset, suite, tiers)
     spec = _spec(mode, alpha, resamples, bool(prices))
     book, fixed = _book(prices), _budgets(budgets)
@@ -177,7 +177,7 @@ def score_cmd(
     if metric in ("passk", "all"):
         kk = k if k is not None else (int(frame.attempt.max()) + 1 if len(frame) else 1)
         if kk < 1:
-            raise _fail("--k must be >= 1")
+            raise fail("--k must be >= 1")
         passk = pass_k_by_config(frame, kk)
         out["pass_k"] = [p.model_dump(mode="json") for p in passk]
     if metric in ("allocation", "all"):
@@ -205,7 +205,7 @@ def _scorecard_file(path: Path) -> Scorecard:
         data = json.loads(path.read_text(encoding="utf-8"))
         return Scorecard.model_validate(data.get("scorecard", data))
     except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise _fail(f"{path}: not a scorecard (agentmeter score --json output): "
+        raise fail(f"{path}: not a scorecard (agentmeter score --json output): "
                     f"{str(e).splitlines()[0]}") from None
 
 
@@ -222,10 +222,10 @@ def compare_cmd(
     two runs, or a subset against its full run. Tiers and budgets are fixed on A's full run."""
     if b is None:
         if subset is None:
-            raise _fail("give B, or --subset NAME to compare a subset with the full run A")
+            raise fail("give B, or --subset NAME to compare a subset with the full run A")
         b = f"{a.partition('@')[0]}@{subset}"
     if top_k < 1:
-        raise _fail("--top-k must be >= 1")
+        raise fail("--top-k must be >= 1")
     st: Store | None = None
     pool: TrialFrame | None = None
     cards: list[Scorecard] = []
@@ -233,7 +233,7 @@ def compare_cmd(
         if spec_text.endswith(".json") and Path(spec_text).is_file():
             cards.append(_scorecard_file(Path(spec_text)))
             continue
-        st = st or _open_store(store)
+        st = st or open_store(store)
         run, _, sub = spec_text.partition("@")
         frame, full, mode = _frames(st, [run], sub or None, suite, tiers)
         pool = pool if pool is not None else full
@@ -265,12 +265,12 @@ def reprice_cmd(
     try:
         snaps = [PricingSnapshot.load(p) for p in prices]
     except PricingError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     book = PriceBook(snaps, use_genai_prices=False)
-    st = _open_store(store)
+    st = open_store(store)
     run = st.get_run(run_id)
     if run is None:
-        raise _fail(f"no run {run_id!r} in {st.where}")
+        raise fail(f"no run {run_id!r} in {st.where}")
     configs = {c.id: c for c in st.run_configs(run_id)}
 
     def key(cid: str) -> str | None:
@@ -290,7 +290,7 @@ def reprice_cmd(
                        for t in trials if t.config_id in configs and metered(t)
                        and book.quote(key(t.config_id) or "") is None})
     if unpriced and not allow_unpriced:
-        raise _fail(f"{', '.join(map(str, prices))}: no price for {', '.join(unpriced)}; "
+        raise fail(f"{', '.join(map(str, prices))}: no price for {', '.join(unpriced)}; "
                     "nothing was changed (--allow-unpriced stores n/a costs for them)")
     call_costs: dict[tuple[str, int, int], float | None] = {}
     trial_costs: dict[tuple[str, int], float | None] = {}
@@ -357,10 +357,10 @@ def import_cmd(
     try:
         m = Mapping.load(mapping) if mapping else None
         imported = load_import(path, fmt, m, run_id)
-        st = _open_store(store)
+        st = open_store(store)
         save_import(st, imported)
     except (ImportFormatError, StoreError) as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     counts: dict[str, int] = {}
     for t in imported.trials:
         counts[t.status.value] = counts.get(t.status.value, 0) + 1
@@ -388,14 +388,14 @@ def export_cmd(
 ) -> None:
     """Export a run, one row per trial try (config, model, agent, task, tier, status, reward,
     tokens, cost, calls, timings)."""
-    st = _open_store(store)
+    st = open_store(store)
     try:
         rows = export_rows(st, run_id)
         data = write_table(rows, fmt, out)
     except (ImportFormatError, StoreError) as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     except OSError as e:
-        raise _fail(f"{out}: {e.strerror or e}") from None
+        raise fail(f"{out}: {e.strerror or e}") from None
     if data is not None:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
@@ -413,13 +413,13 @@ def _save_subset(suite_dir: Path, name: str, task_ids: list[str]) -> Path:
     try:
         suite = load_suite(suite_dir)
     except TaskError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     file = suite.path / SUITE_TOML
     unknown = [t for t in task_ids if t not in suite.task_ids]
     if unknown:
-        raise _fail(f"{suite.path}: the suite has no task(s) {', '.join(unknown)}")
+        raise fail(f"{suite.path}: the suite has no task(s) {', '.join(unknown)}")
     if name in suite.subsets:
-        raise _fail(f"{file}: subset {name!r} exists already; choose another --save name")
+        raise fail(f"{file}: subset {name!r} exists already; choose another --save name")
     text = file.read_text(encoding="utf-8") if file.is_file() else ""
     line = f"{name} = [{', '.join(json.dumps(t) for t in task_ids)}]\n"
     header = re.search(r"^\[subsets\][ \t]*(#.*)?$", text, flags=re.MULTILINE)
@@ -427,12 +427,12 @@ def _save_subset(suite_dir: Path, name: str, task_ids: list[str]) -> Path:
         at = header.end() + 1
         new = text[:at] + line + text[at:]
     elif "subsets" in tomllib.loads(text):
-        raise _fail(f"{file}: subsets are not written as a [subsets] table; add "
+        raise fail(f"{file}: subsets are not written as a [subsets] table; add "
                     f"{line.strip()!r} by hand")
     else:
         new = text + ("" if text.endswith("\n") or not text else "\n") + "\n[subsets]\n" + line
     if tomllib.loads(new).get("subsets", {}).get(name) != task_ids:
-        raise _fail(f"{file}: could not add subset {name!r} safely; add {line.strip()!r} by hand")
+        raise fail(f"{file}: could not add subset {name!r} safely; add {line.strip()!r} by hand")
     tmp = file.with_name(file.name + ".tmp")
     tmp.write_text(new, encoding="utf-8")
     tmp.replace(file)
@@ -450,25 +450,25 @@ def core_subset_cmd(
     """Pick K tasks per tier whose AMS ranking best preserves the full run's (stratified core
     subset, AgentMeter §5.4); optionally save it as a named subset of the suite."""
     if per_tier < 1:
-        raise _fail("--per-tier must be >= 1")
-    st = _open_store(store)
+        raise fail("--per-tier must be >= 1")
+    st = open_store(store)
     frame, _, mode = _frames(st, [run_id], None, None, tiers)
     p = prepare(frame, _spec(mode, None, 0, bool(prices)), prices=_book(prices),
                 budgets=_budgets(budgets))
     if len(p.frame.configs) < 2:
-        raise _fail(f"run {run_id} has {len(p.frame.configs)} configuration(s): a ranking needs "
+        raise fail(f"run {run_id} has {len(p.frame.configs)} configuration(s): a ranking needs "
                     "at least two")
     core = select_core(p.cells, p.plan, p.frame.task_ids, per_tier)
     ids = [t for g in _TIERS for t in core.tasks.get(g, [])]
     saved = None
     if save is not None:
         if not _SUBSET_NAME.match(save):
-            raise _fail(f"--save {save!r}: use letters, digits, '_' and '-'")
+            raise fail(f"--save {save!r}: use letters, digits, '_' and '-'")
         if suite is None:
             rec = st.get_run(run_id)
             sources = (rec.settings.get("request") or {}).get("suites") if rec else None
             if not sources or len(sources) != 1 or not Path(sources[0]).is_dir():
-                raise _fail(f"run {run_id}: pass --suite DIR to say where to save the subset")
+                raise fail(f"run {run_id}: pass --suite DIR to say where to save the subset")
             suite = Path(sources[0])
         saved = _save_subset(suite, save, ids)
     if as_json:

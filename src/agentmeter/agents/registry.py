@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
+from agentmeter.agents import cli as installed_cli
 from agentmeter.agents import native
 from agentmeter.agents.base import Agent
 from agentmeter.agents.reference import NopAgent, OracleAgent
@@ -15,6 +17,8 @@ _FACTORIES: dict[str, AgentFactory] = {
     "oracle": lambda version, options: OracleAgent(),
     "nop": lambda version, options: NopAgent(),
     "native": native.factory,
+    **{name: functools.partial(installed_cli.make, name) for name in
+       ("codex", "claude-code", "qwen-code", "mini-swe-agent", "kimi")},
 }
 
 

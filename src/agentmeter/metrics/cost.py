@@ -18,6 +18,7 @@ import numpy as np
 
 from agentmeter.metrics.frame import FloatArray, TrialFrame
 from agentmeter.pricing import ModelRates, PriceBook
+from agentmeter.store.models import NO_MODEL
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ def resolve_costs(frame: TrialFrame, book: PriceBook | None = None, *,
     unpriced_keys: list[str] = []
     for ci, info in enumerate(frame.configs):
         rows = need & (frame.config == ci)
-        if not rows.any():
+        if not rows.any() or info.model == NO_MODEL:  # oracle, nop: no model, nothing to price
             continue
         quote = book.quote(info.price_key) if info.price_key else None
         if quote is None:

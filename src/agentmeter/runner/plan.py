@@ -9,11 +9,8 @@ from typing import Any
 
 from agentmeter.agents.base import Agent
 from agentmeter.agents.registry import make_agent
-from agentmeter.store.models import AgentSpec, ConfigRecord, ModelSpec
+from agentmeter.store.models import NO_MODEL, AgentSpec, ConfigRecord, ModelSpec
 from agentmeter.tasks.models import Task
-
-#: the model of agents that use none (oracle, nop)
-NO_MODEL = "none"
 
 
 def config_record(agent: AgentSpec, model: ModelSpec) -> ConfigRecord:

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from agentmeter.gateway import Gateway, ModelRegistry
 from agentmeter.pricing import PriceBook
 from agentmeter.runner.executor import PrepareCallback, ProgressCallback, RunProgress, execute
-from agentmeter.runner.plan import PlannedConfig, build_configs, build_plan
+from agentmeter.runner.plan import PlannedConfig, build_configs, build_plan, config_record
 from agentmeter.runner.trial import TrialContext
 from agentmeter.sandbox.protocol import SandboxBackend
 from agentmeter.store.db import Store
@@ -75,12 +75,17 @@ def prepare(request: RunRequest) -> PreparedRun:
     if any(c.agent.uses_model for c in configs):
         registry, prices = _models_and_prices(request)
         gw = Gateway(registry, prices, allow_unpriced=request.allow_unpriced)
+        resolved = []
         for c in configs:
             if c.agent.uses_model:
                 try:
-                    gw.check_model(c.record.model.name)
+                    um = gw.check_model(c.record.model.name)
                 except Exception as e:
                     raise RunSetupError(str(e)) from e
+                # the stored configuration says which wire API and price key it ran with
+                c = PlannedConfig(config_record(c.record.agent, um.spec()), c.agent)
+            resolved.append(c)
+        configs = resolved
     return PreparedRun(request, tasks, configs, suite.name)
 
 

@@ -30,6 +30,7 @@ from agentmeter.store.models import (
     ArtifactRecord,
     ConfigRecord,
     PhaseTimings,
+    TokenUsage,
     TrialRecord,
     TrialStatus,
     utcnow,
@@ -322,6 +323,10 @@ class TrialRunner:
 
     def _apply_meter(self, meter: TrialMeter) -> None:
         rec = self.rec
+        if not meter.calls:  # no call was made: zero is known, not "not exposed"
+            rec.usage = TokenUsage(input=0, output=0, cache_creation=0, cache_read=0, reasoning=0)
+            rec.cost_usd = 0.0
+            return
         rec.usage = meter.usage
         rec.cost_usd = meter.cost_usd
         rec.model_calls = len(meter.calls)

@@ -10,6 +10,7 @@ it is renamed into the cache only when the step succeeded, so a broken layer is 
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import os
@@ -35,6 +36,9 @@ BuildLog = Callable[[str], None]
 #: images a Dockerfile FROM may name without a warning: they are the base we build
 QUIET_FROM = ("debian:trixie", "debian:13", "debian:stable", "debian:latest", "debian")
 BUILD_STEP_TIMEOUT_S = 1800.0
+#: package-manager state an independent layer must not lay over an environment's own
+INDEPENDENT_DROPPED = ("var/lib/dpkg", "var/lib/apt", "var/cache", "var/log", "etc/ld.so.cache",
+                       "tmp", "root/.cache", "root/.npm")
 
 
 class LayerMeta(BaseModel):
@@ -138,39 +142,45 @@ class LocalLayerCache:
 
     async def resolve(self, spec: SandboxSpec) -> tuple[list[str], LayerMeta]:
         """Lower dirs (top first; layer dirs relative to the cache dir, base absolute) and the
-        resulting metadata; builds every missing layer."""
+        resulting metadata; builds every missing layer. Independent layers form their own chain
+        on the base and are stacked above the others."""
         base = self.backend.base_lower(spec.base)
-        chain = _digest("base", rootfs.BASE_ID if spec.base == "debian" else "host")
-        meta = LayerMeta()
-        names: list[str] = []
+        base_chain = _digest("base", rootfs.BASE_ID if spec.base == "debian" else "host")
+        chains = {False: base_chain, True: base_chain}
+        names: dict[bool, list[str]] = {False: [], True: []}
+        metas = {False: LayerMeta(), True: LayerMeta()}
         args: dict[str, str] = {}
         for layer in spec.layers:
+            ind = layer.independent
             for step in self._steps(layer):
-                chain = _digest(chain, step.key, meta.model_dump_json())
+                meta = metas[ind]
+                marker = ("independent",) if ind else ()
+                chains[ind] = _digest(chains[ind], step.key, meta.model_dump_json(), *marker)
                 st = step.docker
                 if st is not None and st.kind in ("ENV", "ARG", "USER"):
                     if st.kind == "USER":
-                        meta = meta.model_copy(update={"user": st.args[0]})
+                        metas[ind] = meta.model_copy(update={"user": st.args[0]})
                     else:
                         pairs = dict(zip(st.args[::2], st.args[1::2], strict=True))
                         if st.kind == "ENV":
-                            meta = meta.model_copy(update={"env": {**meta.env, **pairs}})
+                            metas[ind] = meta.model_copy(update={"env": {**meta.env, **pairs}})
                         else:
                             args.update(pairs)
                     continue
                 if st is not None and st.kind == "WORKDIR":
                     wd = st.args[0] if st.args[0].startswith("/") else \
                         f"{(meta.workdir or '/').rstrip('/')}/{st.args[0]}"
-                    meta = meta.model_copy(update={"workdir": wd})
-                name = chain[:24]
+                    metas[ind] = meta = meta.model_copy(update={"workdir": wd})
+                name = chains[ind][:24]
                 if not (self.dir / name / "fs").is_dir():
-                    await self._build(step, name, names, base, meta, args, spec)
-                names.append(name)
-        lowers = [f"{n}/fs" for n in reversed(names)] + [base]
+                    await self._build(step, name, names[ind], base, meta, args, spec, independent=ind)
+                names[ind].append(name)
+        lowers = [f"{n}/fs" for n in reversed(names[True] + names[False])] + [base]
+        meta = metas[False].model_copy(update={"env": {**metas[True].env, **metas[False].env}})
         return lowers, meta
 
     async def _build(self, step: _Step, name: str, below: list[str], base: str, meta: LayerMeta,
-                     args: dict[str, str], spec: SandboxSpec) -> None:
+                     args: dict[str, str], spec: SandboxSpec, *, independent: bool = False) -> None:
         started = time.monotonic()
         if self.log:
             self.log(f"building layer {name[:12]}: {step.label}")
@@ -190,6 +200,11 @@ class LocalLayerCache:
         if final.exists():  # built concurrently by someone else
             shutil.rmtree(tmp, ignore_errors=True)
             return
+        if independent:
+            for rel in INDEPENDENT_DROPPED:
+                shutil.rmtree(tmp / "fs" / rel, ignore_errors=True)
+                with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                    (tmp / "fs" / rel).unlink()
         (tmp / "step.txt").write_text(f"{step.label}\nbuilt in {time.monotonic() - started:.1f}s\n")
         os.rename(tmp, final)
 

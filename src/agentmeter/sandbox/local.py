@@ -63,7 +63,7 @@ if [ -n "$AM_DISK" ]; then mount -t tmpfs -o "size=${AM_DISK}m,mode=0755" tmpfs 
 mkdir -p "$AM_RW/upper" "$AM_RW/work"
 mount -t overlay overlay -o "$AM_OVL_OPTS" "$AM_MERGED"
 for d in $AM_HOST_DIRS; do
-  mount --bind "$d" "$AM_MERGED$d"; mount -o remount,bind,ro,nodev,nosuid "$AM_MERGED$d"
+  mount --rbind "$d" "$AM_MERGED$d"; mount -o remount,bind,ro,nodev,nosuid "$AM_MERGED$d"
 done
 if [ "$AM_NEWNET" = 1 ]; then ip link set lo up; fi
 echo ready
@@ -178,7 +178,7 @@ class LocalSandbox:
                 self._bridge = await start_bridge(self._keeper.pid, self.spec.exposed_sockets,
                                                   enter_userns=self._rootless)
             # the first exec also proves the sandbox works (bwrap, mounts, user switch)
-            r = await self.exec(["mkdir", "-p", self.workdir], user="root")
+            r = await self.exec(["mkdir", "-p", self.workdir], user="root", cwd="/")
             if r.exit_code != 0:
                 raise SandboxError(f"sandbox {self.id} failed to start: {r.stderr.strip()}")
         except BaseException:
@@ -417,9 +417,12 @@ class LocalBackend:
                 owner = json.loads((d / "owner.json").read_text())
             except (OSError, ValueError):
                 owner = {"owner": -1, "keeper": -1}
-                if time.time() - d.stat().st_mtime < 60:
-                    live.add(d.name)  # still starting
-                    continue
+                try:
+                    if time.time() - d.stat().st_mtime < 60:
+                        live.add(d.name)  # still starting
+                        continue
+                except FileNotFoundError:
+                    continue  # removed meanwhile by its owner
             if owner["owner"] > 0 and _pid_alive(owner["owner"]):
                 live.add(d.name)
                 continue

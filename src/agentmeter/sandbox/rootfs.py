@@ -29,7 +29,7 @@ BASE_ID = f"debian-{DEBIAN_RELEASE}-v{BASE_FORMAT}"
 Progress = Callable[[str], None]
 
 #: host directories the ``host`` base exposes read-only (those that exist)
-HOST_SYSTEM_DIRS = ("usr", "etc", "opt", "var/lib", "srv")
+HOST_SYSTEM_DIRS = ("usr", "etc", "opt")
 HOST_SYMLINK_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 
 

@@ -61,6 +61,10 @@ class LayerSpec(_Frozen):
     context: Path | None = None
     network: NetworkPolicy = "full"
     label: str = ""
+    #: built on the bare base instead of on the layers listed before it, and stacked on top of
+    #: them: one build serves every task environment (agent installations). Package-manager
+    #: state it changed is dropped so the environment's own shows through.
+    independent: bool = False
 
     def recipe_digest(self) -> str:
         """Digest of the recipe itself plus every file in its build context."""

@@ -45,6 +45,9 @@ class TrialStatus(StrEnum):
 
 WireApi = Literal["chat", "responses", "messages"]
 
+#: the model name of configurations whose agent uses no model (oracle, nop)
+NO_MODEL = "none"
+
 
 class TokenUsage(_Record):
     """Token usage of one call or a sum of calls. ``input`` includes cached input tokens."""

@@ -1,0 +1,5 @@
+"""``python -m agentmeter``."""
+
+from agentmeter.cli import app
+
+app()

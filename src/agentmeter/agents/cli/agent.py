@@ -1,0 +1,246 @@
+"""``InstalledCliAgent``: drives any :class:`CliSpec` inside the trial's sandbox.
+
+Per trial: write the spec's config files (one exec), start the CLI as the ``agent`` user in the
+task's workdir with its stderr going to a file, watch stdout for the completion marker (a CLI
+that lingers after finishing is ended once the grace period passes; that is not a timeout),
+collect the native transcript, parse it into the common trajectory, and classify:
+
+- real timeout → ``timed_out=True``;
+- non-zero exit without a final answer → ``error`` (crash);
+- output the parser cannot read → ``error`` describing it (the verifier still runs);
+- exit 0 without doing anything → no error: the verifier fails it.
+
+Nothing a CLI prints can raise out of :meth:`InstalledCliAgent.run`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import tarfile
+import time
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentmeter.agents.base import AgentContext, AgentRun
+from agentmeter.agents.cli.spec import CliDefinition, ParsedRun, ParseInput, render
+from agentmeter.sandbox.spec import AGENT_USER, LayerSpec, SandboxError
+
+HOME = f"/home/{AGENT_USER}"
+STDOUT_CAP = 32_000_000
+TRAJECTORY = "trajectory.json"
+
+
+class CliOptions(BaseModel):
+    """Options of any installed CLI agent (``agent_options`` in a run request)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    extra_args: list[str] = Field(default_factory=list,
+                                  description="arguments inserted before the prompt")
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment")
+    completion_grace_s: float | None = Field(default=None, ge=0)
+
+
+class _Watch:
+    """Collects stdout and notices the completion marker."""
+
+    def __init__(self, marker: str | None) -> None:
+        self.marker = marker.encode() if marker else None
+        self.buf = bytearray()
+        self.done = asyncio.Event()
+        self._tail = b""
+
+    def feed(self, chunk: bytes) -> None:
+        if len(self.buf) < STDOUT_CAP:
+            self.buf += chunk[: STDOUT_CAP - len(self.buf)]
+        if self.marker is not None and not self.done.is_set():
+            window = self._tail + chunk
+            if self.marker in window:
+                self.done.set()
+            self._tail = window[-len(self.marker):]
+
+
+class InstalledCliAgent:
+    """An agent CLI installed into cached layers and run inside the sandbox."""
+
+    uses_model = True
+
+    def __init__(self, definition: CliDefinition, version: str | None = None,
+                 options: CliOptions | None = None) -> None:
+        self.definition = definition
+        self.spec = definition.spec
+        self.name = self.spec.name
+        self.version: str | None = self.spec.version(version)
+        self.options = options or CliOptions()
+
+    def layers(self) -> list[LayerSpec]:
+        assert self.version is not None
+        return self.spec.layers(self.version)
+
+    def values(self, ctx: AgentContext) -> dict[str, str]:
+        assert ctx.gateway is not None and self.version is not None
+        return {
+            "prompt": ctx.task.instruction, "model": ctx.gateway.model,
+            # the name without its provider prefix: CLIs that pick features by model name
+            # (Codex, Claude Code) recognise it; the gateway serves the trial's model either way
+            "model_id": ctx.gateway.model.split("/", 1)[-1],
+            "base_url": ctx.gateway.base_url.rstrip("/"), "token": ctx.gateway.token,
+            "home": HOME, "state": f"{HOME}/.agentmeter/{self.name}",
+            "workdir": ctx.task.workdir or ctx.sandbox.workdir,
+            "install": self.spec.prefix(self.version), "version": self.version,
+        }
+
+    async def run(self, ctx: AgentContext) -> AgentRun:
+        if ctx.gateway is None:
+            return AgentRun(error=f"agent {self.name} needs a gateway endpoint")
+        ctx.logs_dir.mkdir(parents=True, exist_ok=True)
+        v = self.values(ctx)
+        meta: dict[str, Any] = {"agent": self.name, "version": self.version}
+        t0 = time.monotonic()
+        await self._write_files(ctx, v)
+        meta["setup_s"] = time.monotonic() - t0
+
+        spec = self.spec
+        # extra arguments go before the prompt (and before a "--" that precedes it)
+        cut = len(spec.args) - (2 if spec.args[-2:-1] == ("--",) else 1)
+        argv = [f"{v['install']}/{spec.executable}",
+                *(render(a, v) for a in spec.args[:cut]), *self.options.extra_args,
+                *(render(a, v) for a in spec.args[cut:])]
+        env = {k: render(val, v) for k, val in spec.env.items()} | self.options.env
+        stderr_path = f"{v['state']}/stderr.log"
+        # stderr goes to a file so that it survives the harness ending a lingering CLI
+        wrapped = ["bash", "-c", 'exec "$@" 2>>"$0"', stderr_path, *argv]
+        meta["argv"] = [a if a != v["prompt"] else "<instruction>" for a in argv]
+        watch = _Watch(spec.completion_marker)
+        grace = spec.completion_grace_s if self.options.completion_grace_s is None \
+            else self.options.completion_grace_s
+        meta["started_at"] = datetime.now(UTC).isoformat()
+        started = time.monotonic()
+        proc = asyncio.create_task(ctx.sandbox.exec(
+            wrapped, user=AGENT_USER, env=env, cwd=v["workdir"], timeout=ctx.timeout_s,
+            on_stdout=watch.feed))
+        exit_code, timed_out, ended_by_harness = await self._wait(proc, watch, grace)
+        command_s = time.monotonic() - started
+        meta.update(exit_code=exit_code, timed_out=timed_out, command_s=command_s,
+                    ended_after_completion=ended_by_harness)
+
+        stdout = watch.buf.decode(errors="replace")
+        stderr = await self._read_text(ctx, stderr_path)
+        artifacts = self._save_logs(ctx, stdout, stderr)
+        transcripts = await self._collect(ctx, v, artifacts)
+        error: str | None = None
+        try:
+            parsed = self.definition.parse(ParseInput(stdout, stderr, exit_code, transcripts))
+        except Exception as e:  # garbage from a CLI must never take the trial down
+            parsed = ParsedRun()
+            error = f"{self.name}: unparseable output ({type(e).__name__}: {e})"
+        error = error or self._classify(parsed, exit_code, timed_out, ended_by_harness, stderr)
+        meta.update(error=error, final_message=parsed.final_message,
+                    usage=parsed.usage.model_dump() if parsed.usage else None,
+                    tool_calls=dict(parsed.tool_calls), files_read=parsed.files_read,
+                    turns=parsed.turns, steps=[asdict(s) for s in parsed.steps])
+        path = ctx.logs_dir / TRAJECTORY
+        path.write_text(json.dumps(meta, indent=1, ensure_ascii=False, default=str))
+        artifacts[TRAJECTORY] = (path, "transcript")
+        return AgentRun(exit_code=exit_code, timed_out=timed_out, error=error,
+                        command_s=command_s, tool_calls=dict(parsed.tool_calls),
+                        turns=parsed.turns, self_reported_usage=parsed.usage,
+                        final_message=parsed.final_message, artifacts=artifacts)
+
+    async def _write_files(self, ctx: AgentContext, v: dict[str, str]) -> None:
+        """All config files (and the state dir) in one exec, as the agent user."""
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            entries = {f"{v['state']}/.keep": ""} | {render(p, v): render(c, v)
+                                                      for p, c in self.spec.files.items()}
+            for path, content in entries.items():
+                data = content.encode()
+                info = tarfile.TarInfo(path.lstrip("/"))
+                info.size, info.mode = len(data), 0o600
+                tar.addfile(info, io.BytesIO(data))
+        r = await ctx.sandbox.exec(["tar", "-x", "--no-same-owner", "-C", "/"],
+                                   stdin=buf.getvalue(), user=AGENT_USER, cwd="/")
+        if r.exit_code != 0:
+            raise SandboxError(f"{self.name}: writing its config files failed: {r.stderr.strip()}")
+
+    @staticmethod
+    async def _wait(proc: asyncio.Task[Any], watch: _Watch,
+                    grace: float) -> tuple[int | None, bool, bool]:
+        """(exit code, timed out, ended by the harness after completion)."""
+        done_wait = asyncio.create_task(watch.done.wait())
+        try:
+            await asyncio.wait({proc, done_wait}, return_when=asyncio.FIRST_COMPLETED)
+            if not proc.done():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(proc), grace)
+            if proc.done():
+                r = proc.result()
+                return r.exit_code, r.timed_out, False
+            proc.cancel()  # the sandbox kills the whole process tree
+            with contextlib.suppress(asyncio.CancelledError):
+                await proc
+            return None, False, True
+        finally:
+            done_wait.cancel()
+            if not proc.done():
+                proc.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await proc
+
+    @staticmethod
+    async def _read_text(ctx: AgentContext, path: str) -> str:
+        try:
+            return (await ctx.sandbox.read_file(path)).decode(errors="replace")
+        except SandboxError:
+            return ""
+
+    def _save_logs(self, ctx: AgentContext, stdout: str,
+                   stderr: str) -> dict[str, tuple[Path, str]]:
+        out: dict[str, tuple[Path, str]] = {}
+        for name, text in ((f"{self.name}.stdout.log", stdout), (f"{self.name}.stderr.log", stderr)):
+            p = ctx.logs_dir / name
+            p.write_text(text)
+            out[name] = (p, "agent_log")
+        return out
+
+    async def _collect(self, ctx: AgentContext, v: dict[str, str],
+                       artifacts: dict[str, tuple[Path, str]]) -> dict[str, str]:
+        """Copy the native transcript out; returns sandbox path -> text for the parser."""
+        texts: dict[str, str] = {}
+        native = ctx.logs_dir / "native"
+        for template in self.spec.transcripts:
+            src = render(template, v).rstrip("/")
+            dst = native / src.strip("/").replace("/", "_")
+            try:
+                await ctx.sandbox.copy_out(src, dst)
+            except SandboxError:
+                continue  # the CLI did not write it (crashed early, or this version does not)
+            for f in sorted(p for p in dst.rglob("*") if p.is_file()):
+                rel = f.relative_to(dst).as_posix()
+                texts[f"{src}/{rel}" if rel != Path(src).name else src] = \
+                    f.read_text(errors="replace")
+                artifacts[f"native/{dst.name}/{rel}"] = (f, "transcript")
+        return texts
+
+    def _classify(self, parsed: ParsedRun, exit_code: int | None, timed_out: bool,
+                  ended_by_harness: bool, stderr: str) -> str | None:
+        if timed_out or ended_by_harness:
+            return None
+        finished = parsed.completed or parsed.final_message is not None
+        if exit_code not in (0, None) and not finished:
+            why = parsed.cli_error or _tail(stderr) or "no output"
+            return f"{self.name} exited with code {exit_code}: {why}"
+        if parsed.cli_error and not finished:
+            return f"{self.name}: {parsed.cli_error}"
+        return None
+
+
+def _tail(text: str, lines: int = 8, chars: int = 1500) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])[-chars:]

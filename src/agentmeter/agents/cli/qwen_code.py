@@ -1,0 +1,58 @@
+"""Qwen Code (npm ``@qwen-code/qwen-code``): OpenAI Chat Completions, streaming.
+
+``qwen --auth-type openai -m <model> --yolo -o stream-json <prompt>`` with the gateway as
+``OPENAI_BASE_URL`` (``--yolo`` auto-approves every tool). Its stream-json has Claude Code's shape;
+the final ``result`` event carries the run's usage.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentmeter.agents.cli import stream_json
+from agentmeter.agents.cli.spec import CliDefinition, CliSpec, ParsedRun, ParseInput, int_of
+from agentmeter.store.models import TokenUsage
+
+SETTINGS = """\
+{"security": {"auth": {"selectedType": "openai"}},
+ "privacy": {"usageStatisticsEnabled": false},
+ "telemetry": {"enabled": false},
+ "general": {"disableAutoUpdate": true, "disableUpdateNag": true}}
+"""
+
+SPEC = CliSpec(
+    name="qwen-code",
+    package="@qwen-code/qwen-code",
+    default_version="0.24.4",
+    runtime="node",
+    wire_apis=("chat",),
+    executable="bin/qwen",
+    args=("--auth-type", "openai", "-m", "${model}", "--yolo", "-o", "stream-json", "${prompt}"),
+    env={
+        "OPENAI_BASE_URL": "${base_url}/v1",
+        "OPENAI_API_KEY": "${token}",
+        "OPENAI_MODEL": "${model}",
+        "QWEN_CODE_DISABLE_TELEMETRY": "1",
+        "NO_COLOR": "1",
+    },
+    files={"${home}/.qwen/settings.json": SETTINGS},
+    completion_marker='"type":"result"',
+    completion_grace_s=2.0,
+    transcripts=("${home}/.qwen/projects", "${home}/.qwen/tmp"),
+    reported_usage=("input", "output", "cache_read"),
+)
+
+
+def usage_of(result: dict[str, Any]) -> TokenUsage | None:
+    u = result.get("usage")
+    if not isinstance(u, dict):
+        return None
+    return TokenUsage(input=int_of(u, "input_tokens"), output=int_of(u, "output_tokens"),
+                      cache_read=int_of(u, "cache_read_input_tokens"))
+
+
+def parse(run: ParseInput) -> ParsedRun:
+    return stream_json.parse(run, usage_of)
+
+
+DEFINITION = CliDefinition(SPEC, parse)

@@ -1,0 +1,167 @@
+"""The declarative description of an installed agent CLI (``CliSpec``) and what its parser returns.
+
+A spec says, as data: which package and pinned version to install and how (→ cached layers), the
+files and environment that point the CLI at the gateway, the non-interactive command line, how
+completion is detected on stdout, and where the CLI leaves its native transcript. Strings may use
+``${placeholders}`` (``string.Template``), filled per trial by :func:`render`:
+
+``prompt`` (the task instruction), ``model`` (the configured name, e.g. ``openai/gpt-5``),
+``model_id`` (the same without its provider prefix, e.g. ``gpt-5``), ``base_url`` (gateway,
+no ``/v1``), ``token``,
+``home`` (the agent user's HOME), ``state`` (a per-trial directory for the CLI's own files),
+``workdir``, ``install`` (the install prefix) and ``version``.
+
+Everything a spec cannot say declaratively (reading the transcript) is its module's ``parse``.
+"""
+
+from __future__ import annotations
+
+import string
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentmeter.agents.cli import install
+from agentmeter.sandbox.spec import LayerSpec
+from agentmeter.store.models import TokenUsage, WireApi
+
+UsageField = Literal["input", "output", "cache_creation", "cache_read", "reasoning"]
+
+
+class CliSpec(BaseModel):
+    """One agent CLI, declaratively. Frozen: a spec is shared by every trial."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(description="the agent name in the registry, e.g. 'codex'")
+    package: str = Field(description="npm or PyPI package name")
+    default_version: str = Field(description="pinned default; 'name@version' overrides it")
+    runtime: Literal["node", "python"]
+    extra_requirements: tuple[str, ...] = Field(
+        default=(), description="further PyPI requirements installed with a Python CLI")
+    python: str = Field(default="python3", description="interpreter a Python CLI's venv uses")
+    wire_apis: tuple[WireApi, ...] = Field(description="wire APIs the CLI speaks, preferred first")
+    executable: str = Field(description="path of the program relative to the install prefix")
+    args: tuple[str, ...] = Field(description="arguments after the executable (templates)")
+    env: dict[str, str] = Field(default_factory=dict, description="environment (templates)")
+    files: dict[str, str] = Field(
+        default_factory=dict, description="absolute path (template) -> content (template), "
+        "written as the agent user before the CLI starts")
+    completion_marker: str | None = Field(
+        default=None, description="stdout substring meaning the run is complete; the harness "
+        "ends the process once it appears (after the grace period)")
+    completion_grace_s: float = Field(
+        default=1.0, ge=0, description="how long a finished CLI may linger before it is ended")
+    transcripts: tuple[str, ...] = Field(
+        default=(), description="files or directories (templates) holding the native "
+        "transcript, copied to the trial's logs after the run")
+    reported_usage: tuple[UsageField, ...] = Field(
+        default=(), description="usage fields the CLI itself reports (compared with the gateway)")
+
+    def version(self, requested: str | None) -> str:
+        return requested or self.default_version
+
+    def prefix(self, version: str) -> str:
+        return install.install_dir(self.name, version)
+
+    def layers(self, version: str) -> list[LayerSpec]:
+        """The shared runtime layer, then this CLI's install layer."""
+        if self.runtime == "node":
+            return [install.NODE_RUNTIME, install.npm_layer(self.name, self.package, version)]
+        reqs = [f"{self.package}=={version}", *self.extra_requirements]
+        return [install.PYTHON_RUNTIME, install.pip_layer(self.name, reqs, version, self.python)]
+
+
+def render(template: str, values: Mapping[str, str]) -> str:
+    """Fill ``${name}`` placeholders; an unknown placeholder is a bug in the spec."""
+    return string.Template(template).substitute(values)
+
+
+@dataclass
+class Step:
+    """One step of the common trajectory."""
+
+    kind: Literal["message", "tool_call", "tool_result", "usage", "event"]
+    text: str = ""
+    tool: str | None = None
+    arguments: Any = None
+
+
+@dataclass
+class ParsedRun:
+    """What a CLI's parser read from its stdout and native transcript."""
+
+    steps: list[Step] = field(default_factory=list)
+    tool_calls: Counter[str] = field(default_factory=Counter)
+    files_read: list[str] = field(default_factory=list)
+    turns: int | None = None
+    final_message: str | None = None
+    usage: TokenUsage | None = None
+    #: the CLI reported an error of its own (an API error, a crash report)
+    cli_error: str | None = None
+    #: completion seen (a final answer or the CLI's own "done" event)
+    completed: bool = False
+
+    def tool(self, name: str, arguments: Any = None, path: str | None = None) -> None:
+        self.tool_calls[name] += 1
+        self.steps.append(Step("tool_call", tool=name, arguments=arguments))
+        if path:
+            self.files_read.append(path)
+
+    def message(self, text: str) -> None:
+        self.steps.append(Step("message", text=text))
+
+    def add_usage(self, usage: TokenUsage) -> None:
+        self.usage = usage if self.usage is None else self.usage + usage
+
+
+@dataclass(frozen=True)
+class ParseInput:
+    """A finished CLI process as the parser sees it."""
+
+    stdout: str
+    stderr: str
+    exit_code: int | None
+    #: native transcript files read back from the sandbox: sandbox path -> text
+    transcripts: dict[str, str]
+
+
+Parser = Callable[[ParseInput], ParsedRun]
+
+
+@dataclass(frozen=True)
+class CliDefinition:
+    """A spec and its parser: one module per CLI provides one of these."""
+
+    spec: CliSpec
+    parse: Parser
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    """Every line of ``text`` that is a JSON object (other lines are skipped)."""
+    import json
+
+    out: list[dict[str, Any]] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+    return out
+
+
+def int_of(d: Any, *keys: str) -> int | None:
+    """``d[k1][k2]…`` as an int, or None when absent or not an int."""
+    for k in keys:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(k)
+    return d if isinstance(d, int) and not isinstance(d, bool) else None

@@ -1,0 +1,33 @@
+"""What every ``agentmeter`` command module shares: consoles, common options, error exit."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from agentmeter.paths import default_runs_dir
+from agentmeter.store.db import Store, StoreError
+
+# logs and CI capture get a wide table instead of rich's 80-column default
+console = Console(width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+
+StoreOpt = Annotated[Path | None, typer.Option("--store", help="runs directory (default ./.agentmeter)")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+
+
+def fail(message: str) -> typer.Exit:
+    """Print ``message`` as an error; raise the returned Exit (status 2)."""
+    err.print(f"[red]error:[/red] {message}")
+    return typer.Exit(2)
+
+
+def open_store(store: Path | None) -> Store:
+    try:
+        return Store.open(store or default_runs_dir())
+    except StoreError as e:
+        raise fail(str(e)) from None

@@ -1,0 +1,61 @@
+"""The self-contained HTML report: one file, works offline (inline CSS, inline SVG charts,
+inline JS, every trial embedded for drill-down). Reads only from the store.
+
+>>> write_html_report(store, ["run-1"], Path("report.html"))
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from agentmeter.metrics import ScoringSpec
+from agentmeter.report.html.collect import ReportData, collect
+from agentmeter.report.html.page import pack, render_page
+from agentmeter.report.html.trials import TextBudget, all_trials
+from agentmeter.store.db import Store
+
+#: characters of artifact text embedded in one report (keeps the file small on big runs)
+TEXT_BUDGET = 6_000_000
+PER_ARTIFACT = 3000
+
+__all__ = ["ReportData", "collect", "render_report_html", "report_title", "write_html_report"]
+
+
+def report_title(run_ids: Sequence[str]) -> str:
+    ids = list(run_ids)
+    shown = ", ".join(ids[:3]) + (f" (+{len(ids) - 3} more)" if len(ids) > 3 else "")
+    return f"agentmeter report — {shown}"
+
+
+def _file_link(run_id: str, trial_id: str, try_number: int, name: str, path: Path) -> str:
+    return (path if path.is_absolute() else path.absolute()).as_uri()
+
+
+def render_report_html(store: Store, run_ids: Sequence[str], spec: ScoringSpec | None = None,
+                       *, text_budget: int = TEXT_BUDGET) -> str:
+    data = collect(store, run_ids, spec)
+    budget = TextBudget(remaining=text_budget, per_artifact=PER_ARTIFACT)
+    rows, details = all_trials(store, data.run_ids, _file_link, budget)
+    payload = pack({"rows": rows, "details": details})
+    return render_page(data, report_title(data.run_ids), trials_payload=payload)
+
+
+def write_html_report(store: Store, run_ids: Sequence[str], path: Path | str,
+                      spec: ScoringSpec | None = None) -> Path:
+    """Write the report for ``run_ids`` to ``path`` atomically and return its absolute path."""
+    target = Path(path).expanduser().resolve()
+    html = render_report_html(store, run_ids, spec)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(html)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    target.chmod(0o644)
+    return target
