@@ -314,23 +314,36 @@ def setup(docker: Annotated[bool, typer.Option(help="also start dockerd and impo
 
 
 @app.command()
-def demo(store: StoreOpt = None, concurrency: int = 2, as_json: JsonOpt = False) -> None:
-    """Run the built-in demo: the starter suite with the reference agents and the native agent
-    driven by the scripted offline model (a labelled test double: solver, explorer, quitter)."""
-    req = RunRequest(suites=["starter"], agents=["oracle", "nop", "native"],
-                     models=["scripted/solver", "scripted/explorer", "scripted/quitter"],
-                     concurrency=concurrency)
-    try:
-        prepared = prepare(req)
-    except RunSetupError as e:
-        raise fail(str(e)) from None
-    st, rid, _ = _execute(prepared, store, None, as_json)
-    _print_results(st, rid, as_json)
+def demo(store: StoreOpt = None, concurrency: int = 2, as_json: JsonOpt = False,
+         clis: Annotated[bool, typer.Option(help="also run the real agent CLIs grid")] = True) -> None:
+    """Run the built-in demo. (1) The starter suite with the reference agents (oracle, nop) and
+    the native agent driven by the scripted offline model — a labelled test double — with the
+    solver, explorer and quitter policies. (2) A small grid on the suite's core subset: the native
+    agent and the real Codex, Claude Code and Qwen Code CLIs (installed once into cached layers)
+    × scripted solver / quitter. Ends with the results tables and an HTML report."""
+    requests = [RunRequest(suites=["starter"], agents=["oracle", "nop", "native"],
+                           models=["scripted/solver", "scripted/explorer", "scripted/quitter"],
+                           concurrency=concurrency)]
+    if clis:
+        requests.append(RunRequest(suites=["starter"], subset="core",
+                                   agents=["native", "codex", "claude-code", "qwen-code"],
+                                   models=["scripted/solver", "scripted/quitter"],
+                                   concurrency=concurrency))
+    run_ids: list[str] = []
+    for req in requests:
+        try:
+            prepared = prepare(req)
+        except RunSetupError as e:
+            raise fail(str(e)) from None
+        st, rid, _ = _execute(prepared, store, None, as_json)
+        _print_results(st, rid, as_json)
+        run_ids.append(rid)
     from agentmeter.report.html import write_html_report
 
-    path = write_html_report(st, [rid], st.run_dir(rid) / "report.html")
-    if not as_json:
-        console.print(f"HTML report (open in a browser): {path}")
+    for rid in run_ids:
+        path = write_html_report(st, [rid], st.run_dir(rid) / "report.html")
+        if not as_json:
+            console.print(f"HTML report (open in a browser): {path}")
 
 
 gateway_app = typer.Typer(help="The metering gateway on its own.", no_args_is_help=True)
