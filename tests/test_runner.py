@@ -62,6 +62,9 @@ async def test_starter_suite_oracle_nop_and_native_with_scripted_policies(tmp_pa
         passed[labels[t.config_id]] = passed.get(labels[t.config_id], 0) + (t.status is TrialStatus.PASSED)
         if labels[t.config_id].startswith("native"):
             assert t.model_calls >= 1 and t.usage.input and t.usage.output and t.cost_usd
+            traj = t.extra["trajectory"]
+            assert traj["tool_calls_total"] == sum(t.tool_calls.values())
+            assert traj["repeated_reads"] == traj["files_read"] - traj["distinct_files_read"] >= 0
             assert len(store.model_calls(rid, t.id)) == t.model_calls
     assert passed == {"oracle": 24, "nop": 0, "native × scripted/solver": 24,
                       "native × scripted/quitter": 0}
@@ -229,3 +232,26 @@ def _cmdline_of(pid: str) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def test_grid_file_and_pairs(tmp_path: Path) -> None:
+    from agentmeter.runner.session import load_grid
+
+    grid = tmp_path / "grid.toml"
+    grid.write_text('agents = ["native"]\nmodels = ["scripted/solver", "scripted/quitter"]\n'
+                    '[[pairs]]\nagent = "oracle"\nmodel = "none"\n'
+                    '[agent_options.native]\nmax_turns = 7\n')
+    g = load_grid(grid)
+    req = RunRequest(suites=["starter"], task_ids=["log-level-counts"], agents=g.agents,
+                     models=g.models, pairs=[(p["agent"], p["model"]) for p in g.pairs],
+                     agent_options=g.agent_options)
+    labels = sorted(c.record.label for c in prepare(req).configs)
+    assert labels == ["native × scripted/quitter", "native × scripted/solver", "oracle"]
+    assert all(c.record.agent.options == {"max_turns": 7} for c in prepare(req).configs
+               if c.record.agent.name == "native")
+    (tmp_path / "bad.toml").write_text('agents = ["native"]\n[[pairs]]\nagent = "codex"\n')
+    with pytest.raises(RunSetupError, match=r"bad.toml: pairs\[0\]"):
+        load_grid(tmp_path / "bad.toml")
+    (tmp_path / "bad2.toml").write_text('agentz = ["native"]\n')
+    with pytest.raises(RunSetupError, match="bad2.toml: agentz"):
+        load_grid(tmp_path / "bad2.toml")

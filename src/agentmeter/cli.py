@@ -24,6 +24,7 @@ from agentmeter.runner.session import (
     PreparedRun,
     RunRequest,
     RunSetupError,
+    load_grid,
     prepare,
     request_of,
     run,
@@ -115,6 +116,10 @@ def run_cmd(
     agent: Annotated[list[str], typer.Option(
         "--agent", "-a", help="agent name[@version]; repeatable")] = ["oracle"],  # noqa: B006
     model: Annotated[list[str] | None, typer.Option("--model", "-m", help="model; repeatable (grid)")] = None,
+    pair: Annotated[list[str] | None, typer.Option(
+        "--pair", help="one configuration AGENT=MODEL; repeatable")] = None,
+    grid: Annotated[Path | None, typer.Option(
+        help="grid TOML: agents, models, [[pairs]], [agent_options.NAME]")] = None,
     subset: Annotated[str | None, typer.Option(help="named subset of the suite")] = None,
     task: Annotated[list[str] | None, typer.Option("--task", "-t", help="task id; repeatable")] = None,
     attempts: int = 1, concurrency: Annotated[int, typer.Option("--concurrency", "-c")] = 2,
@@ -128,8 +133,22 @@ def run_cmd(
 ) -> None:
     """Run agents (× models) on tasks. Re-running with the same --run-id resumes it."""
     try:
+        pairs = []
+        for p in pair or []:
+            a, sep, m = p.partition("=")
+            if not sep or not a or not m:
+                raise RunSetupError(f"--pair {p!r}: expected AGENT=MODEL")
+            pairs.append((a, m))
+        options: dict[str, dict[str, Any]] = {}
+        if grid is not None:
+            g = load_grid(grid)
+            agent = [] if agent == ["oracle"] else agent  # the default yields to the grid file
+            agent, model = agent + g.agents, (model or []) + g.models
+            pairs += [(p["agent"], p["model"]) for p in g.pairs]
+            options = g.agent_options
         req = RunRequest(suites=suite, subset=subset, task_ids=task or [], agents=agent,
-                         models=model or [], attempts=attempts, concurrency=concurrency,
+                         models=model or [], pairs=pairs, agent_options=options,
+                         attempts=attempts, concurrency=concurrency,
                          backend=backend, max_infra_retries=max_infra_retries,
                          models_file=models_file, prices=prices or [],
                          allow_unpriced=allow_unpriced, record_bodies=record_bodies)

@@ -37,6 +37,8 @@ class AgentRun:
     error: str | None = None
     command_s: float = 0.0
     tool_calls: dict[str, int] = field(default_factory=dict)
+    #: paths the agent read, in order, repeats included (trajectory analytics)
+    files_read: list[str] = field(default_factory=list)
     turns: int | None = None
     #: usage the agent itself reported, for the accounting comparison (never stored as truth)
     self_reported_usage: TokenUsage | None = None

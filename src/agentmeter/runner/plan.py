@@ -39,17 +39,20 @@ class PlannedTrial:
 
 
 def build_configs(agents: list[str], models: list[str],
-                  agent_options: dict[str, dict[str, Any]] | None = None) -> list[PlannedConfig]:
-    """The grid agents x models; agents that use no model get one configuration each.
-    Raises UnknownAgentError for an unknown agent name."""
+                  agent_options: dict[str, dict[str, Any]] | None = None,
+                  pairs: list[tuple[str, str]] | None = None) -> list[PlannedConfig]:
+    """The grid agents x models plus explicit (agent, model) pairs; agents that use no model get
+    one configuration each. Raises UnknownAgentError for an unknown agent name."""
     out: list[PlannedConfig] = []
     seen: set[str] = set()
-    for spec in agents:
+    wanted: list[tuple[str, list[str]]] = [(a, models) for a in agents]
+    wanted += [(a, [m]) for a, m in pairs or []]
+    for spec, spec_models in wanted:
         name, _, version = spec.partition("@")
         options = (agent_options or {}).get(name, {})
         agent = make_agent(name, version or None, options)
-        names = models if agent.uses_model else [NO_MODEL]
-        if agent.uses_model and not models:
+        names = spec_models if agent.uses_model else [NO_MODEL]
+        if agent.uses_model and not spec_models:
             raise ValueError(f"agent {name!r} needs a model: pass --model (e.g. scripted/solver)")
         for m in names:
             rec = config_record(AgentSpec(name=name, version=version or None, options=options),

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import secrets
 import tempfile
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentmeter.gateway import Gateway, ModelRegistry
 from agentmeter.pricing import PriceBook
@@ -33,6 +34,8 @@ class RunRequest(BaseModel):
     task_ids: list[str] = Field(default_factory=list)
     agents: list[str] = Field(default_factory=lambda: ["oracle"])
     models: list[str] = Field(default_factory=list)
+    #: explicit (agent, model) configurations, in addition to the agents x models grid
+    pairs: list[tuple[str, str]] = Field(default_factory=list)
     agent_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
     attempts: int = Field(default=1, ge=1)
     concurrency: int = Field(default=2, ge=1)
@@ -56,6 +59,35 @@ class PreparedRun:
     suite_name: str
 
 
+class GridFile(BaseModel):
+    """A grid TOML file: ``agents`` x ``models``, explicit ``[[pairs]]``, ``[agent_options.NAME]``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agents: list[str] = Field(default_factory=list)
+    models: list[str] = Field(default_factory=list)
+    pairs: list[dict[str, str]] = Field(default_factory=list)
+    agent_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
+def load_grid(path: Path) -> GridFile:
+    """Parse a grid file; errors name the file and the field."""
+    try:
+        grid = GridFile.model_validate(tomllib.loads(path.read_text()))
+    except OSError as e:
+        raise RunSetupError(f"{path}: cannot read ({e.strerror})") from e
+    except tomllib.TOMLDecodeError as e:
+        raise RunSetupError(f"{path}: not valid TOML ({e})") from e
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise RunSetupError(f"{path}: {where}: {first['msg']}") from e
+    for i, pair in enumerate(grid.pairs):
+        if set(pair) != {"agent", "model"}:
+            raise RunSetupError(f"{path}: pairs[{i}]: needs exactly the keys 'agent' and 'model'")
+    return grid
+
+
 def prepare(request: RunRequest) -> PreparedRun:
     """Validate everything a run needs before anything is written."""
     from agentmeter.agents.registry import UnknownAgentError
@@ -69,7 +101,8 @@ def prepare(request: RunRequest) -> PreparedRun:
     if not tasks:
         raise RunSetupError("no tasks selected")
     try:
-        configs = build_configs(request.agents, request.models, request.agent_options)
+        configs = build_configs(request.agents, request.models, request.agent_options,
+                                request.pairs)
     except (UnknownAgentError, ValueError) as e:
         raise RunSetupError(str(e)) from e
     if any(c.agent.uses_model for c in configs):

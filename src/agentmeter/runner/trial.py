@@ -301,6 +301,11 @@ class TrialRunner:
         rec.passed = reward is not None and reward >= PASS_THRESHOLD
         rec.tool_calls = dict(run.tool_calls)
         rec.turns = run.turns
+        # trajectory analytics: the inputs of effort calibration and tool-use analysis
+        reads = run.files_read
+        rec.extra["trajectory"] = {"tool_calls_total": sum(run.tool_calls.values()),
+                                   "files_read": len(reads), "distinct_files_read": len(set(reads)),
+                                   "repeated_reads": len(reads) - len(set(reads))}
         if run.self_reported_usage is not None:
             rec.extra["self_reported_usage"] = run.self_reported_usage.model_dump()
         if meter is not None and meter.infra_error:

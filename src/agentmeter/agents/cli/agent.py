@@ -151,7 +151,8 @@ class InstalledCliAgent:
         artifacts[TRAJECTORY] = (path, "transcript")
         return AgentRun(exit_code=exit_code, timed_out=timed_out, error=error,
                         command_s=command_s, tool_calls=dict(parsed.tool_calls),
-                        turns=parsed.turns, self_reported_usage=parsed.usage,
+                        files_read=list(parsed.files_read), turns=parsed.turns,
+                        self_reported_usage=parsed.usage,
                         final_message=parsed.final_message, artifacts=artifacts)
 
     async def _write_files(self, ctx: AgentContext, v: dict[str, str]) -> None:

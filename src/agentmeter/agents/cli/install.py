@@ -16,7 +16,8 @@ from agentmeter.sandbox.spec import LayerSpec
 
 INSTALL_ROOT = "/opt/agentmeter"
 
-NODE_RUNTIME = LayerSpec(kind="script", independent=True, label="agent runtime: node (Debian nodejs + npm)", source="""\
+NODE_RUNTIME = LayerSpec(kind="script", independent=True,
+                         label="agent runtime: node (Debian nodejs + npm)", source="""\
 # agentmeter agent runtime: node
 export DEBIAN_FRONTEND=noninteractive
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
@@ -27,7 +28,8 @@ fi
 node --version
 """)
 
-PYTHON_RUNTIME = LayerSpec(kind="script", independent=True, label="agent runtime: python (Debian python3 + venv)",
+PYTHON_RUNTIME = LayerSpec(kind="script", independent=True,
+                           label="agent runtime: python (Debian python3 + venv)",
                            source="""\
 # agentmeter agent runtime: python
 export DEBIAN_FRONTEND=noninteractive
@@ -95,7 +97,8 @@ chmod -R a+rX {prefix}
 def pip_layer(name: str, requirements: list[str], version: str, python: str = "python3") -> LayerSpec:
     prefix = install_dir(name, version)
     reqs = " ".join(f"'{r}'" for r in requirements)
-    return LayerSpec(kind="script", independent=True, label=f"agent {name} {version} (PyPI {requirements[0]})",
+    return LayerSpec(kind="script", independent=True,
+                     label=f"agent {name} {version} (PyPI {requirements[0]})",
                      context=registry_trust(), source=f"""\
 # agentmeter agent install: PyPI {reqs}
 {_TRUST_ENV}{python} -m venv {prefix}

@@ -52,6 +52,7 @@ class _RunState:
 
     transcript: list[dict[str, Any]] = field(default_factory=list)
     tool_calls: Counter[str] = field(default_factory=Counter)
+    files_read: list[str] = field(default_factory=list)
     turns: int = 0
     usage: TokenUsage | None = None
     final_message: str | None = None
@@ -101,7 +102,7 @@ class NativeAgent:
         failed = timed_out or state.error is not None
         return AgentRun(exit_code=None if failed else 0, timed_out=timed_out, error=state.error,
                         command_s=time.monotonic() - started, tool_calls=dict(state.tool_calls),
-                        turns=state.turns, self_reported_usage=state.usage,
+                        files_read=list(state.files_read), turns=state.turns, self_reported_usage=state.usage,
                         final_message=state.final_message,
                         artifacts={TRANSCRIPT: (path, "transcript")})
 
@@ -156,6 +157,8 @@ class NativeAgent:
                 finished: str | None = None
                 for call in reply.message.tool_calls:
                     state.tool_calls[call.name] += 1
+                    if call.name == "read_file" and isinstance(call.arguments.get("path"), str):
+                        state.files_read.append(call.arguments["path"])
                     if call.name == FINISH:
                         text = call.arguments.get("message")
                         finished = text if isinstance(text, str) else ""
