@@ -15,6 +15,7 @@ import typer
 
 from agentmeter.cli_common import JsonOpt, StoreOpt, console, err, fail, open_store
 from agentmeter.importers import ImportFormatError, Mapping, load_import, save_import
+from agentmeter.importers.atif import atif_export, write_atif
 from agentmeter.importers.export import export_rows, write_table
 from agentmeter.metrics import (
     BudgetError,
@@ -32,6 +33,14 @@ from agentmeter.metrics import (
     score,
     select_core,
     table1,
+)
+from agentmeter.metrics.from_store import (
+    AgencyReport,
+    FunnelReport,
+    agency_report,
+    funnel_report,
+    has_agency_data,
+    load_trials,
 )
 from agentmeter.pricing import PriceBook, PricingError, PricingSnapshot
 from agentmeter.report import scorecard_table as view
@@ -147,7 +156,9 @@ def _spec(mode: str, alpha: float | None, resamples: int, reprice: bool) -> Scor
 
 def score_cmd(
     runs: Annotated[list[str], typer.Argument(help="run id(s); several are pooled")],
-    metric: Annotated[str, typer.Option(help="ams | passk | allocation | all")] = "ams",
+    metric: Annotated[str, typer.Option(
+        help="ams | passk | allocation | funnel (CLI-Tool-Bench) | agency (AgencyBench) | all "
+        "(funnel and agency when the run has their data)")] = "ams",
     tiers: TiersOpt = "calibrate", budgets: BudgetsOpt = "derive",
     subset: SubsetOpt = None, suite: SuiteOpt = None,
     alpha: Annotated[float | None, typer.Option(help="TierScore trade-off α (default 0.6)")] = None,
@@ -156,9 +167,10 @@ def score_cmd(
     prices: PricesOpt = None, store: StoreOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Score runs: the AgentMeter leaderboard (Pass, Tok/Pass, USD/Pass, tier scores, AMS with
-    CIs, Δbest, winners), pass@k and effort allocation."""
-    if metric not in ("ams", "passk", "allocation", "all"):
-        raise fail(f"--metric {metric!r}: use ams, passk, allocation or all")
+    CIs, Δbest, winners), pass@k, effort allocation, the CLI-Tool-Bench funnel and the
+    AgencyBench metrics (docs/metrics.md)."""
+    if metric not in _METRICS:
+        raise fail(f"--metric {metric!r}: use {', '.join(_METRICS[:-1])} or all")
     if alpha is not None and not 0 <= alpha <= 1:
         raise fail("--alpha must be in [0, 1]")
     if resamples < 0:
@@ -184,6 +196,11 @@ def score_cmd(
         p = prepare(frame, spec, prices=book, budgets=fixed, calibration_frame=pool)
         alloc = effort_allocation(p.frame)
         out["allocation"] = alloc.model_dump(mode="json")
+    fun, agency = _funnel_agency(st, runs, frame, metric, prices=book if prices else None, k=k)
+    if fun is not None:
+        out["funnel"] = fun.model_dump(mode="json")
+    if agency is not None:
+        out["agency"] = agency.model_dump(mode="json")
     if as_json:
         print(json.dumps(out, indent=1))
         return
@@ -196,6 +213,36 @@ def score_cmd(
         console.print(view.passk_table(passk, {c.id: c.label for c in frame.configs}))
     if alloc is not None:
         console.print(view.allocation_table(alloc))
+    if fun is not None:
+        console.print(view.funnel_table(fun, f"CLI-Tool-Bench funnel: {what}"))
+    if agency is not None:
+        console.print(view.agency_table(agency, f"AgencyBench metrics: {what}"))
+
+
+_METRICS = ("ams", "passk", "allocation", "funnel", "agency", "all")
+
+
+def _funnel_agency(st: Store, runs: list[str], frame: TrialFrame, metric: str, *,
+                   prices: PriceBook | None, k: int | None
+                   ) -> tuple[FunnelReport | None, AgencyReport | None]:
+    """The funnel and AgencyBench reports the --metric asks for; with ``all`` only those the
+    run has data for (funnel keys in a reward.json; recorded rounds or task categories)."""
+    if metric not in ("funnel", "agency", "all"):
+        return None, None
+    try:
+        data = load_trials(st, runs, set(frame.task_ids))
+    except StoreError as e:
+        raise fail(str(e)) from None
+    fun = agency = None
+    if metric in ("funnel", "all"):
+        fun = funnel_report(data, prices)
+        if metric == "all" and not fun.tasks:
+            fun = None
+    if metric == "agency" or (metric == "all" and has_agency_data(data)):
+        if k is not None and k < 1:
+            raise fail("--k must be >= 1")
+        agency = agency_report(data, sorted({1, 2} | ({k} if k else set())))
+    return fun, agency
 
 
 # --- compare -------------------------------------------------------------------------------
@@ -344,6 +391,22 @@ def reprice_cmd(
 
 # --- import / export -----------------------------------------------------------------------
 
+def _export_atif(st: Store, run_id: str, out: Path | None) -> None:
+    if out is None:
+        raise fail("--format atif writes one file per trial try: give a directory with -o DIR")
+    try:
+        export = atif_export(st, run_id)
+        written = write_atif(export, out)
+    except (ImportFormatError, StoreError) as e:
+        raise fail(str(e)) from None
+    except OSError as e:
+        raise fail(f"{out}: {e.strerror or e}") from None
+    err.print(f"[dim]{len(written)} ATIF trajectories written to {out}[/dim]")
+    if export.skipped:
+        err.print(f"[dim]skipped {len(export.skipped)} unfinished tries: " + ", ".join(
+            f"{t}#{n} ({status})" for t, n, status in export.skipped) + "[/dim]")
+
+
 def import_cmd(
     path: Annotated[Path, typer.Argument(help="Harbor job dir, Terminal-Bench run dir, or a "
                                               ".csv/.jsonl/.parquet table")],
@@ -381,14 +444,18 @@ def import_cmd(
 
 def export_cmd(
     run_id: Annotated[str, typer.Argument(help="run id")],
-    fmt: Annotated[str, typer.Option("--format", help="csv | jsonl | parquet")] = "csv",
-    out: Annotated[Path | None, typer.Option("--output", "-o", help="file (default: stdout)")
-                   ] = None,
+    fmt: Annotated[str, typer.Option("--format", help="csv | jsonl | parquet | atif (Harbor's "
+                                                      "trajectory format, one file per try)")] = "csv",
+    out: Annotated[Path | None, typer.Option("--output", "-o", help="file (default: stdout); a "
+                                                                    "directory for atif")] = None,
     store: StoreOpt = None,
 ) -> None:
     """Export a run, one row per trial try (config, model, agent, task, tier, status, reward,
-    tokens, cost, calls, timings)."""
+    tokens, cost, calls, timings), or with --format atif one ATIF trajectory per trial try."""
     st = open_store(store)
+    if fmt == "atif":
+        _export_atif(st, run_id, out)
+        return
     try:
         rows = export_rows(st, run_id)
         data = write_table(rows, fmt, out)

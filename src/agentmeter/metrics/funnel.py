@@ -9,7 +9,11 @@ Per test case whose *oracle exits 0* (the valid functional paths; other cases ar
 - SM: comparable and (FM or the LLM judge says the payloads are equivalent).
 Per command class the pass rate is the mean indicator; a repository's score is the macro
 average over its command classes, and 0 when the build (installation) failed. Build is the
-binary installation success. SM is n/a when a judge verdict it needs is missing.
+binary installation success. SM is n/a when a judge verdict it needs is missing. The share
+of comparable cases (Exec and equal side effects) is reported as ``side_effects``.
+
+:func:`score_from_rates` starts from per-class pass rates a differential-testing verifier
+already computed (its reward.json, docs/metrics.md); :func:`repository_score` from the cases.
 """
 
 from __future__ import annotations
@@ -106,10 +110,13 @@ def verdict(case: CaseResult, threshold: float = FUZZY_THRESHOLD) -> CaseVerdict
 
 
 class FunnelScore(BaseModel):
-    """One repository (generated tool). Scores in [0, 1]; None = n/a."""
+    """One repository (generated tool). Scores in [0, 1]; None = n/a. ``per_class`` holds the
+    Exec/EM/FM/SM pass rates per command class; ``side_effects`` (comparable: Exec and equal
+    side effects) is reported macro-averaged only."""
 
     build: bool
     exec: float | None
+    side_effects: float | None = None
     em: float | None
     fm: float | None
     sm: float | None
@@ -119,32 +126,51 @@ class FunnelScore(BaseModel):
 
 
 METRICS = ("exec", "em", "fm", "sm")
+#: the funnel levels, outermost first (each nests in the one before, FM/SM widen EM)
+LEVELS = ("exec", "side_effects", "em", "fm", "sm")
+
+
+def _macro(per_class: dict[str, dict[str, float | None]], level: str) -> float | None:
+    vals = [r.get(level) for r in per_class.values()]
+    if not vals or any(v is None for v in vals):
+        return None
+    return sum(v for v in vals if v is not None) / len(vals)
+
+
+def score_from_rates(build_ok: bool, class_rates: dict[str, dict[str, float | None]],
+                     n_cases: int = 0) -> FunnelScore:
+    """Eq. 4 from per-class pass rates already computed (e.g. by a verifier; keys of
+    :data:`LEVELS`, a missing or None level is n/a): macro average over classes, all zero when
+    the build failed."""
+    if not build_ok:
+        return FunnelScore(build=False, exec=0.0, side_effects=0.0, em=0.0, fm=0.0, sm=0.0,
+                           n_cases=n_cases, n_classes=len(class_rates))
+    per_class = {cls: {m: class_rates[cls].get(m) for m in METRICS}
+                 for cls in sorted(class_rates)}
+    macro = {m: _macro(class_rates, m) for m in LEVELS}
+    return FunnelScore(build=True, exec=macro["exec"], side_effects=macro["side_effects"],
+                       em=macro["em"], fm=macro["fm"], sm=macro["sm"], per_class=per_class,
+                       n_cases=n_cases, n_classes=len(per_class))
 
 
 def repository_score(build_ok: bool, cases: Sequence[CaseResult],
                      threshold: float = FUZZY_THRESHOLD) -> FunnelScore:
     """Eq. 3–4: per-class pass rates, macro-averaged; all zero when the build failed."""
     valid = [c for c in cases if c.oracle_exit == 0]
-    if not build_ok:
-        return FunnelScore(build=False, exec=0.0, em=0.0, fm=0.0, sm=0.0, n_cases=len(valid))
     by_class: dict[str, list[CaseVerdict]] = {}
     for c in valid:
         by_class.setdefault(c.command_class, []).append(verdict(c, threshold))
-    per_class: dict[str, dict[str, float | None]] = {}
-    for cls, vs in sorted(by_class.items()):
-        rates: dict[str, float | None] = {}
-        for m in METRICS:
-            vals = [getattr(v, m) for v in vs]
-            rates[m] = None if any(x is None for x in vals) else sum(vals) / len(vals)
-        per_class[cls] = rates
-    macro: dict[str, float | None] = {}
-    for m in METRICS:
-        vals = [r[m] for r in per_class.values()]
-        macro[m] = (None if not vals or any(v is None for v in vals)
-                    else sum(v for v in vals if v is not None) / len(vals))
-    return FunnelScore(build=True, exec=macro["exec"], em=macro["em"], fm=macro["fm"],
-                       sm=macro["sm"], per_class=per_class, n_cases=len(valid),
-                       n_classes=len(per_class))
+    rates: dict[str, dict[str, float | None]] = {}
+    for cls, vs in by_class.items():
+        rates[cls] = {}
+        for m in LEVELS:
+            attr = "comparable" if m == "side_effects" else m
+            vals = [getattr(v, attr) for v in vs]
+            rates[cls][m] = None if any(x is None for x in vals) else sum(vals) / len(vals)
+    if not build_ok:
+        return FunnelScore(build=False, exec=0.0, side_effects=0.0, em=0.0, fm=0.0, sm=0.0,
+                           n_cases=len(valid))
+    return score_from_rates(True, rates, n_cases=len(valid))
 
 
 class FunnelSummary(BaseModel):
@@ -153,6 +179,7 @@ class FunnelSummary(BaseModel):
     n: int
     build: float | None
     exec: float | None
+    side_effects: float | None = None
     em: float | None
     fm: float | None
     sm: float | None
@@ -165,5 +192,7 @@ def summarize(scores: Sequence[FunnelScore]) -> FunnelSummary:
         return sum(v for v in vals if v is not None) / len(vals)
 
     return FunnelSummary(n=len(scores), build=mean([float(s.build) for s in scores]),
-                         exec=mean([s.exec for s in scores]), em=mean([s.em for s in scores]),
+                         exec=mean([s.exec for s in scores]),
+                         side_effects=mean([s.side_effects for s in scores]),
+                         em=mean([s.em for s in scores]),
                          fm=mean([s.fm for s in scores]), sm=mean([s.sm for s in scores]))

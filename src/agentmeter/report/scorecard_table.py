@@ -12,6 +12,7 @@ from rich.text import Text
 
 from agentmeter.metrics import TIERS, ConfigRow, PassK, RankAgreement, Scorecard
 from agentmeter.metrics.allocation import EffortAllocation, PassFailSplit
+from agentmeter.metrics.from_store import AgencyReport, FunnelReport
 
 NA = "n/a"
 
@@ -165,3 +166,77 @@ def ams_side_by_side(ref: Scorecard, other: Scorecard, ref_name: str,
         table.add_row(r.label, _f(r.ams), _f(o.ams if o else None),
                       NA if delta is None else f"{delta:+.3f}")
     return table
+
+
+def _pct(v: float | None) -> str:
+    return NA if v is None else f"{v:.1%}"
+
+
+def _label(label: str, model: str) -> str:
+    return label + (" [dim](scripted test model)[/dim]" if model.startswith("scripted") else "")
+
+
+def funnel_table(report: FunnelReport, title: str) -> RenderableType:
+    """CLI-Tool-Bench funnel per configuration (means over repositories) and generation
+    overhead per repository (Table 3's steps, prompt/completion tokens in K, cost)."""
+    table = Table(title=f"{title} ({len(report.tasks)} funnel tasks)", title_justify="left")
+    table.add_column("configuration")
+    table.add_column("repos", justify="right")
+    for col in ("Build", "Exec", "Side effects", "EM", "FM ≥ 0.8", "SM", "Steps",
+                "Prompt K", "Comp. K", "USD"):
+        table.add_column(col, justify="right")
+    for r in report.rows:
+        s = r.summary
+        table.add_row(_label(r.label, r.model), "0" if s is None else str(s.n),
+                      *(_pct(getattr(s, m) if s else None)
+                        for m in ("build", "exec", "side_effects", "em", "fm", "sm")),
+                      _f(r.steps_per_repo, ".1f"), _f(r.prompt_ktok_per_repo, ".1f"),
+                      _f(r.completion_ktok_per_repo, ".1f"), _usd(r.usd_per_repo))
+    return Group(table, *(Text(f"note: {n}", style="yellow") for n in report.notes))
+
+
+def agency_table(report: AgencyReport, title: str) -> RenderableType:
+    """AgencyBench per configuration: S_avg, Att, Pass@k with Rise, Tok (M per scenario),
+    E_att, E_tok; per-capability S_avg; tool invocation shares."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("configuration")
+    table.add_column("tasks", justify="right")
+    for col in ("S_avg", "Att", *(f"Pass@{k}" for k in report.ks)):
+        table.add_column(col, justify="right")
+    for col in ("Rise", "Tok (M)", "Turns", "E_att", "E_tok"):
+        table.add_column(col, justify="right")
+    for r in report.rows:
+        s = r.summary
+        pass_at = [_pct(s.pass_at.get(k)) if s else NA for k in report.ks]
+        table.add_row(
+            _label(r.label, r.model), "0" if s is None else str(s.n_tasks),
+            NA if s is None else f"{s.s_avg:.1f}", NA if s is None else f"{s.att:.2f}",
+            *pass_at, NA if s is None or s.rise is None else f"{s.rise:+.1f}%",
+            NA if s is None or s.tokens_per_scenario is None
+            else f"{s.tokens_per_scenario / 1e6:.3g}",
+            _f(r.turns_per_task, ".1f"), _f(s.e_att if s else None, ".1f"),
+            _f(s.e_tok_m if s else None, ".3g"))
+    parts: list[RenderableType] = [table]
+    categories = sorted({c for r in report.rows for c in r.by_category})
+    if categories:
+        caps = Table("configuration", *categories, title="S_avg per capability (task category)",
+                     title_justify="left")
+        for r in report.rows:
+            caps.add_row(_label(r.label, r.model),
+                         *(_f(r.by_category.get(c), ".1f") for c in categories))
+        parts.append(caps)
+    if any(r.tools for r in report.rows):
+        tools = Table("configuration", "invocations", "tools (share)",
+                      title="tool invocations", title_justify="left")
+        for r in report.rows:
+            total = sum(r.tools.values())
+            top = ", ".join(f"{name} {n / total:.0%}" for name, n in list(r.tools.items())[:6])
+            more = len(r.tools) - 6
+            tools.add_row(_label(r.label, r.model), str(total),
+                          (top + (f", +{more} more" if more > 0 else "")) if total else NA)
+        parts.append(tools)
+    parts.append(Text(f"S_avg in %, Att = rounds used per task (rounds: {report.rounds_source}), "
+                      "Tok = millions of tokens per scenario, E_att = S_avg/Att, "
+                      "E_tok = S_avg/Tok", style="dim"))
+    parts += [Text(f"note: {n}", style="yellow") for n in report.notes]
+    return Group(*parts)

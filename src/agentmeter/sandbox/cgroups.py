@@ -80,12 +80,17 @@ def _write(path: Path, value: str) -> None:
     path.write_text(value)
 
 
+def group_name(sandbox_id: str, owner_pid: int) -> str:
+    """Groups carry their owner's pid: stale ones are found whatever cache dir made them."""
+    return f"{owner_pid}-{sandbox_id}"
+
+
 def create(sandbox_id: str, limits: Limits) -> Cgroup | None:
     """Create the sandbox's cgroup(s) with ``limits``; None when no limit needs one."""
     if limits.memory_mb is None and limits.pids is None and limits.cpus is None:
         return None
     try:
-        return _create(sandbox_id, limits)
+        return _create(group_name(sandbox_id, os.getpid()), limits)
     except OSError as e:
         warnings.warn(f"agentmeter: resource limits (memory/pids/cpus) not applied: cgroups are "
                       f"not writable here ({e.strerror}); run as root or delegate a cgroup",
@@ -141,10 +146,24 @@ def _create(sandbox_id: str, limits: Limits) -> Cgroup:
 
 
 def stale_groups() -> list[Path]:
-    """Every agentmeter sandbox cgroup directory present on the host."""
+    """Sandbox cgroup directories whose owner process is gone (any agentmeter on this host)."""
     out: list[Path] = []
     bases = [CGROUP_ROOT / GROUP_NAME] + [CGROUP_ROOT / c / GROUP_NAME for c in ("memory", "pids", "cpu")]
     for b in bases:
-        if b.is_dir():
-            out += [p for p in b.iterdir() if p.is_dir()]
+        if not b.is_dir():
+            continue
+        for p in b.iterdir():
+            owner, sep, _ = p.name.partition("-")
+            if p.is_dir() and sep and owner.isdigit() and not _alive(int(owner)):
+                out.append(p)
     return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

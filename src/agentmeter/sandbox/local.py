@@ -411,7 +411,6 @@ class LocalBackend:
     async def cleanup_stale(self) -> int:
         removed = 0
         top = _sandboxes_dir()
-        live: set[str] = set()
         for d in top.iterdir() if top.is_dir() else []:
             try:
                 owner = json.loads((d / "owner.json").read_text())
@@ -419,19 +418,16 @@ class LocalBackend:
                 owner = {"owner": -1, "keeper": -1}
                 try:
                     if time.time() - d.stat().st_mtime < 60:
-                        live.add(d.name)  # still starting
-                        continue
+                        continue  # still starting
                 except FileNotFoundError:
                     continue  # removed meanwhile by its owner
             if owner["owner"] > 0 and _pid_alive(owner["owner"]):
-                live.add(d.name)
                 continue
             if owner["keeper"] > 0 and _pid_alive(owner["keeper"]):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(owner["keeper"], signal.SIGKILL)
             _rmtree(d)
             removed += 1
-        for g in cgroups.stale_groups():
-            if g.name not in live:
-                cgroups.Cgroup([g]).remove()
+        for g in cgroups.stale_groups():  # only groups whose owner process is dead
+            cgroups.Cgroup([g]).remove()
         return removed

@@ -23,6 +23,7 @@ from agentmeter.sandbox.spec import Mount
 
 MOUNT_POINT = "/opt/agentmeter-verify"
 PACKAGES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments", "py.py")
+DISTRIBUTIONS = ("pytest", "pluggy", "iniconfig", "packaging", "pygments")
 
 _SHIMS = {
     "python": '#!/bin/sh\nexec python3 "$@"\n',
@@ -59,7 +60,7 @@ _SHIMS["pip3"] = _SHIMS["pip"]
 def toolkit_dir() -> Path:
     """The cached toolkit directory (built on first use)."""
     version = importlib.metadata.version("pytest")
-    root = cache_dir() / "verifier-tools" / f"pytest-{version}-v2"
+    root = cache_dir() / "verifier-tools" / f"pytest-{version}-v3"
     if (root / ".done").exists():
         return root
     with file_lock(root.parent / ".lock"):
@@ -76,6 +77,14 @@ def toolkit_dir() -> Path:
             elif src.is_file():
                 (tmp / "site").mkdir(parents=True, exist_ok=True)
                 shutil.copy2(src, tmp / "site" / name)
+        # pytest reads its own and its plugins' metadata (importlib.metadata) at start-up
+        for dist in DISTRIBUTIONS:
+            try:
+                info = Path(str(importlib.metadata.distribution(dist)._path))  # type: ignore[attr-defined]
+            except importlib.metadata.PackageNotFoundError:
+                continue
+            if info.is_dir():
+                shutil.copytree(info, tmp / "site" / info.name)
         (tmp / "bin").mkdir(parents=True)
         for name, text in _SHIMS.items():
             (tmp / "bin" / name).write_text(text)

@@ -1,0 +1,327 @@
+"""The CLI-Tool-Bench funnel and the AgencyBench metrics from a run's stored trials.
+
+Both need what the columnar :class:`~agentmeter.metrics.frame.TrialFrame` leaves out (named
+rewards, ``extra``, tool calls by name), so they read :class:`TrialRecord` rows through the
+Store API. Selection is the same as everywhere else: per (config, task, attempt) the latest
+completed try, and with several runs the most recently created run's; infra_invalid tries are
+not the configuration's fault and are left out of quality (their spending is the AMS's
+business). Conventions are in docs/metrics.md.
+
+Funnel: a trial's ``rewards`` (the verifier's reward.json) carry ``build`` (0/1) and per
+command class ``<class>.exec``, ``<class>.side_effects``, ``<class>.em``, ``<class>.fm``,
+``<class>.sm`` (pass fractions over the class's valid cases) and optionally ``<class>.cases``.
+A task is a funnel task when some scored trial of it carries these keys; a scored trial of a
+funnel task without them delivered no tool the verifier could test, and counts as a failed
+build. One selected trial per (config, task) is one repository.
+
+AgencyBench: reward = rubric fraction, task score = 10 × reward, passed at ≥ 60 %. A task's
+rounds are its scored attempts in order (stopping at the first pass), unless a trial recorded
+its own feedback rounds (``rewards["rounds"]`` or ``extra["rounds"]``): then the latest scored
+attempt's count is used. The scenario is ``extra["scenario"]``, else the task itself.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from pydantic import BaseModel, Field
+
+from agentmeter.metrics import agency, funnel
+from agentmeter.pricing import PriceBook
+from agentmeter.store.db import Store, StoreError
+from agentmeter.store.models import ConfigRecord, TaskRecord, TrialRecord, TrialStatus
+
+NO_CATEGORY = "(none)"
+
+
+@dataclass(frozen=True)
+class StoredTrials:
+    configs: list[ConfigRecord]
+    tasks: dict[str, TaskRecord]
+    #: latest completed try per (config, task, attempt), the latest run's
+    selected: list[TrialRecord]
+
+
+def load_trials(store: Store, run_ids: Sequence[str],
+                task_ids: Collection[str] | None = None) -> StoredTrials:
+    runs = []
+    for rid in run_ids:
+        run = store.get_run(rid)
+        if run is None:
+            raise StoreError(f"no run {rid!r} in {store.where}")
+        runs.append(run)
+    runs.sort(key=lambda r: (r.created_at, r.id))
+    configs: dict[str, ConfigRecord] = {}
+    tasks: dict[str, TaskRecord] = {}
+    chosen: dict[tuple[str, str, int], TrialRecord] = {}
+    for run in runs:  # later runs overwrite
+        configs.update({c.id: c for c in store.run_configs(run.id)})
+        tasks.update({t.id: t for t in store.run_tasks(run.id)})
+        for t in store.latest_completed_trials(run.id):
+            if task_ids is None or t.task_id in task_ids:
+                chosen[(t.config_id, t.task_id, t.attempt)] = t
+    return StoredTrials(configs=[configs[c] for c in sorted(configs)], tasks=tasks,
+                        selected=[chosen[k] for k in sorted(chosen)])
+
+
+def _raw_tokens(t: TrialRecord) -> int | None:
+    return None if t.usage.input is None and t.usage.output is None else t.usage.total
+
+
+def _mean(vals: Sequence[float | None]) -> float | None:
+    """Mean, n/a when empty or any value is unknown (nothing unknown counts as zero)."""
+    if not vals or any(v is None for v in vals):
+        return None
+    return sum(v for v in vals if v is not None) / len(vals)
+
+
+def _reward(t: TrialRecord) -> float:
+    """R = the recorded reward, else the pass flag, else status == passed (frame.quality)."""
+    if t.reward is not None:
+        return t.reward
+    if t.passed is not None:
+        return float(t.passed)
+    return float(t.status is TrialStatus.PASSED)
+
+
+def _by_cell(trials: Sequence[TrialRecord]) -> dict[tuple[str, str], list[TrialRecord]]:
+    cells: dict[tuple[str, str], list[TrialRecord]] = {}
+    for t in trials:
+        if t.status.scored:
+            cells.setdefault((t.config_id, t.task_id), []).append(t)
+    for ts in cells.values():
+        ts.sort(key=lambda t: t.attempt)
+    return cells
+
+
+# --- CLI-Tool-Bench funnel ---------------------------------------------------------------------
+
+def funnel_rates(rewards: dict[str, float]) -> tuple[bool, dict[str, dict[str, float | None]],
+                                                       int] | None:
+    """(build ok, per-class rates, valid cases) from named rewards; None when the trial has no
+    differential-testing keys. Raises ValueError for values that are not pass fractions."""
+    classes: dict[str, dict[str, float | None]] = {}
+    cases = 0
+    for key, value in rewards.items():
+        cls, dot, level = key.rpartition(".")
+        if not dot or not cls or level not in (*funnel.LEVELS, "cases"):
+            continue
+        if level == "cases":
+            if not math.isfinite(value) or value < 0 or value != int(value):
+                raise ValueError(f"{key} = {value} is not a case count")
+            cases += int(value)
+            classes.setdefault(cls, {})
+            continue
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"{key} = {value} is not a pass fraction in [0, 1]")
+        classes.setdefault(cls, {})[level] = value
+    if "build" not in rewards and not classes:
+        return None
+    build = rewards.get("build", 1.0 if classes else 0.0)
+    if build not in (0.0, 1.0):
+        raise ValueError(f"build = {build} is not 0 or 1")
+    return build == 1.0, {c: {m: r.get(m) for m in funnel.LEVELS} for c, r in classes.items()}, \
+        cases
+
+
+class FunnelRow(BaseModel):
+    config_id: str
+    label: str
+    model: str
+    summary: funnel.FunnelSummary | None = Field(description="None: no funnel task scored")
+    n_without_results: int = Field(0, description="scored trials on funnel tasks that left no "
+                                   "differential-testing rewards: counted as failed builds")
+    usd_per_repo: float | None = None
+    steps_per_repo: float | None = None
+    prompt_ktok_per_repo: float | None = None
+    completion_ktok_per_repo: float | None = None
+
+
+class FunnelReport(BaseModel):
+    tasks: list[str] = Field(description="the funnel tasks (some trial has the reward keys)")
+    n_other_tasks: int = Field(description="tasks without differential-testing results")
+    rows: list[FunnelRow]
+    notes: list[str] = Field(default_factory=list)
+
+
+def _cell_trial(ts: list[TrialRecord]) -> TrialRecord:
+    """Selection rule: the latest scored attempt."""
+    return ts[-1]
+
+
+def funnel_report(data: StoredTrials, book: PriceBook | None = None) -> FunnelReport:
+    notes: list[str] = []
+    cells = _by_cell(data.selected)
+    parsed: dict[tuple[str, str], tuple[bool, dict[str, dict[str, float | None]], int] | None] = {}
+    invalid: set[tuple[str, str]] = set()
+    for key, ts in cells.items():
+        t = _cell_trial(ts)
+        try:
+            parsed[key] = funnel_rates(t.rewards)
+        except ValueError as e:
+            notes.append(f"trial {t.id!r} (run {t.run_id}): reward.json {e}; left out")
+            parsed[key] = None
+            invalid.add(key)
+    funnel_tasks = sorted({task for (_, task), p in parsed.items() if p is not None})
+    all_tasks = {t.task_id for t in data.selected} | set(data.tasks)
+    rows: list[FunnelRow] = []
+    for cfg in data.configs:
+        scores: list[funnel.FunnelScore] = []
+        spend: list[TrialRecord] = []
+        n_without = 0
+        for task in funnel_tasks:
+            cell = cells.get((cfg.id, task))
+            if not cell or (cfg.id, task) in invalid:
+                continue
+            t = _cell_trial(cell)
+            p = parsed[(cfg.id, task)]
+            if p is None:
+                n_without += 1
+                scores.append(funnel.score_from_rates(False, {}))
+            else:
+                scores.append(funnel.score_from_rates(p[0], p[1], n_cases=p[2]))
+            spend.append(t)
+        missing = len(funnel_tasks) - len(scores)
+        if missing and scores:
+            notes.append(f"{cfg.label}: {missing} funnel task(s) without a scored trial "
+                         "(missing, infra_invalid or unreadable results) are left out")
+        rows.append(FunnelRow(
+            config_id=cfg.id, label=cfg.label, model=cfg.model.name,
+            summary=funnel.summarize(scores) if scores else None, n_without_results=n_without,
+            usd_per_repo=_mean([_cost(t, cfg, book) for t in spend]),
+            steps_per_repo=_mean([None if t.turns is None else float(t.turns) for t in spend]),
+            prompt_ktok_per_repo=_mean([None if t.usage.input is None else t.usage.input / 1e3
+                                        for t in spend]),
+            completion_ktok_per_repo=_mean([None if t.usage.output is None
+                                            else t.usage.output / 1e3 for t in spend])))
+        if n_without:
+            notes.append(f"{cfg.label}: {n_without} trial(s) on funnel tasks left no "
+                         "differential-testing results: counted as failed builds")
+    if not funnel_tasks:
+        notes.insert(0, "no differential-testing results in this run (no trial's reward.json "
+                     "has the funnel keys: see docs/metrics.md)")
+    elif len(all_tasks) > len(funnel_tasks):
+        notes.append(f"{len(all_tasks) - len(funnel_tasks)} task(s) without differential-testing "
+                     "results are not part of the funnel")
+    return FunnelReport(tasks=funnel_tasks, n_other_tasks=len(all_tasks) - len(funnel_tasks),
+                        rows=rows, notes=notes)
+
+
+def _cost(t: TrialRecord, cfg: ConfigRecord, book: PriceBook | None) -> float | None:
+    """The stored cost, or Eq. 2 from usage under ``book`` when repricing."""
+    if book is None:
+        return t.cost_usd
+    if t.model_calls == 0 and t.usage.input is None and t.usage.output is None:
+        return t.cost_usd  # nothing metered (oracle, nop)
+    key = cfg.model.price_key or cfg.model.name
+    return book.cost_usd(key, t.usage)
+
+
+# --- AgencyBench -------------------------------------------------------------------------------
+
+class AgencyRow(BaseModel):
+    config_id: str
+    label: str
+    model: str
+    summary: agency.AgencySummary | None = Field(description="None: no scored task")
+    by_category: dict[str, float] = Field(default_factory=dict,
+                                          description="S_avg (percent) per task category")
+    tools: dict[str, int] = Field(default_factory=dict,
+                                  description="tool invocations over the rounds counted")
+    turns_per_task: float | None = None
+    n_infra_only: int = Field(0, description="tasks whose attempts were all infra_invalid")
+
+
+class AgencyReport(BaseModel):
+    rows: list[AgencyRow]
+    ks: list[int]
+    rounds_source: str = Field(description="'attempts', 'recorded' or 'mixed'")
+    notes: list[str] = Field(default_factory=list)
+
+
+def _recorded_rounds(t: TrialRecord) -> float | None:
+    if "rounds" in t.rewards:
+        return t.rewards["rounds"]
+    value = t.extra.get("rounds")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def has_agency_data(data: StoredTrials) -> bool:
+    """AgencyBench signals: recorded feedback rounds, or scored tasks with a category."""
+    scored = [t for t in data.selected if t.status.scored]
+    return any(_recorded_rounds(t) is not None for t in scored) or any(
+        (rec := data.tasks.get(t.task_id)) is not None and rec.category for t in scored)
+
+
+def agency_report(data: StoredTrials, ks: Sequence[int] = (1, 2)) -> AgencyReport:
+    notes: list[str] = []
+    cells = _by_cell(data.selected)
+    infra_cells = {(t.config_id, t.task_id) for t in data.selected} - set(cells)
+    sources: set[str] = set()
+    rows: list[AgencyRow] = []
+    for cfg in data.configs:
+        outcomes: list[agency.TaskOutcome] = []
+        by_cat: dict[str, list[float]] = {}
+        tools: dict[str, int] = {}
+        turns: list[float | None] = []
+        for (cid, task), ts in sorted(cells.items()):
+            if cid != cfg.id:
+                continue
+            rewards = [_reward(t) for t in ts]
+            bad = [r for r in rewards if not (math.isfinite(r) and 0.0 <= r <= 1.0)]
+            if bad:
+                notes.append(f"{cfg.label} / {task}: reward {bad[0]} is not a rubric fraction "
+                             "in [0, 1]; task left out")
+                continue
+            scenario = ts[-1].extra.get("scenario")
+            scenario = scenario if isinstance(scenario, str) and scenario else task
+            rounds = _recorded_rounds(ts[-1])
+            if rounds is not None and not (math.isfinite(rounds) and rounds >= 1
+                                           and rounds == int(rounds)):
+                notes.append(f"trial {ts[-1].id!r}: recorded rounds = {rounds} is not a whole "
+                             "number >= 1; its attempts are used as rounds")
+                rounds = None
+            if rounds is not None:
+                sources.add("recorded")
+                used = [ts[-1]]
+                score = 10.0 * rewards[-1]
+                o = agency.TaskOutcome(
+                    scenario=scenario, task=task, final_score=score, rounds_used=int(rounds),
+                    passed_round=int(rounds) if agency.passes(score) else None,
+                    tokens=_raw_tokens(ts[-1]))
+            else:
+                sources.add("attempts")
+                o = agency.outcome(scenario, task, [10.0 * r for r in rewards],
+                                   [_raw_tokens(t) for t in ts])
+                used = ts[:o.rounds_used]
+            outcomes.append(o)
+            rec = data.tasks.get(task)
+            by_cat.setdefault((rec.category if rec else None) or NO_CATEGORY, []).append(
+                o.final_score)
+            for t in used:
+                for name, count in t.tool_calls.items():
+                    tools[name] = tools.get(name, 0) + count
+                turns.append(None if t.turns is None else float(t.turns))
+        n_infra = sum(1 for c, _ in infra_cells if c == cfg.id)
+        summary = agency.summarize_outcomes(outcomes, ks) if outcomes else None
+        rows.append(AgencyRow(
+            config_id=cfg.id, label=cfg.label, model=cfg.model.name, summary=summary,
+            by_category={c: 10.0 * sum(v) / len(v) for c, v in sorted(by_cat.items())},
+            tools=dict(sorted(tools.items(), key=lambda kv: (-kv[1], kv[0]))),
+            turns_per_task=(None if not outcomes or any(x is None for x in turns)
+                            else sum(x or 0.0 for x in turns) / len(outcomes)),
+            n_infra_only=n_infra))
+        if n_infra:
+            notes.append(f"{cfg.label}: {n_infra} task(s) with only infra_invalid attempts are "
+                         "left out")
+    if not cells:
+        notes.insert(0, "no scored trials in this run: AgencyBench metrics are n/a")
+    source = "mixed" if len(sources) > 1 else (sources.pop() if sources else "attempts")
+    if source != "recorded":
+        notes.append("rounds = attempts in order, stopping at the first with reward >= 0.6; "
+                     "tokens, tools and turns are counted over those rounds")
+    return AgencyReport(rows=rows, ks=list(ks), rounds_source=source, notes=notes)
