@@ -7,7 +7,6 @@ import json
 import re
 import sys
 import tomllib
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -43,6 +42,7 @@ from agentmeter.metrics.from_store import (
     load_trials,
 )
 from agentmeter.pricing import PriceBook, PricingError, PricingSnapshot
+from agentmeter.pricing.reprice import RepriceError, reprice_run
 from agentmeter.report import scorecard_table as view
 from agentmeter.store.db import Store, StoreError
 from agentmeter.tasks.errors import TaskError
@@ -313,80 +313,29 @@ def reprice_cmd(
         snaps = [PricingSnapshot.load(p) for p in prices]
     except PricingError as e:
         raise fail(str(e)) from None
-    book = PriceBook(snaps, use_genai_prices=False)
     st = open_store(store)
-    run = st.get_run(run_id)
-    if run is None:
+    if st.get_run(run_id) is None:
         raise fail(f"no run {run_id!r} in {st.where}")
-    configs = {c.id: c for c in st.run_configs(run_id)}
-
-    def key(cid: str) -> str | None:
-        c = configs.get(cid)
-        if c is None:
-            return None
-        return c.model.price_key or (c.model.name if c.model.name not in ("none", "unknown")
-                                     else None)
-
-    trials = st.trials(run_id)
-
-    def metered(t: Any) -> bool:
-        return bool(t.model_calls) or any(v is not None for v in (
-            t.usage.input, t.usage.output, t.usage.cache_creation, t.usage.cache_read))
-
-    unpriced = sorted({f"{configs[t.config_id].label} ({key(t.config_id) or 'no price key'})"
-                       for t in trials if t.config_id in configs and metered(t)
-                       and book.quote(key(t.config_id) or "") is None})
-    if unpriced and not allow_unpriced:
-        raise fail(f"{', '.join(map(str, prices))}: no price for {', '.join(unpriced)}; "
-                    "nothing was changed (--allow-unpriced stores n/a costs for them)")
-    call_costs: dict[tuple[str, int, int], float | None] = {}
-    trial_costs: dict[tuple[str, int], float | None] = {}
-    before: dict[str, float | None] = {}
-    after: dict[str, float | None] = {}
-    stored_calls = st.call_usage_by_try(run_id)
-    for t in trials:
-        k = key(t.config_id)
-        priced = k is not None and book.quote(k) is not None
-        mine = stored_calls.get((t.id, t.try_number), [])
-        for seq, usage in mine:
-            call_costs[(t.id, t.try_number, seq)] = book.cost_usd(k, usage) if priced else None
-        if mine:
-            new = (sum(call_costs[(t.id, t.try_number, s)] or 0.0 for s, _ in mine)
-                   if priced else None)
-        elif metered(t):
-            new = book.cost_usd(k, t.usage) if priced else None
-        else:
-            continue  # nothing metered (e.g. oracle): the stored cost stays
-        trial_costs[(t.id, t.try_number)] = new
-        for totals, v in ((before, t.cost_usd), (after, new)):  # n/a once any part is n/a
-            prev = totals.get(t.config_id, 0.0)
-            totals[t.config_id] = None if prev is None or v is None else prev + v
-    name = " + ".join(s.label or Path(s.source or "snapshot").name for s in snaps)
-    history = list(run.settings.get("repricing", []))
-    history.append({"snapshot": name, "files": [str(p) for p in prices],
-                    "dates": [str(s.date) for s in snaps], "previous": run.pricing_snapshot,
-                    "at": datetime.now(UTC).isoformat()})
-    st.reprice_run(run_id, trial_costs, call_costs, name, {**run.settings, "repricing": history})
-    rows = [{"config_id": c, "label": configs[c].label if c in configs else c,
-             "usd_before": before[c], "usd_after": after[c]} for c in sorted(before)]
+    try:
+        result = reprice_run(st, run_id, snaps, [str(p) for p in prices],
+                             allow_unpriced=allow_unpriced)
+    except RepriceError as e:
+        raise fail(f"{', '.join(map(str, prices))}: {e}") from None
     if as_json:
-        print(json.dumps({"run_id": run_id, "pricing_snapshot": name,
-                          "trials": len(trial_costs), "model_calls": len(call_costs),
-                          "unpriced": unpriced, "configs": rows}, indent=1))
+        print(json.dumps(result.model_dump(), indent=1))
         return
     from rich.table import Table
 
     table = Table("configuration", "USD before", "USD after",
-                  title=f"run {run_id} repriced under {name}", title_justify="left")
-    for r in rows:
-        table.add_row(str(r["label"]), *("n/a" if r[c] is None else f"{r[c]:.4f}"
-                                         for c in ("usd_before", "usd_after")))
+                  title=f"run {run_id} repriced under {result.pricing_snapshot}", title_justify="left")
+    for r in result.configs:
+        table.add_row(r.label, *("n/a" if v is None else f"{v:.4f}"
+                                 for v in (r.usd_before, r.usd_after)))
     console.print(table)
-    err.print(f"[dim]{len(trial_costs)} trial tries and {len(call_costs)} model calls "
+    err.print(f"[dim]{result.trials} trial tries and {result.model_calls} model calls "
               "repriced[/dim]")
-    for u in unpriced:
+    for u in result.unpriced:
         err.print(f"[yellow]no price[/yellow] {u}: costs stored as n/a")
-
 
 
 # --- import / export -----------------------------------------------------------------------
