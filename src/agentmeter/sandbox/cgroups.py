@@ -154,12 +154,12 @@ def stale_groups() -> list[Path]:
             continue
         for p in b.iterdir():
             owner, sep, _ = p.name.partition("-")
-            if p.is_dir() and sep and owner.isdigit() and not _alive(int(owner)):
+            if p.is_dir() and sep and owner.isdigit() and not pid_alive(int(owner)):
                 out.append(p)
     return out
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -91,16 +91,6 @@ def _rmtree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class LocalSandbox:
     """A running local sandbox (see module docstring)."""
 
@@ -421,9 +411,9 @@ class LocalBackend:
                         continue  # still starting
                 except FileNotFoundError:
                     continue  # removed meanwhile by its owner
-            if owner["owner"] > 0 and _pid_alive(owner["owner"]):
+            if owner["owner"] > 0 and cgroups.pid_alive(owner["owner"]):
                 continue
-            if owner["keeper"] > 0 and _pid_alive(owner["keeper"]):
+            if owner["keeper"] > 0 and cgroups.pid_alive(owner["keeper"]):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(owner["keeper"], signal.SIGKILL)
             _rmtree(d)
