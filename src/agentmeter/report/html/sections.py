@@ -64,7 +64,8 @@ def leaderboard(data: ReportData) -> str:
         cfg, r = items[k]
         cells = [_td(str(rank[k]), float(rank[k])),
                  _td(config_cell(cfg), cfg.label, "text"),
-                 _td(f"{r.passes}/{r.n_scored} <small>{pct(r.pass_rate)}</small>"
+                 # Pass/N: N is every task of the scoring, as the rate is
+                 _td(f"{r.passes}/{r.n_tasks} <small>{pct(r.pass_rate)}</small>"
                      if r.n_scored else NA, r.pass_rate)]
         for g in TIERS:
             t = r.tiers[g]
@@ -98,7 +99,7 @@ def winners(data: ReportData) -> str:
         return rows.get(ids[0]) if ids else None
 
     p, t, u, a = first(w.passes), first(w.tok_per_pass), first(w.usd_per_pass), first(w.ams)
-    items = [("Most passes", show(w.passes, f"{p.passes}/{p.n_scored}" if p else "")),
+    items = [("Most passes", show(w.passes, f"{p.passes}/{p.n_tasks}" if p else "")),
              ("Fewest tokens per pass", show(w.tok_per_pass, compact(t.tok_per_pass) if t else "")),
              ("Lowest USD per pass", show(w.usd_per_pass, usd(u.usd_per_pass) if u else "")),
              ("Highest AMS", show(w.ams, num(a.ams) if a else ""))]
