@@ -114,7 +114,8 @@ class LocalLayerCache:
             key = _digest(st.kind, st.text, repr(st.args), st.chown or "", st.chmod or "")
             if st.kind == "COPY":
                 key = _digest(key, _tree_digest(self._copy_sources(st, layer)))
-            steps.append(_Step(key=key, label=f"{layer.origin}:{st.line} {st.text[:60]}",
+            where = f"{layer.label} (line {st.line})" if layer.label else f"{layer.origin}:{st.line}"
+            steps.append(_Step(key=key, label=f"{where}: {st.text[:60]}",
                                origin=layer.origin, docker=st, context=layer.context,
                                network=layer.network))
         return steps
