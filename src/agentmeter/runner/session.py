@@ -20,6 +20,7 @@ from agentmeter.runner.executor import PrepareCallback, ProgressCallback, RunPro
 from agentmeter.runner.plan import PlannedConfig, build_configs, build_plan, config_record
 from agentmeter.runner.trial import TrialContext
 from agentmeter.sandbox.protocol import SandboxBackend
+from agentmeter.sandbox.spec import SandboxError
 from agentmeter.store.db import Store
 from agentmeter.store.models import RunRecord
 from agentmeter.tasks.models import Task
@@ -132,6 +133,14 @@ def _models_and_prices(request: RunRequest) -> tuple[ModelRegistry, PriceBook]:
 
 
 def make_backend(name: str, log: Callable[[str], None] | None = None) -> SandboxBackend:
+    """The sandbox backend by name; a host that cannot provide it is a setup error."""
+    try:
+        return _make_backend(name, log)
+    except SandboxError as e:
+        raise RunSetupError(f"{name} sandboxes are not available here: {e}") from e
+
+
+def _make_backend(name: str, log: Callable[[str], None] | None) -> SandboxBackend:
     if name == "local":
         from agentmeter.sandbox.local import LocalBackend
 
@@ -157,6 +166,7 @@ async def run(store: Store, prepared: PreparedRun, run_id: str | None = None, *,
               log: Callable[[str], None] | None = None) -> tuple[str, RunProgress]:
     """Create (or continue) the run ``run_id`` and execute its plan."""
     req = prepared.request
+    backend = make_backend(req.backend, log)  # before anything is written
     run_id = run_id or new_run_id()
     existing = store.get_run(run_id)
     if existing is None:
@@ -170,7 +180,6 @@ async def run(store: Store, prepared: PreparedRun, run_id: str | None = None, *,
     for t in prepared.tasks:
         store.upsert_task(t.to_record(prepared.suite_name), run_id=run_id)
 
-    backend = make_backend(req.backend, log)
     gateway: Gateway | None = None
     sock_dir = None
     if any(c.agent.uses_model for c in prepared.configs):
