@@ -18,7 +18,7 @@ _FACTORIES: dict[str, AgentFactory] = {
     "nop": lambda version, options: NopAgent(),
     "native": native.factory,
     **{name: functools.partial(installed_cli.make, name) for name in
-       ("codex", "claude-code", "qwen-code", "mini-swe-agent", "kimi")},
+       ("codex", "claude-code", "qwen-code", "mini-swe-agent", "kimi", "opencode")},
 }
 
 
