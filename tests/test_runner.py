@@ -255,3 +255,19 @@ def test_grid_file_and_pairs(tmp_path: Path) -> None:
     (tmp_path / "bad2.toml").write_text('agentz = ["native"]\n')
     with pytest.raises(RunSetupError, match="bad2.toml: agentz"):
         load_grid(tmp_path / "bad2.toml")
+
+
+async def test_budget_exceeded_stops_the_agent(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    task = make_task(suite, "budgeted")
+    toml = (task / "task.toml").read_text().replace("[agent]\n", "[agent]\nmax_calls = 2\n")
+    (task / "task.toml").write_text(toml)
+    store = Store.open(tmp_path / "runs")
+    rid = await _run(store, RunRequest(suites=[str(suite)], agents=["native"],
+                                       models=["scripted/explorer-20"]))
+    (t,) = store.latest_completed_trials(rid)
+    assert t.status is TrialStatus.BUDGET_EXCEEDED, t.error
+    calls = store.model_calls(rid, t.id)
+    # two calls reached the model; the third was refused by the gateway, never forwarded
+    assert [c.error for c in calls][:2] == [None, None]
+    assert calls[-1].error == "budget_exceeded" and len(calls) <= 4

@@ -7,12 +7,15 @@ agent's or a provider's behaviour crash it. Sandbox and harness failures are ``i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import time
 import traceback
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from agentmeter.agents.base import Agent, AgentContext, AgentRun, GatewayEndpoint
 from agentmeter.gateway import Budget, Gateway, ScriptedContext, TrialMeter
@@ -41,6 +44,8 @@ from agentmeter.verify import offline_pytest
 
 #: port the gateway appears on inside every sandbox
 GATEWAY_PORT = 18080
+#: how often a running agent's budget state is checked (seconds)
+BUDGET_POLL_S = 0.5
 #: a reward at or above this counts as passed
 PASS_THRESHOLD = 1.0
 #: the error of a try cut short by the runner stopping (not counted as an infra retry)
@@ -239,7 +244,7 @@ class TrialRunner:
         ctx = AgentContext(task=self.task, sandbox=sandbox, timeout_s=self.task.agent_timeout_s,
                            logs_dir=agent_dir, gateway=endpoint)
         try:
-            run = await self.agent.run(ctx)
+            run = await self._with_budget_watch(self.agent.run(ctx), endpoint is not None)
         except SandboxError as e:
             raise InfraError(f"agent run: {e}") from e
         except Exception as e:
@@ -248,6 +253,23 @@ class TrialRunner:
             if path.is_file():
                 self._artifact(name, path, kind)
         return run
+
+    async def _with_budget_watch(self, agent_run: Coroutine[Any, Any, AgentRun],
+                                 metered: bool) -> AgentRun:
+        """Stop the agent once the gateway refused a call for budget: some CLIs back off and
+        retry a refusal until their own timeout."""
+        gw = self.ctx.gateway
+        if not metered or gw is None:
+            return await agent_run
+        task = asyncio.ensure_future(agent_run)
+        while not task.done():
+            await asyncio.wait({task}, timeout=BUDGET_POLL_S)
+            if not task.done() and gw.trial_meter(self.rec.id).budget_exceeded:
+                task.cancel()  # the sandbox kills the agent's whole process tree
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                return AgentRun(error="budget_exceeded")
+        return task.result()
 
     async def _save_diff(self, sandbox: Sandbox, snapshot: object) -> None:
         try:
