@@ -17,6 +17,7 @@ from rich.table import Table
 
 from agentmeter.cli_analysis import register as register_analysis
 from agentmeter.cli_common import JsonOpt, StoreOpt, console, err, fail, open_store
+from agentmeter.cli_data import register as register_data
 from agentmeter.cli_report import register as register_report
 from agentmeter.report.summary import summarize, summary_table
 from agentmeter.runner.executor import RunProgress
@@ -413,6 +414,7 @@ def gateway_serve(
 
 
 register_analysis(app)
+register_data(app)
 register_report(app)
 
 
