@@ -305,11 +305,17 @@ def tasks_check(path: Annotated[str, typer.Argument(help="suite/task dir or buil
 
 @app.command()
 def setup(docker: Annotated[bool, typer.Option(help="also start dockerd and import the base image")] = False,
-          suite: Annotated[str, typer.Option(help="build this suite's environments")] = "starter") -> None:
-    """Install host tools, build the Debian base and the suite's environment layers."""
+          suite: Annotated[str, typer.Option(help="build this suite's environments")] = "starter",
+          agents: Annotated[str | None, typer.Option(
+              help="comma-separated agents to install into cached layers, e.g. codex,claude-code "
+                   "(name@version pins a version)")] = None) -> None:
+    """Install host tools and build, once, the Debian base, the suite's environment layers and
+    the agents' installation layers. Everything is also built on first use."""
+    from agentmeter.agents.registry import UnknownAgentError, make_agent
+    from agentmeter.runner.trial import sandbox_spec
     from agentmeter.sandbox import rootfs
     from agentmeter.sandbox.local import LocalBackend
-    from agentmeter.sandbox.spec import SandboxError
+    from agentmeter.sandbox.spec import SandboxError, SandboxSpec
 
     try:
         with err.status("building the Debian base (debootstrap, once)") as status:
@@ -317,18 +323,23 @@ def setup(docker: Annotated[bool, typer.Option(help="also start dockerd and impo
         backend = LocalBackend()
         backend.layers.log = lambda line: err.print(f"[dim]{line}[/dim]")
         prepared = prepare(RunRequest(suites=[suite], agents=["oracle"]))
-        from agentmeter.runner.trial import sandbox_spec
-
-        for t in prepared.tasks:
-            asyncio.run(backend.prepare(sandbox_spec(t, prepared.configs[0].agent, None)))
+        specs = [sandbox_spec(t, prepared.configs[0].agent, None) for t in prepared.tasks]
+        for name in [a.strip() for a in (agents or "").split(",") if a.strip()]:
+            agent_name, _, version = name.partition("@")
+            # agent layers are independent of the environment: built once on the base
+            specs.append(SandboxSpec(layers=tuple(make_agent(agent_name, version or None).layers())))
+        with err.status("building layers") as status:
+            for i, spec in enumerate(specs, 1):
+                status.update(f"building layers ({i}/{len(specs)})")
+                asyncio.run(backend.prepare(spec))
         if docker:
             from agentmeter.sandbox.docker import DockerBackend
             from agentmeter.sandbox.dockerd import ensure_dockerd
 
             ensure_dockerd()
-            for t in prepared.tasks:
-                asyncio.run(DockerBackend().prepare(sandbox_spec(t, prepared.configs[0].agent, None)))
-    except (SandboxError, RunSetupError) as e:
+            for spec in specs:
+                asyncio.run(DockerBackend().prepare(spec))
+    except (SandboxError, RunSetupError, UnknownAgentError, ValueError) as e:
         raise fail(str(e)) from None
     err.print("[green]ready[/green]")
 

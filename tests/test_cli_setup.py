@@ -1,0 +1,25 @@
+"""``agentmeter setup``: builds the base, a suite's environments and agent installations once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from agentmeter.cli import app
+from taskgen import make_task
+
+runner = CliRunner()
+
+
+def test_setup_builds_environments_and_agents_once(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    make_task(suite, "one", dockerfile=f"FROM debian:trixie\nWORKDIR /app\nRUN echo {tmp_path.name}\n")
+    first = runner.invoke(app, ["setup", "--suite", str(suite), "--agents", "codex"])
+    assert first.exit_code == 0, first.output
+    assert "ready" in first.output
+    assert "building layer" in first.output  # the task's own RUN step is new
+    again = runner.invoke(app, ["setup", "--suite", str(suite), "--agents", "codex"])
+    assert again.exit_code == 0 and "building layer" not in again.output
+    bad = runner.invoke(app, ["setup", "--suite", str(suite), "--agents", "nosuch"])
+    assert bad.exit_code == 2 and "unknown agent 'nosuch'" in bad.output
