@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from taskgen import make_task
 from typer.testing import CliRunner
 
 from agentmeter.cli import app
-from taskgen import make_task
 
 runner = CliRunner()
 
