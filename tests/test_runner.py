@@ -253,7 +253,7 @@ def test_grid_file_and_pairs(tmp_path: Path) -> None:
     with pytest.raises(RunSetupError, match=r"bad.toml: pairs\[0\]"):
         load_grid(tmp_path / "bad.toml")
     (tmp_path / "bad2.toml").write_text('agentz = ["native"]\n')
-    with pytest.raises(RunSetupError, match="bad2.toml: agentz"):
+    with pytest.raises(RunSetupError, match="bad2.toml: field agentz"):
         load_grid(tmp_path / "bad2.toml")
 
 

@@ -18,13 +18,13 @@ the in-process scripted model.
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentmeter.gateway.scripted.policy import Policy, PolicyError
 from agentmeter.store.models import ModelSpec, WireApi
+from agentmeter.tomlfile import read_toml
 
 
 class ModelConfigError(ValueError):
@@ -98,10 +98,7 @@ class ModelRegistry:
 
     @classmethod
     def load(cls, path: Path) -> ModelRegistry:
-        try:
-            data = tomllib.loads(path.read_text())
-        except (OSError, tomllib.TOMLDecodeError) as e:
-            raise ModelConfigError(f"{path}: {e}") from e
+        data = read_toml(path, ModelConfigError)
         raw = data.get("models", {})
         if not isinstance(raw, dict):
             raise ModelConfigError(f"{path}: field models: must be a table of models")

@@ -39,13 +39,13 @@ exactly these column names, so an exported table imports back without a mapping.
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agentmeter.importers.common import STATUS_NAMES, ImportFormatError
+from agentmeter.tomlfile import read_toml, validate_toml
 
 FIELDS = ("config", "config_id", "model", "price_key", "agent", "agent_version", "task", "tier", "category",
           "attempt", "try_number", "status", "reward", "passed", "error", "input_tokens",
@@ -82,16 +82,8 @@ class Mapping(BaseModel):
 
     @classmethod
     def load(cls, path: Path) -> Mapping:
-        try:
-            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-            raise ImportFormatError(f"{path}: {e}") from None
-        try:
-            return cls.model_validate({**data, "path": str(path)})
-        except ValidationError as e:
-            first = e.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise ImportFormatError(f"{path}: field {where}: {first['msg']}") from None
+        data = read_toml(path, ImportFormatError)
+        return validate_toml(cls, {**data, "path": str(path)}, path, ImportFormatError)
 
     def column(self, field: str, available: set[str]) -> str | None:
         """The source column of ``field``, or None."""

@@ -15,13 +15,13 @@ tau = 0.12
 from __future__ import annotations
 
 import math
-import tomllib
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agentmeter.metrics.frame import TIERS, FloatArray, Tier
+from agentmeter.tomlfile import read_toml, validate_toml
 
 SHIPPED_DIR = Path(__file__).parent
 TABLE1_PATH = SHIPPED_DIR / "agentmeter-table1.toml"
@@ -59,16 +59,8 @@ class BudgetSpec(BaseModel):
 
     @classmethod
     def load(cls, path: Path) -> BudgetSpec:
-        try:
-            data = tomllib.loads(Path(path).read_text())
-        except (OSError, tomllib.TOMLDecodeError) as e:
-            raise BudgetError(f"{path}: {e}") from e
-        try:
-            return cls.model_validate({**data, "source": str(path)})
-        except ValidationError as e:
-            first = e.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise BudgetError(f"{path}: field {where}: {first['msg']}") from e
+        data = read_toml(path, BudgetError)
+        return validate_toml(cls, {**data, "source": str(path)}, path, BudgetError)
 
 
 def table1() -> BudgetSpec:

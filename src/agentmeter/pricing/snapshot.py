@@ -17,13 +17,13 @@ cache_read = 0.5             # optional; cache_write optional
 from __future__ import annotations
 
 import fnmatch
-import tomllib
 from datetime import date
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from agentmeter.pricing.formula import ModelRates
+from agentmeter.tomlfile import read_toml, validate_toml
 
 
 class PricingError(ValueError):
@@ -43,18 +43,10 @@ class PricingSnapshot(BaseModel):
 
     @classmethod
     def load(cls, path: Path) -> PricingSnapshot:
-        try:
-            data = tomllib.loads(path.read_text())
-        except (OSError, tomllib.TOMLDecodeError) as e:
-            raise PricingError(f"{path}: {e}") from e
+        data = read_toml(path, PricingError)
         if data.get("currency", "USD") == "USD" and "usd_per_unit" not in data:
             data["usd_per_unit"] = 1.0
-        try:
-            return cls.model_validate({**data, "source": str(path)})
-        except ValidationError as e:
-            first = e.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise PricingError(f"{path}: field {where}: {first['msg']}") from e
+        return validate_toml(cls, {**data, "source": str(path)}, path, PricingError)
 
     def rates(self, price_key: str) -> ModelRates | None:
         if price_key in self.models:

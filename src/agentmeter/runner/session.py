@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import secrets
 import tempfile
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from agentmeter.gateway import Gateway, ModelRegistry
 from agentmeter.pricing import PriceBook
@@ -25,6 +24,7 @@ from agentmeter.store.db import Store
 from agentmeter.store.models import RunRecord
 from agentmeter.tasks.models import Task
 from agentmeter.tasks.suite import load_suites
+from agentmeter.tomlfile import read_toml, validate_toml
 
 
 class RunRequest(BaseModel):
@@ -73,16 +73,7 @@ class GridFile(BaseModel):
 
 def load_grid(path: Path) -> GridFile:
     """Parse a grid file; errors name the file and the field."""
-    try:
-        grid = GridFile.model_validate(tomllib.loads(path.read_text()))
-    except OSError as e:
-        raise RunSetupError(f"{path}: cannot read ({e.strerror})") from e
-    except tomllib.TOMLDecodeError as e:
-        raise RunSetupError(f"{path}: not valid TOML ({e})") from e
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise RunSetupError(f"{path}: {where}: {first['msg']}") from e
+    grid = validate_toml(GridFile, read_toml(path, RunSetupError), path, RunSetupError)
     for i, pair in enumerate(grid.pairs):
         if set(pair) != {"agent", "model"}:
             raise RunSetupError(f"{path}: pairs[{i}]: needs exactly the keys 'agent' and 'model'")
