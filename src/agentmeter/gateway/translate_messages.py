@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agentmeter.gateway.wire_chat import chat_request
+
 
 def _block_text(content: Any) -> str:
     if isinstance(content, str):
@@ -114,18 +116,6 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
             messages.append(_assistant(m.get("content")))
         else:
             messages.extend(_user(m.get("content")))
-    chat: dict[str, Any] = {"model": body.get("model"), "messages": messages}
-    tools = _tools(body.get("tools"))
-    if tools:
-        chat["tools"] = tools
-        choice = _tool_choice(body.get("tool_choice"))
-        if choice is not None:
-            chat["tool_choice"] = choice
-    for src, dst in (("temperature", "temperature"), ("top_p", "top_p"),
-                     ("max_tokens", "max_tokens"), ("stop_sequences", "stop")):
-        if body.get(src) is not None:
-            chat[dst] = body[src]
-    if body.get("stream") is True:
-        chat["stream"] = True
-        chat["stream_options"] = {"include_usage": True}
-    return chat
+    return chat_request(body, messages, _tools(body.get("tools")), _tool_choice(body.get("tool_choice")),
+                        (("temperature", "temperature"), ("top_p", "top_p"),
+                         ("max_tokens", "max_tokens"), ("stop_sequences", "stop")))

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agentmeter.gateway.wire_chat import chat_request
+
 
 def _text(content: Any) -> str:
     if isinstance(content, str):
@@ -90,20 +92,9 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
                              "content": out if isinstance(out, str) else
                              _text(out) or json.dumps(out)})
         # reasoning and hosted-tool items have no chat equivalent and are dropped
-    chat: dict[str, Any] = {"model": body.get("model"), "messages": messages}
-    tools = _tools(body.get("tools"))
-    if tools:
-        chat["tools"] = tools
-        choice = _tool_choice(body.get("tool_choice"))
-        if choice is not None:
-            chat["tool_choice"] = choice
-        if isinstance(body.get("parallel_tool_calls"), bool):
-            chat["parallel_tool_calls"] = body["parallel_tool_calls"]
-    for src, dst in (("temperature", "temperature"), ("top_p", "top_p"),
-                     ("max_output_tokens", "max_tokens")):
-        if body.get(src) is not None:
-            chat[dst] = body[src]
-    if body.get("stream") is True:
-        chat["stream"] = True
-        chat["stream_options"] = {"include_usage": True}
+    chat = chat_request(body, messages, _tools(body.get("tools")), _tool_choice(body.get("tool_choice")),
+                        (("temperature", "temperature"), ("top_p", "top_p"),
+                         ("max_output_tokens", "max_tokens")))
+    if "tools" in chat and isinstance(body.get("parallel_tool_calls"), bool):
+        chat["parallel_tool_calls"] = body["parallel_tool_calls"]
     return chat

@@ -141,3 +141,22 @@ def completion_from_body(body: dict[str, Any]) -> Completion:
         c.finish = _FINISH.get(reason, "stop") if isinstance(reason, str) else "stop"
     c.usage = usage_fields.from_chat(body.get("usage"))
     return c
+
+
+def chat_request(body: dict[str, Any], messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                 tool_choice: Any, params: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """A Chat Completions request translated from another API's ``body``: the converted
+    ``messages`` and ``tools``, sampling ``params`` renamed (source key, chat key), and usage
+    asked for on streams (the gateway meters it)."""
+    chat: dict[str, Any] = {"model": body.get("model"), "messages": messages}
+    if tools:
+        chat["tools"] = tools
+        if tool_choice is not None:
+            chat["tool_choice"] = tool_choice
+    for src, dst in params:
+        if body.get(src) is not None:
+            chat[dst] = body[src]
+    if body.get("stream") is True:
+        chat["stream"] = True
+        chat["stream_options"] = {"include_usage": True}
+    return chat
