@@ -9,6 +9,7 @@ unless the source numbers them.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -190,3 +191,28 @@ def status_from_reward(passed: bool | None, failure: TrialStatus | None) -> Tria
     if passed:
         return TrialStatus.PASSED
     return failure or TrialStatus.FAILED
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object from ``path``; errors name the file."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise ImportFormatError(f"{path}: cannot read: {e}") from None
+    except json.JSONDecodeError as e:
+        raise ImportFormatError(f"{path}: not JSON: {e.msg} (line {e.lineno})") from None
+    if not isinstance(data, dict):
+        raise ImportFormatError(f"{path}: expected a JSON object")
+    return data
+
+
+def whole_number(obj: dict[str, Any], key: str, where: Path | str, field: str = "") -> int | None:
+    """``obj[key]`` as a count (None when absent); errors name the file and field."""
+    v = obj.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or v < 0 or v != int(v):
+        name = f"{field}.{key}" if field else key
+        raise ImportFormatError(f"{where}: field {name}: expected a whole number >= 0, "
+                                f"got {v!r}")
+    return int(v)

@@ -16,7 +16,6 @@ cache-creation tokens, so they stay n/a.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +25,10 @@ from agentmeter.importers.common import (
     TrialDraft,
     build_run,
     parse_time,
+    read_json,
     safe_run_id,
     seconds,
+    whole_number,
 )
 from agentmeter.importers.mapping import Mapping
 from agentmeter.store.models import PhaseTimings, TokenUsage, TrialStatus
@@ -69,21 +70,9 @@ def exception_status(name: str, mapping: Mapping) -> TrialStatus:
     return S.AGENT_ERROR
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise ImportFormatError(f"{path}: cannot read: {e}") from None
-    except json.JSONDecodeError as e:
-        raise ImportFormatError(f"{path}: not JSON: {e.msg} (line {e.lineno})") from None
-    if not isinstance(data, dict):
-        raise ImportFormatError(f"{path}: expected a JSON object")
-    return data
-
-
 def _is_trial_result(path: Path) -> bool:
     try:
-        return "task_name" in _read_json(path)
+        return "task_name" in read_json(path)
     except ImportFormatError:
         return True  # let the import report it
 
@@ -112,17 +101,6 @@ def _obj(data: dict[str, Any], key: str, where: Path) -> dict[str, Any]:
     return value
 
 
-def _int(obj: dict[str, Any], key: str, where: Path | str, field: str = "") -> int | None:
-    v = obj.get(key)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int | float) or v < 0 or v != int(v):
-        name = f"{field}.{key}" if field else key
-        raise ImportFormatError(f"{where}: field {name}: expected a whole number >= 0, "
-                                f"got {v!r}")
-    return int(v)
-
-
 def _phase(data: dict[str, Any], key: str, where: Path) -> float | None:
     t = _obj(data, key, where)
     return seconds(parse_time(t.get("started_at"), f"{where}: field {key}.started_at"),
@@ -142,7 +120,7 @@ def _reward(rewards: dict[str, Any], where: Path) -> float | None:
 
 
 def _draft(path: Path, mapping: Mapping) -> TrialDraft:
-    data = _read_json(path)
+    data = read_json(path)
     task = data.get("task_name")
     if not isinstance(task, str) or not task:
         raise ImportFormatError(f"{path}: field task_name: missing or not a string")
@@ -192,9 +170,9 @@ def _draft(path: Path, mapping: Mapping) -> TrialDraft:
         rewards={k: float(v) for k, v in rewards.items()}, passed=passed, error=error,
         # the agent never started (e.g. the environment failed): it spent nothing
         usage=TokenUsage(input=0, output=0) if never_ran else TokenUsage(
-            input=_int(res, "n_input_tokens", path, "agent_result"),
-            output=_int(res, "n_output_tokens", path, "agent_result"),
-            cache_read=_int(res, "n_cache_tokens", path, "agent_result")),
+            input=whole_number(res, "n_input_tokens", path, "agent_result"),
+            output=whole_number(res, "n_output_tokens", path, "agent_result"),
+            cache_read=whole_number(res, "n_cache_tokens", path, "agent_result")),
         cost_usd=None if cost is None else float(cost),
         started_at=parse_time(data.get("started_at"), f"{path}: field started_at"),
         finished_at=parse_time(data.get("finished_at"), f"{path}: field finished_at"),

@@ -21,10 +21,11 @@ from agentmeter.importers.common import (
     TrialDraft,
     build_run,
     parse_time,
+    read_json,
     safe_run_id,
     seconds,
+    whole_number,
 )
-from agentmeter.importers.harbor import _int, _read_json
 from agentmeter.importers.mapping import Mapping
 from agentmeter.store.models import PhaseTimings, TokenUsage, TrialStatus
 
@@ -50,11 +51,11 @@ def looks_like_terminal_bench(path: Path) -> bool:
 def _trials(path: Path) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, Any], Path]:
     run_dir = path.parent if path.is_file() else path
     meta_file = run_dir / "run_metadata.json"
-    meta = _read_json(meta_file) if meta_file.is_file() else {}
+    meta = read_json(meta_file) if meta_file.is_file() else {}
     top = path if path.is_file() else run_dir / "results.json"
     out: list[tuple[str, dict[str, Any]]] = []
     if top.is_file():
-        results = _read_json(top).get("results")
+        results = read_json(top).get("results")
         if not isinstance(results, list):
             raise ImportFormatError(f"{top}: field results: expected a list of trials")
         for i, r in enumerate(results):
@@ -63,7 +64,7 @@ def _trials(path: Path) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, Any
             out.append((f"{top}: results[{i}]", r))
     else:
         for f in sorted(run_dir.glob("*/*/results.json")):
-            out.append((str(f), _read_json(f)))
+            out.append((str(f), read_json(f)))
     if not out:
         raise ImportFormatError(f"{run_dir}: no Terminal-Bench trials (no results.json)")
     return out, meta, run_dir
@@ -100,15 +101,15 @@ def _draft(where: str, r: dict[str, Any], meta: dict[str, Any], mapping: Mapping
          for k in ("trial_started_at", "trial_ended_at", "agent_started_at", "agent_ended_at",
                    "test_started_at", "test_ended_at")}
     parser = r.get("parser_results") or {}
-    commands = _int(r, "n_commands", where)
+    commands = whole_number(r, "n_commands", where)
     return TrialDraft(
         where=where, task=task, agent=str(agent), model=str(model or "unknown"),
         price_key=str(model) if model else None, status=status, tier=mapping.tiers.get(task),
         attempt=int(m.group(1)) - 1 if m else None, passed=passed,
         reward=None if passed is None else float(passed),
         error=None if status in (S.PASSED, S.FAILED) else f"failure_mode {mode}",
-        usage=TokenUsage(input=_int(r, "total_input_tokens", where),
-                         output=_int(r, "total_output_tokens", where)),
+        usage=TokenUsage(input=whole_number(r, "total_input_tokens", where),
+                         output=whole_number(r, "total_output_tokens", where)),
         tool_calls={"command": commands} if commands else {},
         started_at=t["trial_started_at"], finished_at=t["trial_ended_at"],
         timings=PhaseTimings(agent_run=seconds(t["agent_started_at"], t["agent_ended_at"]),
