@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from taskgen import make_task
@@ -14,7 +15,8 @@ runner = CliRunner()
 
 def test_setup_builds_environments_and_agents_once(tmp_path: Path) -> None:
     suite = tmp_path / "suite"
-    make_task(suite, "one", dockerfile=f"FROM debian:trixie\nWORKDIR /app\nRUN echo {tmp_path.name}\n")
+    # a step no earlier session has built (pytest reuses tmp directory names)
+    make_task(suite, "one", dockerfile=f"FROM debian:trixie\nWORKDIR /app\nRUN echo {time.time_ns()}\n")
     first = runner.invoke(app, ["setup", "--suite", str(suite), "--agents", "codex"])
     assert first.exit_code == 0, first.output
     assert "ready" in first.output
