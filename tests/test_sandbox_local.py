@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import socket
 import time
 from pathlib import Path
@@ -294,6 +295,28 @@ async def test_cleanup_stale_removes_dead_owners(local_backend: LocalBackend, tm
     removed = await local_backend.cleanup_stale()
     assert removed >= 1
     assert not directory.exists()
+
+
+async def test_cleanup_stale_attributes_directories_killed_before_owner_json(
+        local_backend: LocalBackend) -> None:
+    """A kill between creating the directory and recording its keeper leaves no owner.json;
+    the owner's pid in the directory name still lets the next start remove it at once, while a
+    directory of a live owner (this process) is left alone."""
+    from agentmeter.paths import cache_dir
+    child = await asyncio.create_subprocess_exec("true")  # a pid that has just exited
+    await child.wait()
+    top = cache_dir() / "sandboxes"
+    orphan = top / f"{child.pid}-deadbeef0001"
+    mine = top / f"{os.getpid()}-deadbeef0002"
+    for d in (orphan, mine):
+        (d / "rw" / "upper").mkdir(parents=True)
+    try:
+        await local_backend.cleanup_stale()
+        assert not orphan.exists()
+        assert mine.is_dir()
+    finally:
+        shutil.rmtree(mine, ignore_errors=True)
+        shutil.rmtree(orphan, ignore_errors=True)
 
 
 async def test_failed_start_leaves_nothing_behind(local_backend: LocalBackend, tmp_path: Path) -> None:

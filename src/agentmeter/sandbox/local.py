@@ -75,6 +75,26 @@ def _sandboxes_dir() -> Path:
     return cache_dir() / "sandboxes"
 
 
+def _sandbox_owner(d: Path) -> tuple[int, int] | None:
+    """(owner pid, keeper pid) of a sandbox directory, -1 where unknown; None when the directory
+    cannot be attributed yet (an unnamed one younger than a minute may still be starting)."""
+    head, sep, _sid = d.name.partition("-")
+    named_owner = int(head) if sep and head.isdigit() else -1
+    try:
+        data = json.loads((d / "owner.json").read_text())
+        return int(data["owner"]), int(data["keeper"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    if named_owner > 0:
+        return named_owner, -1  # killed before the keeper was recorded; its keeper exits with stdin
+    try:
+        if time.time() - d.stat().st_mtime < 60:
+            return None
+    except FileNotFoundError:
+        return None
+    return -1, -1
+
+
 def _rmtree(path: Path) -> None:
     """rmtree that also removes what overlayfs leaves unreadable (its work dir is mode 000)."""
     try:
@@ -392,7 +412,9 @@ class LocalBackend:
             if not sock.host_path.exists():
                 raise SandboxError(f"exposed socket {sock.host_path} does not exist")
         sid = secrets.token_hex(6)
-        directory = _sandboxes_dir() / sid
+        # the owner's pid is in the name, so a runner killed before owner.json exists
+        # still leaves a directory the next cleanup can attribute and remove
+        directory = _sandboxes_dir() / f"{os.getpid()}-{sid}"
         directory.parent.mkdir(parents=True, exist_ok=True)
         sb = LocalSandbox(spec, sid, directory, lowers, meta, self.rootless, self.layers.dir)
         await sb._start()
@@ -402,20 +424,15 @@ class LocalBackend:
         removed = 0
         top = _sandboxes_dir()
         for d in top.iterdir() if top.is_dir() else []:
-            try:
-                owner = json.loads((d / "owner.json").read_text())
-            except (OSError, ValueError):
-                owner = {"owner": -1, "keeper": -1}
-                try:
-                    if time.time() - d.stat().st_mtime < 60:
-                        continue  # still starting
-                except FileNotFoundError:
-                    continue  # removed meanwhile by its owner
-            if owner["owner"] > 0 and cgroups.pid_alive(owner["owner"]):
+            owner = _sandbox_owner(d)
+            if owner is None:
+                continue  # an old-style directory still starting, or removed meanwhile
+            owner_pid, keeper_pid = owner
+            if owner_pid > 0 and cgroups.pid_alive(owner_pid):
                 continue
-            if owner["keeper"] > 0 and cgroups.pid_alive(owner["keeper"]):
+            if keeper_pid > 0 and cgroups.pid_alive(keeper_pid):
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(owner["keeper"], signal.SIGKILL)
+                    os.kill(keeper_pid, signal.SIGKILL)
             _rmtree(d)
             removed += 1
         for g in cgroups.stale_groups():  # only groups whose owner process is dead
