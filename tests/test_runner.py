@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from polling import eventually
 from taskgen import make_task
 
 from agentmeter.runner.session import RunRequest, RunSetupError, prepare, run
@@ -224,8 +225,8 @@ def test_ctrl_c_stops_cleanly(tmp_path: Path, sig: signal.Signals) -> None:
     assert not [t for t in tries if not t.status.final]  # in-flight tries were closed
     assert any(t.error and t.error.startswith("interrupted") for t in tries)
     # nothing of the stopped runner is left running
-    time.sleep(0.2)
-    assert not any(str(suite).encode() in _cmdline_of(p) for p in os.listdir("/proc") if p.isdigit())
+    assert eventually(lambda: not any(str(suite).encode() in _cmdline_of(p)
+                                      for p in os.listdir("/proc") if p.isdigit()))
 
 
 def _cmdline_of(pid: str) -> bytes:

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from polling import eventually_async
 
 from agentmeter.sandbox.local import LocalBackend
 from agentmeter.sandbox.protocol import Sandbox
@@ -54,8 +55,7 @@ async def test_timeout_kills_whole_tree_including_daemons(local_backend: LocalBa
         marker = f"am-daemon-{os.getpid()}-{time.time_ns()}"
         r = await sb.exec(f"(setsid bash -c 'exec -a {marker} sleep 300' &) ; sleep 60", timeout=1)
         assert r.timed_out
-        await asyncio.sleep(0.2)
-        assert not any(marker.encode() in _cmdline(p) for p in _pids())
+        assert await eventually_async(lambda: not any(marker.encode() in _cmdline(p) for p in _pids()))
         # the sandbox still works after a timeout
         assert (await sb.exec("echo alive")).stdout == "alive\n"
     finally:
@@ -71,8 +71,7 @@ async def test_cancelled_exec_is_killed(local_backend: LocalBackend) -> None:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        await asyncio.sleep(0.1)
-        assert not any(marker.encode() in _cmdline(p) for p in _pids())
+        assert await eventually_async(lambda: not any(marker.encode() in _cmdline(p) for p in _pids()))
     finally:
         await sb.stop()
 
