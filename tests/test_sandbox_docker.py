@@ -357,21 +357,3 @@ async def test_cleanup_stale_removes_containers_of_dead_owners(
         assert _docker("inspect", alive.id).returncode == 0  # ours is alive
     finally:
         await alive.stop()
-
-
-async def test_lifecycle_timing(docker_backend: DockerBackend) -> None:
-    spec = SandboxSpec()
-    await docker_backend.prepare(spec)
-    times = []
-    for _ in range(5):
-        t0 = time.monotonic()
-        sb = await docker_backend.start(spec)
-        t1 = time.monotonic()
-        assert (await sb.exec("true")).ok
-        t2 = time.monotonic()
-        await sb.stop()
-        t3 = time.monotonic()
-        times.append((t1 - t0, t2 - t1, t3 - t2, t3 - t0))
-    med = [sorted(col)[len(col) // 2] for col in zip(*times, strict=True)]
-    print(f"\ndocker lifecycle (median of 5): start {med[0]*1000:.0f} ms, exec true "
-          f"{med[1]*1000:.0f} ms, stop {med[2]*1000:.0f} ms, total {med[3]*1000:.0f} ms")

@@ -331,3 +331,21 @@ async def test_failed_start_leaves_nothing_behind(local_backend: LocalBackend, t
         await local_backend.start(
             SandboxSpec(mounts=(Mount(source=tmp_path / "f", target="/etc/hostname/x"),)))
     assert set((cache_dir() / "sandboxes").iterdir()) <= before  # nothing new left behind
+
+
+def test_unbuildable_base_fails_clearly_and_leaves_nothing(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """debootstrap against a mirror that does not answer: one clear error with its last lines,
+    no half-built base left to be mistaken for a good one."""
+    from agentmeter.sandbox import rootfs
+    from agentmeter.sandbox.spec import SandboxError
+    if os.geteuid() != 0:
+        pytest.skip("building the Debian base needs root")
+    monkeypatch.setenv("AGENTMETER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("AGENTMETER_DEBIAN_MIRROR", "http://127.0.0.1:9/debian")  # discard port
+    with pytest.raises(SandboxError, match="debootstrap failed building the Debian base") as err:
+        rootfs.ensure_debian_base(None)
+    assert "Failed getting release file" in str(err.value)  # debootstrap's own last lines
+    bases = tmp_path / "home" / "bases"
+    assert not (rootfs.debian_base_path().parent / "base.json").exists()
+    assert not [p for p in bases.iterdir() if p.name.startswith(".build-")]

@@ -36,8 +36,9 @@ async def main():
                                              exposed_sockets=(ExposedSocket(host_path=sock, port=18999),)))
         out["warnings"] = [str(w.message) for w in caught]
         out["dir"] = str(sb.dir)
-        r = await sb.exec("id -u; echo hi > /workspace/f; cat /workspace/f; ls -A /root | wc -l",
-                          user="agent")
+        r = await sb.exec("id -u; echo hi > /workspace/f; cat /workspace/f; ls -A /root | wc -l;"
+                          " grep CapEff /proc/self/status", user="agent")
+        out["root_uid"] = (await sb.exec("id -u", user="root")).stdout.strip()
         out["exec"] = [r.exit_code, r.stdout]
         snap = await sb.snapshot()
         await sb.exec("echo more > /workspace/g", user="agent")
@@ -99,8 +100,10 @@ def _check_rootless(root: Path) -> None:
     assert any("ordinary user" in w for w in out["warnings"])
     code, stdout = out["exec"]
     assert code == 0
-    uid, content, root_entries = stdout.split()
-    assert (uid, content, root_entries) == ("0", "hi", "0")  # uid 0 of the namespace; host /root hidden
+    uid, content, root_entries, _cap, cap_eff = stdout.split()
+    # the agent is an unprivileged uid 1000 without capabilities; host /root hidden
+    assert (uid, content, root_entries, cap_eff) == ("1000", "hi", "0", "0000000000000000")
+    assert out["root_uid"] == "0"  # root execs are the namespace's root (the invoking user outside)
     assert out["diff"] == ["g"]
     assert out["bridge"] == "pong:ping\n"
     assert out["timed_out"] is True

@@ -3,12 +3,14 @@ host is intact."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import time
 from pathlib import Path
 
 import pytest
+from polling import eventually_async
 
 from agentmeter.sandbox.local import LocalBackend
 from agentmeter.sandbox.spec import Limits, SandboxSpec
@@ -104,12 +106,44 @@ async def test_no_tcp_to_host_or_public_address(sb) -> None:  # type: ignore[no-
 
 
 async def test_fork_bomb_is_contained(sb) -> None:  # type: ignore[no-untyped-def]
+    host_procs = len([p for p in os.listdir("/proc") if p.isdigit()])
     r = await sb.exec("bomb() { bomb | bomb & }; bomb; sleep 2; echo survived", user="agent", timeout=20)
-    assert r.timed_out or r.exit_code != 0 or "survived" in r.stdout
+    # the pids limit stopped it: forks failed inside, and the cgroup counted hitting its maximum
+    assert "Resource temporarily unavailable" in r.stderr
+    assert sb._cgroup is not None and _pids_max_hits(sb._cgroup.dirs) > 0
+    assert len([p for p in os.listdir("/proc") if p.isdigit()]) < host_procs + 128
     # the host can still fork, and the sandbox's processes are gone after the exec
     assert os.system("true") == 0
     r = await sb.exec("ps -e --no-headers | wc -l", user="root")
     assert int(r.stdout.strip() or 0) < 10
+
+
+def _pids_max_hits(dirs: list[Path]) -> int:
+    for d in dirs:
+        events = d / "pids.events"
+        if events.exists():
+            return sum(int(v) for k, v in (line.split() for line in events.read_text().splitlines())
+                       if k == "max")
+    return 0
+
+
+async def test_cpu_limit_is_written_to_the_cgroup(local_backend: LocalBackend) -> None:
+    box = await local_backend.start(SandboxSpec(limits=Limits(cpus=0.5)))
+    try:
+        assert box._cgroup is not None
+        d = box._cgroup.dirs[0]
+        quota = (d / "cpu.max").read_text().split()[0] if (d / "cpu.max").exists() \
+            else (d / "cpu.cfs_quota_us").read_text().strip()
+        assert quota == "50000"
+        # the sandbox's processes are in that group
+        running = asyncio.create_task(box.exec("sleep 30", user="agent"))
+        group = box._cgroup
+        assert await eventually_async(lambda: bool(group.pids()))
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+    finally:
+        await box.stop()
 
 
 async def test_huge_allocation_is_killed(sb) -> None:  # type: ignore[no-untyped-def]

@@ -8,8 +8,9 @@ namespaces, so killing the exec kills every process it started, daemons included
 keeper's stdin closes (stop, or the owner died) the namespace and its mounts vanish.
 
 As root, agent processes drop to uid 1000 with ``setpriv``; root execs keep only Docker's default
-capability set. As an ordinary user, the keeper runs in a user namespace; processes then run as
-that user (uid 0 inside), and limits that need cgroups are skipped with a warning.
+capability set. As an ordinary user, the keeper runs in a user namespace in which that user is uid 0; root execs
+run as that uid 0, agent execs in a nested user namespace as uid 1000 without capabilities, and
+limits that need cgroups are skipped with a warning.
 """
 
 from __future__ import annotations
@@ -256,6 +257,10 @@ class LocalSandbox:
             cmd += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
         for k, v in env.items():
             cmd += ["--setenv", k, v]
+        if self._rootless and user != "root":
+            # a nested user namespace: the agent is uid 1000 without capabilities; its files
+            # belong to the namespace's root (the invoking user) outside
+            cmd += ["--unshare-user", "--uid", str(AGENT_UID), "--gid", str(AGENT_GID)]
         if not self._rootless:
             cmd += ["--cap-drop", "ALL"]
             for cap in ROOT_CAPS if user == "root" else ("CAP_SETUID", "CAP_SETGID"):
@@ -389,8 +394,8 @@ class LocalBackend:
         self.layers = LocalLayerCache(self)
         if self.rootless:
             warnings.warn("agentmeter: running as an ordinary user: sandboxes use a user "
-                          "namespace; agent processes run as your uid, and cgroup limits may be "
-                          "unavailable", RuntimeWarning, stacklevel=2)
+                          "namespace (agent processes are uid 1000 inside, your uid outside), and "
+                          "cgroup limits may be unavailable", RuntimeWarning, stacklevel=2)
 
     def base_lower(self, base: str) -> str:
         if base == "host":
