@@ -64,6 +64,16 @@ def test_harbor_job_import_and_score(tmp_path: Path) -> None:
     assert codex["usd"] is not None and codex["usd"] > 0
     code, out, _ = cli("score", "hb", "--store", str(tmp_path))
     assert code == 0 and "leaderboard" in out
+    # the report prices and scores exactly as score does
+    code, out, err = cli("report", "hb", "--store", str(tmp_path), "--json")
+    assert code == 0, err
+    reported = {r["config_id"]: r for r in json.loads(out)["scorecard"]["rows"]}
+    for r in rows:
+        assert reported[r["config_id"]]["ams"] == r["ams"]
+        assert reported[r["config_id"]]["usd"] == r["usd"]
+    code, out, _ = cli("report", "hb", "--store", str(tmp_path))
+    passes = {ln.split("│")[3].strip() for ln in out.splitlines() if ln.startswith("│")}
+    assert {"1/3 33%", "0/3 0%"} <= passes  # passes over all tasks, as the rate is
 
 
 def test_harbor_exception_override_and_bad_file(tmp_path: Path) -> None:

@@ -115,12 +115,12 @@ def run_cmd(
     suite: Annotated[list[str], typer.Option(
         "--suite", "-s", help="suite dir, task dir or built-in name")] = ["starter"],  # noqa: B006
     agent: Annotated[list[str], typer.Option(
-        "--agent", "-a", help="agent name[@version]; repeatable")] = ["oracle"],  # noqa: B006
+        "--agent", "-a", help="agent name\\[@version], e.g. codex@0.169.0; repeatable")] = ["oracle"],  # noqa: B006
     model: Annotated[list[str] | None, typer.Option("--model", "-m", help="model; repeatable (grid)")] = None,
     pair: Annotated[list[str] | None, typer.Option(
         "--pair", help="one configuration AGENT=MODEL; repeatable")] = None,
     grid: Annotated[Path | None, typer.Option(
-        help="grid TOML: agents, models, [[pairs]], [agent_options.NAME]")] = None,
+        help="grid TOML: agents, models, \\[\\[pairs]], \\[agent_options.NAME]")] = None,
     subset: Annotated[str | None, typer.Option(help="named subset of the suite")] = None,
     task: Annotated[list[str] | None, typer.Option("--task", "-t", help="task id; repeatable")] = None,
     attempts: int = 1, concurrency: Annotated[int, typer.Option("--concurrency", "-c")] = 2,

@@ -53,7 +53,7 @@ def leaderboard_table(data: ReportData, by: str) -> Table:
         table.add_row(
             str(i), r.label + (" [dim](scripted test model)[/dim]" if r.config_id in scripted
                                else ""),
-            f"{r.passes}/{r.n_scored} {_f(r.pass_rate, '.0%')}" if r.n_scored else NA,
+            f"{r.passes}/{r.n_tasks} {_f(r.pass_rate, '.0%')}" if r.n_scored else NA,
             *(f"{r.tiers[g].passes}/{r.tiers[g].n_counted}" if r.tiers[g].n_counted else NA
               for g in TIERS),
             NA if r.tok_per_pass is None else f"{r.tok_per_pass:,.0f}",

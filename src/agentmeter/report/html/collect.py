@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from agentmeter.metrics import ScoringSpec, load_frame, prepare, score
 from agentmeter.metrics.frame import SCORED, CellMatrix
 from agentmeter.metrics.scorecard import Scorecard
+from agentmeter.pricing import PriceBook
 from agentmeter.store import schema as s
 from agentmeter.store.db import Store, StoreError
 from agentmeter.store.models import RunRecord
@@ -116,8 +117,11 @@ def tool_usage(store: Store, run_ids: Sequence[str]) -> list[ToolUse]:
                   key=lambda u: (u.agent, -u.calls, u.tool))
 
 
-def collect(store: Store, run_ids: Sequence[str], spec: ScoringSpec | None = None) -> ReportData:
-    """Gather a report over one or more runs (raises :class:`StoreError` for unknown runs)."""
+def collect(store: Store, run_ids: Sequence[str], spec: ScoringSpec | None = None,
+            prices: PriceBook | None = None) -> ReportData:
+    """Gather a report over one or more runs (raises :class:`StoreError` for unknown runs).
+    Trials without a stored cost are priced under ``prices``, by default the built-in price
+    table, exactly as ``agentmeter score`` does."""
     ids = list(dict.fromkeys(run_ids))
     if not ids:
         raise StoreError("report: no run given")
@@ -137,8 +141,9 @@ def collect(store: Store, run_ids: Sequence[str], spec: ScoringSpec | None = Non
         problems.append("the run has no configurations or no tasks yet: nothing to score")
     else:
         try:
-            prepared = prepare(frame, spec)
-            card = score(frame, spec)
+            book = prices if prices is not None else PriceBook.load([])
+            prepared = prepare(frame, spec, prices=book)
+            card = score(frame, spec, prices=book)
             cells, tiers = prepared.cells, list(prepared.frame.task_tiers)
         except (ValueError, ZeroDivisionError, IndexError) as e:  # scoring is n/a, not fatal
             problems.append(f"scoring failed: {e}")
