@@ -17,8 +17,7 @@ _FACTORIES: dict[str, AgentFactory] = {
     "oracle": lambda version, options: OracleAgent(),
     "nop": lambda version, options: NopAgent(),
     "native": native.factory,
-    **{name: functools.partial(installed_cli.make, name) for name in
-       ("codex", "claude-code", "qwen-code", "mini-swe-agent", "kimi", "opencode")},
+    **{name: functools.partial(installed_cli.make, name) for name in installed_cli.DEFINITIONS},
 }
 
 

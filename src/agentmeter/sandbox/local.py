@@ -8,9 +8,9 @@ namespaces, so killing the exec kills every process it started, daemons included
 keeper's stdin closes (stop, or the owner died) the namespace and its mounts vanish.
 
 As root, agent processes drop to uid 1000 with ``setpriv``; root execs keep only Docker's default
-capability set. As an ordinary user, the keeper runs in a user namespace in which that user is uid 0; root execs
-run as that uid 0, agent execs in a nested user namespace as uid 1000 without capabilities, and
-limits that need cgroups are skipped with a warning.
+capability set. As an ordinary user, the keeper runs in a user namespace in which that user is
+uid 0; root execs run as that uid 0, agent execs in a nested user namespace as uid 1000 without
+capabilities, and limits that need cgroups are skipped with a warning.
 """
 
 from __future__ import annotations
