@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -68,12 +69,18 @@ def _execute(prepared: PreparedRun, store_dir: Path | None, run_id: str | None,
         def on_prepare(what: str) -> None:
             bar.update(job, description=f"preparing {what}")
 
+        shown: set[str] = set()
+
         def on_progress(p: RunProgress, rec: TrialRecord | None) -> None:
             bar.update(job, description="running", total=p.total, completed=p.done,
                        passed=p.passed, spend=p.spend_usd)
             if rec is not None and rec.status is TrialStatus.INFRA_INVALID:
-                bar.console.print(f"[yellow]infra_invalid[/yellow] {rec.id} try {rec.try_number}: "
-                                  f"{(rec.error or '').splitlines()[0][:200]}")
+                error = rec.error or ""
+                # the whole message (e.g. an installer's last lines) once, its first line after
+                text = error.splitlines()[0][:200] if error in shown else error
+                shown.add(error)
+                bar.console.print(f"[yellow]infra_invalid[/yellow] {rec.id} try {rec.try_number}: ",
+                                  escape(text), sep="")
 
         def log(line: str) -> None:
             bar.console.print(f"[dim]{line}[/dim]")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from agentmeter.runner.plan import PlannedTrial
 from agentmeter.runner.trial import INTERRUPTED, TrialContext, TrialRunner, sandbox_spec
-from agentmeter.sandbox.spec import SandboxError
+from agentmeter.sandbox.spec import SandboxError, SandboxSpec
 from agentmeter.store.models import TrialRecord, TrialStatus
 
 
@@ -36,14 +36,34 @@ PrepareCallback = Callable[[str], None]
 async def prepare_environments(ctx: TrialContext, plan: list[PlannedTrial],
                                on_prepare: PrepareCallback | None = None) -> dict[str, str]:
     """Build (or find cached) every distinct environment once, before trials start, so
-    concurrent trials never build the same layer twice. Returns spec key -> build error."""
+    concurrent trials never build the same layer twice. Returns spec key -> build error.
+
+    Each agent's own install is built first, alone: a version that cannot be installed fails
+    once, with the installer's last lines, instead of once per task."""
     errors: dict[str, str] = {}
+    agent_errors: dict[tuple[str, str | None, str], str] = {}
+    for p in plan:
+        agent, base = p.config.agent, p.task.base
+        akey = (agent.name, agent.version, base)
+        if not agent.layers() or akey in agent_errors:
+            continue
+        agent_errors[akey] = ""
+        if on_prepare:
+            on_prepare(f"agent {agent.name}" + (f"@{agent.version}" if agent.version else ""))
+        try:
+            await ctx.backend.prepare(SandboxSpec(base=base, layers=tuple(agent.layers())))
+        except SandboxError as e:
+            agent_errors[akey] = f"agent install failed ({agent.name}@{agent.version}): {e}"
     seen: set[str] = set()
     for p in plan:
         key = _env_key(p)
         if key in seen:
             continue
         seen.add(key)
+        failed = agent_errors.get((p.config.agent.name, p.config.agent.version, p.task.base))
+        if failed:
+            errors[key] = failed
+            continue
         spec = sandbox_spec(p.task, p.config.agent, ctx.gateway)
         if on_prepare:
             on_prepare(f"environment {p.task.id}" + (f" + {p.config.agent.name}"
@@ -132,8 +152,9 @@ async def execute(ctx: TrialContext, plan: list[PlannedTrial], *, concurrency: i
     try:
         await asyncio.gather(*workers)
     except BaseException:
-        for w in workers:
-            w.cancel()
+        for w in workers:  # gather's own cancellation already reached them; never cancel twice
+            if not w.done() and not w.cancelling():
+                w.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
         raise
     return progress

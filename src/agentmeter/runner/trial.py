@@ -12,7 +12,7 @@ import json
 import math
 import time
 import traceback
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,6 +77,15 @@ def task_environment(task: Task) -> list[LayerSpec]:
                           origin=str(task.setup_script), context=task.environment_dir,
                           label=f"{task.id} setup")]
     return []
+
+
+async def _finish_despite_cancellation(aw: Awaitable[None]) -> None:
+    """Await cleanup to its end even if this task is cancelled again meanwhile."""
+    job = asyncio.ensure_future(aw)
+    while not job.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(job)
+    job.result()
 
 
 def sandbox_spec(task: Task, agent: Agent, gateway: Gateway | None) -> SandboxSpec:
@@ -200,11 +209,11 @@ class TrialRunner:
                 token_open = False
             if meter is not None:
                 self._apply_meter(meter)
-            if sandbox is not None:
-                await sandbox.stop()
-                sandbox = None
             rec.timings = timings
-            self._save()
+            self._save()  # first: a second cancellation must not leave the try 'running'
+            if sandbox is not None:
+                box, sandbox = sandbox, None
+                await _finish_despite_cancellation(box.stop())
             raise
         except Exception as e:  # a harness bug must not take the run down
             rec.status = TrialStatus.INFRA_INVALID
