@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -58,9 +59,9 @@ def registry(port: int) -> ModelRegistry:
 async def call() -> AsyncIterator[Any]:
     gateways: list[Gateway] = []
 
-    async def do(port: int, retries: int = 3) -> tuple[int, dict[str, Any], Gateway]:
+    async def do(port: int, retries: int = 3, max_delay: float = 0.05) -> tuple[int, dict[str, Any], Gateway]:
         gw = Gateway(registry(port), PriceBook(),
-                     retry=RetryPolicy(max_retries=retries, base_delay=0.01, max_delay=0.05))
+                     retry=RetryPolicy(max_retries=retries, base_delay=0.01, max_delay=max_delay))
         gateways.append(gw)
         await gw.start(port=0)
         token = gw.open_trial("t", "flaky/m")
@@ -131,3 +132,71 @@ def test_retry_after_forms() -> None:
     assert retry_after({"Retry-After": "soon"}) is None
     assert retry_after({}) is None
     assert RetryPolicy(base_delay=1, max_delay=5).backoff(10) == 5
+
+
+async def test_retry_after_hint_is_waited(call: Any) -> None:
+    """The hint (400 ms) is waited, not the policy's 10 ms backoff: a lower bound on elapsed
+    time, which a loaded machine can only lengthen."""
+    arrivals: list[float] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        await request.read()
+        arrivals.append(time.monotonic())
+        if len(arrivals) == 1:
+            return web.json_response({"error": {"message": "slow down"}}, status=429,
+                                     headers={"retry-after-ms": "400"})
+        return web.json_response(OK)
+
+    runner, port = await start(handle)
+    try:
+        status, _, _ = await call(port, max_delay=5.0)
+        assert status == 200 and len(arrivals) == 2
+        assert arrivals[1] - arrivals[0] >= 0.4
+    finally:
+        await runner.cleanup()
+
+
+async def test_upstream_down_for_a_whole_trial_is_infra_invalid_retried_and_kept(tmp_path: Any) -> None:
+    """Through the runner: every try of the trial meets an upstream answering 503; each try ends
+    infra_invalid with its model calls kept, the trial is retried max_infra_retries times, and the
+    scores leave it out."""
+    from taskgen import make_task
+
+    from agentmeter.metrics import ScoringSpec, load_frame, score
+    from agentmeter.runner.session import RunRequest, prepare, run
+    from agentmeter.store.db import Store
+    from agentmeter.store.models import TrialStatus
+
+    seen = 0
+
+    async def down(request: web.Request) -> web.Response:
+        nonlocal seen
+        await request.read()
+        seen += 1
+        return web.json_response({"error": {"message": "overloaded", "type": "server_error"}},
+                                 status=503, headers={"retry-after-ms": "1"})
+
+    runner, port = await start(down)
+    suite = tmp_path / "suite"
+    make_task(suite, "t")
+    models = tmp_path / "models.toml"
+    models.write_text(f'[models."down/m"]\nbase_url = "http://127.0.0.1:{port}/v1"\n'
+                      f'wire_api = "chat"\nprice_key = "scripted/solver"\n')
+    try:
+        with Store.open(tmp_path / "runs") as store:
+            rid, progress = await run(store, prepare(RunRequest(
+                suites=[str(suite)], agents=["native"], models=["down/m"], models_file=str(models),
+                max_infra_retries=2)))
+            tries = sorted(store.trials(rid), key=lambda t: t.try_number)
+            calls = {t.try_number: store.model_calls(rid, t.id, t.try_number) for t in tries}
+            card = score(load_frame(store, [rid]), ScoringSpec(resamples=0))
+    finally:
+        await runner.cleanup()
+    assert [t.try_number for t in tries] == [0, 1, 2]
+    assert all(t.status is TrialStatus.INFRA_INVALID for t in tries)
+    assert all("503" in (t.error or "") for t in tries), [t.error for t in tries]
+    assert all(len(c) >= 1 and c[0].status_code == 503 for c in calls.values())  # spending kept
+    assert seen == 3 * 5  # 3 tries x (1 + 4 gateway retries) for the one call of each try
+    assert progress.infra == 1 and progress.passed == 0
+    (row,) = card.rows
+    assert row.n_scored == 0 and row.pass_rate is None  # excluded from quality

@@ -116,31 +116,39 @@ async def test_status_taxonomy(tmp_path: Path) -> None:
     assert [t.try_number for t in store.trials(rid) if t.task_id == "bad-build"] == [0]
 
 
-@pytest.mark.parametrize("problem,match", [
+@pytest.mark.parametrize(("problem", "match"), [
     ("unknown-agent", "unknown agent 'nosuch'"),
     ("bad-task", "task.toml"),
     ("unknown-task", "unknown task ids"),
     ("needs-model", "needs a model"),
+    ("unknown-model", "unknown model 'nosuch/x'"),
+    ("missing-suite", "no-such-suite"),
 ])
-async def test_bad_input_fails_before_anything_is_written(tmp_path: Path, problem: str, match: str) -> None:
+def test_bad_input_fails_before_anything_is_written(tmp_path: Path, problem: str, match: str) -> None:
+    from typer.testing import CliRunner
+
+    from agentmeter.cli import app
+
     suite = tmp_path / "suite"
     make_task(suite, "ok")
-    req = RunRequest(suites=[str(suite)], agents=["oracle"])
+    args = ["run", "--suite", str(suite), "--store", str(tmp_path / "runs")]
     if problem == "unknown-agent":
-        req.agents = ["nosuch"]
+        args += ["-a", "nosuch"]
     elif problem == "bad-task":
         bad = make_task(suite, "bad")
         (bad / "task.toml").write_text('version = "1.0"\n[agent]\ntimeout_sec = "soon"\nbogus = 1\n')
     elif problem == "unknown-task":
-        req.task_ids = ["ghost"]
+        args += ["-t", "ghost"]
     elif problem == "needs-model":
-        from agentmeter.agents.registry import agent_names
-        if "native" not in agent_names():
-            pytest.skip("the native agent is not registered yet")
-        req.agents = ["native"]
-    with pytest.raises(RunSetupError, match=match):
-        prepare(req)
-    assert not (tmp_path / "runs").exists()
+        args += ["-a", "native"]
+    elif problem == "unknown-model":
+        args += ["-a", "native", "-m", "nosuch/x"]
+    elif problem == "missing-suite":
+        args[2] = str(tmp_path / "no-such-suite")
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert match in " ".join(res.output.split()), res.output  # one message, rich may wrap it
+    assert not (tmp_path / "runs").exists()  # nothing written, not even an empty store
 
 
 def _completed(db: Path, run_id: str) -> int:
