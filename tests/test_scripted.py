@@ -198,6 +198,35 @@ def test_wire_usage_fields_per_api() -> None:
 
 def test_policy_names() -> None:
     assert Policy.parse("explorer-12").turns == 12
-    for bad in ("explorer-0", "solve", "explorer-x"):
+    assert Policy.parse("explorer-12:7") == Policy("explorer", 12, 7)
+    assert Policy.parse("explorer-12:7").label == "explorer-12:7" and Policy.parse("solver").label == "solver"
+    for bad in ("explorer-0", "solve", "explorer-x", "explorer:x", "solver:-1"):
         with pytest.raises(PolicyError):
             Policy.parse(bad)
+
+
+def test_explorer_is_deterministic_for_a_seed() -> None:
+    """The same seed replays byte for byte; another seed looks around in another order."""
+    tools = CLIENT_TOOLS["native"][0]
+
+    def replies(spec: str) -> list[dict[str, Any]]:
+        model = ScriptedModel()
+        out = []
+        for i in range(6):
+            reply = model.respond(Policy.parse(spec), "chat", chat_request(tools, results=i), cache_key="k")
+            body = json.loads(b"".join(reply.chunks))
+            body.pop("created")  # the wall clock, as the API requires
+            out.append(body)
+        return out
+
+    def commands(spec: str) -> list[str]:
+        return [json.loads(step(spec, chat_request(tools, results=i)).tool_calls[0].arguments)["command"]
+                for i in range(6)]
+
+    assert replies("explorer-6:3") == replies("explorer-6:3")
+    assert commands("explorer-6:3") == commands("explorer-6:3")
+    assert commands("explorer-6:3") != commands("explorer-6:4")
+    def looks(spec: str) -> list[str]:
+        return sorted(c.split("  # look around")[0] for c in commands(spec))
+
+    assert looks("explorer-6:3") == looks("explorer-6")  # the same looks, reordered

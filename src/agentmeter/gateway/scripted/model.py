@@ -101,8 +101,7 @@ class ScriptedModel:
             c.usage.reasoning = None  # not in Anthropic's usage shape
         else:
             c.usage.cache_creation = None  # OpenAI APIs do not expose cache writes
-        model = SCRIPTED_PREFIX + (policy.name if policy.name != "explorer"
-                                   else f"explorer-{policy.turns}")
+        model = SCRIPTED_PREFIX + policy.label
         digest = hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
         created = int(time.time())
         stream = body.get("stream") is True

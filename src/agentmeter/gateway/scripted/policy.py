@@ -2,7 +2,9 @@
 
 ``solver`` runs the task's reference solution through the client's own shell tool, then finishes;
 ``explorer[-N]`` reads files for N turns (default 8), then gives up; ``quitter`` gives up at once.
-Under a mini-swe-agent style protocol the last step is
+A ``:SEED`` suffix (``explorer-12:7``) picks the explorer's order of looking around; the same
+policy and seed give byte-identical replies to the same requests (seed 0, the default, is the
+fixed order). Under a mini-swe-agent style protocol the last step is
 ``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT``.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,16 +45,33 @@ class PolicyError(ValueError):
 class Policy:
     name: str
     turns: int = EXPLORER_DEFAULT_TURNS
+    seed: int = 0
 
     @classmethod
     def parse(cls, spec: str) -> Policy:
-        """``solver``, ``quitter``, ``explorer`` or ``explorer-N``."""
-        if spec in ("solver", "quitter", "explorer"):
-            return cls(spec)
-        head, _, n = spec.partition("-")
+        """``solver``, ``quitter``, ``explorer`` or ``explorer-N``, each with an optional ``:SEED``."""
+        body, colon, seed_text = spec.partition(":")
+        if colon and not seed_text.isdigit():
+            raise PolicyError(f"scripted policy {spec!r}: the seed after ':' must be a whole number")
+        seed = int(seed_text) if colon else 0
+        if body in ("solver", "quitter", "explorer"):
+            return cls(body, seed=seed)
+        head, _, n = body.partition("-")
         if head == "explorer" and n.isdigit() and int(n) > 0:
-            return cls("explorer", int(n))
-        raise PolicyError(f"unknown scripted policy {spec!r} (solver, quitter, explorer[-N])")
+            return cls("explorer", int(n), seed)
+        raise PolicyError(f"unknown scripted policy {spec!r} (solver, quitter, explorer[-N], "
+                          "each with an optional :SEED)")
+
+    @property
+    def label(self) -> str:
+        """The name replies carry, e.g. ``explorer-8`` or ``explorer-12:7``."""
+        name = f"explorer-{self.turns}" if self.name == "explorer" else self.name
+        return name + (f":{self.seed}" if self.seed else "")
+
+    def explore_commands(self) -> tuple[str, ...]:
+        if not self.seed:
+            return _EXPLORE
+        return tuple(random.Random(self.seed).sample(_EXPLORE, len(_EXPLORE)))
 
 
 def heredoc_command(script: str) -> str:
@@ -130,7 +150,8 @@ def decide(policy: Policy, conv: Conversation, solution_script: str | None) -> C
         return _final(conv, "I give up on this task without trying.", step)
     if policy.name == "explorer":
         if step < policy.turns:
-            cmd = _EXPLORE[step % len(_EXPLORE)]
+            commands = policy.explore_commands()
+            cmd = commands[step % len(commands)]
             return _shell(conv, f"{cmd}  # look around, step {step + 1}", "Let me look around.")
         return _final(conv, f"After {policy.turns} steps I could not solve this; giving up.",
                       step - policy.turns)
