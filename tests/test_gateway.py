@@ -214,8 +214,11 @@ async def test_malformed_json_gets_400_in_api_shape(gateway: Gateway, api: str,
     status, body, _ = await post(gateway, api, token, garbage)
     assert status == 400
     err = json.loads(body)
-    assert (err["error"]["type"] == "invalid_request_error") if api == "messages" \
-        else (err["error"]["type"] == "invalid_request_error")
+    assert err["error"]["type"] == "invalid_request_error" and err["error"]["message"]
+    if api == "messages":
+        assert err["type"] == "error"  # Anthropic's envelope
+    else:
+        assert set(err) == {"error"}  # OpenAI's
     # and the gateway still serves the next call
     status, _, _ = await post(gateway, api, token, request_body(api, False))
     assert status == 200
@@ -312,15 +315,23 @@ async def test_unix_socket_and_recorded_bodies(gateway: Gateway, tmp_path: Path)
     assert not sock.exists()
 
 
-async def test_upstream_garbage_does_not_crash_the_gateway(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("case", ["broken-sse", "not-json", "html"])
+async def test_upstream_garbage_is_recorded_and_ends_the_trial_as_infra(
+        monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+    """Garbage, truncated streams and wrong content types from an upstream: the client gets a
+    well-formed answer or a clean 502, every call records what went wrong, and the trial carries
+    an infra error (so the runner ends it infra_invalid, a provider fault, not the agent's)."""
     async def garbage(request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        if body.get("stream"):
+        await request.read()
+        if case == "broken-sse":
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await resp.prepare(request)
             await resp.write(b"data: {broken\n\nevent: x\ndata: [1,2]\n\n: comment\n\ndata: ")
-            return resp  # ends mid-event
-        return web.Response(body=b"\x00not json at all", content_type="application/json")
+            return resp  # ends mid-event, without the API's final event
+        if case == "not-json":
+            return web.Response(body=b"\x00not json at all", content_type="application/json")
+        return web.Response(text="<html><body>502 Bad Gateway (nginx)</body></html>",
+                            content_type="text/html")
 
     app = web.Application()
     for p in PATHS.values():
@@ -336,11 +347,16 @@ async def test_upstream_garbage_does_not_crash_the_gateway(monkeypatch: pytest.M
         token = gw.open_trial("t", "bad/up")
         for api in APIS:  # responses is translated to chat here
             for stream in (False, True):
-                status, _, _ = await post(gw, api, token, request_body(api, stream))
+                status, body, _ = await post(gw, api, token, request_body(api, stream))
                 assert status in (200, 502)
+                if status == 502:
+                    err = json.loads(body)
+                    assert "malformed" in (err["error"]["message"])  # the client's own error shape
         meter = gw.close_trial("t")
         assert len(meter.calls) == 6
         assert all(c.usage == TokenUsage() for c in meter.calls)
+        assert all(c.error for c in meter.calls), [c.error for c in meter.calls]
+        assert meter.infra_error is not None
     finally:
         await gw.stop()
         await runner.cleanup()
@@ -369,5 +385,59 @@ async def test_upstream_error_echoing_the_key_is_scrubbed(monkeypatch: pytest.Mo
         assert status == 401 and SECRET.encode() not in body
         assert json.loads(body)["type"] == "error"  # converted to the client's API shape
     finally:
+        await gw.stop()
+        await runner.cleanup()
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])  # responses: translated chunk by chunk too
+async def test_streams_pass_through_chunk_by_chunk(monkeypatch: pytest.MonkeyPatch, api: str) -> None:
+    """The upstream holds back the rest of its stream until the client has seen the first
+    event: a gateway that buffered to the end would never deliver it (no timing involved)."""
+    import asyncio
+
+    release = asyncio.Event()
+    first = (b'data: {"id":"c","object":"chat.completion.chunk","created":0,"model":"m","choices":'
+             b'[{"index":0,"delta":{"role":"assistant","content":"FIRSTPART"},"finish_reason":null}]}\n\n')
+    rest = (b'data: {"id":"c","object":"chat.completion.chunk","created":0,"model":"m","choices":'
+            b'[{"index":0,"delta":{"content":"SECONDPART"},"finish_reason":"stop"}]}\n\n'
+            b'data: {"id":"c","object":"chat.completion.chunk","created":0,"model":"m","choices":[],'
+            b'"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}\n\n'
+            b"data: [DONE]\n\n")
+
+    async def held(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(first)
+        await asyncio.wait_for(release.wait(), 30)
+        await resp.write(rest)
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post(PATHS["chat"], held)
+    runner, port = await serve(app)
+    monkeypatch.setenv("AGENTMETER_TEST_KEY", SECRET)
+    gw = Gateway(ModelRegistry({"held/up": UpstreamModel(
+        name="held/up", base_url=f"http://127.0.0.1:{port}/v1", wire_api="chat",
+        key_env="AGENTMETER_TEST_KEY", price_key="scripted/x")}), PriceBook())
+    await gw.start(port=0)
+    try:
+        token = gw.open_trial("t", "held/up")
+        async with aiohttp.ClientSession() as s, s.post(
+                gw.base_url + PATHS[api], json=request_body(api, True),
+                headers=headers_for(api, token)) as r:
+            assert r.status == 200
+            seen = b""
+            while b"FIRSTPART" not in seen:  # arrives while the upstream is still holding the rest
+                seen += await asyncio.wait_for(r.content.readany(), 10)
+            assert b"SECONDPART" not in seen
+            release.set()
+            seen += await r.content.read()
+        assert b"SECONDPART" in seen
+        (call,) = gw.close_trial("t").calls
+        assert call.usage.input == 5 and call.usage.output == 2 and call.error is None
+    finally:
+        release.set()
         await gw.stop()
         await runner.cleanup()

@@ -171,15 +171,16 @@ def _whole(call: Call, env: CallEnv, reply: UpstreamReply) -> web.Response:
     call.status = reply.status
     ctype = reply.content_type if reply.content_type else JSON
     if reply.status == 200:
-        call.usage = body_usage(call.upstream_api, body)
-        if call.translated:
-            obj = loads_object(body)
-            if obj is None:
-                call.status, call.error = 502, "upstream sent a malformed body"
-                body = error_bytes(call.client_api, 502, call.error)
-            else:
-                body = _render_whole(call, obj)
-            ctype = JSON
+        obj = loads_object(body)
+        if obj is None:  # garbage, or another content type: the provider failed, not the agent
+            call.status = 502
+            call.error = f"upstream sent a malformed body ({reply.content_type or 'no content type'})"
+            call.trial.infra_error = call.trial.infra_error or call.error
+            body, ctype = error_bytes(call.client_api, 502, call.error), JSON
+        else:
+            call.usage = body_usage(call.upstream_api, obj)
+            if call.translated:
+                body, ctype = _render_whole(call, obj), JSON
     else:
         if call.error is None:
             call.error = f"upstream {reply.status}"
@@ -279,6 +280,9 @@ async def _stream(request: web.Request, call: Call, env: CallEnv, reply: Upstrea
             call.error = f"upstream stream broke: {type(e).__name__}: {e}"
         if tracker.error and call.error is None:
             call.error = f"upstream stream error: {tracker.error}"
+        if call.error is None and not tracker.finished:  # truncated or not a stream of this API
+            call.error = "upstream stream ended without its final event"
+            call.trial.infra_error = call.trial.infra_error or call.error
         await resp.write_eof()
     except (ConnectionError, RuntimeError) as e:  # the client went away
         call.error = call.error or f"client disconnected: {type(e).__name__}"

@@ -87,11 +87,10 @@ class TrialState:
                           budget_exceeded=self.budget_exceeded, infra_error=self.infra_error)
 
 
-def body_usage(api: WireApi, body: bytes) -> NeutralUsage | None:
-    obj = loads_object(body)
-    if obj is None or not isinstance(obj.get("usage"), dict):
-        return None
-    return usage_fields.parse(api, obj["usage"])
+def body_usage(api: WireApi, obj: dict[str, Any]) -> NeutralUsage | None:
+    """The usage of a whole (non-streamed) reply body."""
+    usage = obj.get("usage")
+    return usage_fields.parse(api, usage) if isinstance(usage, dict) else None
 
 
 class StreamUsage:
@@ -101,12 +100,16 @@ class StreamUsage:
         self.api = api
         self.usage: NeutralUsage | None = None
         self.error: str | None = None
+        #: the API's final event arrived ([DONE], response.completed/…, message_stop)
+        self.finished = False
         self._messages: dict[str, Any] = {}
 
     def feed(self, ev: SseEvent) -> None:
         data = ev.data
         if self.api == "chat":
-            if '"usage"' in data:
+            if data == "[DONE]":
+                self.finished = True
+            elif '"usage"' in data:
                 obj = loads_object(data)
                 if obj is not None and isinstance(obj.get("usage"), dict):
                     self.usage = usage_fields.from_chat(obj["usage"])
@@ -119,6 +122,7 @@ class StreamUsage:
             kind = str(obj.get("type")) if obj else None
         if self.api == "responses":
             if kind in ("response.completed", "response.incomplete", "response.failed"):
+                self.finished = True
                 obj = loads_object(data)
                 resp = obj.get("response") if obj else None
                 if isinstance(resp, dict) and isinstance(resp.get("usage"), dict):
@@ -126,7 +130,9 @@ class StreamUsage:
             elif kind == "error":
                 self._error(data)
             return
-        if kind in ("message_start", "message_delta"):
+        if kind == "message_stop":
+            self.finished = True
+        elif kind in ("message_start", "message_delta"):
             obj = loads_object(data)
             if obj is None:
                 return
