@@ -441,3 +441,43 @@ async def test_streams_pass_through_chunk_by_chunk(monkeypatch: pytest.MonkeyPat
         release.set()
         await gw.stop()
         await runner.cleanup()
+
+
+def test_gateway_serve_meters_any_client(tmp_path: Path) -> None:
+    """``agentmeter gateway serve`` on its own: a client pointed at the printed URL and token is
+    metered; each call is appended to --out as it happens; Ctrl-C prints the totals."""
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    from openai import OpenAI
+    from polling import eventually
+
+    from agentmeter.store.models import ModelCallRecord
+
+    out = tmp_path / "calls.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "agentmeter.cli", "gateway", "serve", "-m",
+                             "scripted/quitter", "--port", "0", "--out", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        banner = "".join(proc.stderr.readline() for _ in range(2))
+        m = re.search(r"base URL (http://127\.0\.0\.1:\d+/v1)\s+API key (\S+)", banner)
+        assert m, banner
+        reply = OpenAI(base_url=m[1], api_key=m[2]).chat.completions.create(
+            model="anything", messages=[{"role": "user", "content": "hello"}])
+        assert reply.usage is not None
+        assert eventually(lambda: out.exists() and out.read_text().count("\n") == 1)
+        (row,) = [ModelCallRecord.model_validate_json(line) for line in out.read_text().splitlines()]
+        assert row.status_code == 200 and row.scripted
+        assert (row.usage.input, row.usage.output) == (reply.usage.prompt_tokens,
+                                                       reply.usage.completion_tokens)
+        bad = OpenAI(base_url=m[1], api_key="am-wrong", max_retries=0)
+        with pytest.raises(Exception, match="401"):
+            bad.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}])
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, rest = proc.communicate(timeout=30)
+    assert proc.returncode == 0, rest
+    assert f"1 calls; tokens in={row.usage.input} out={row.usage.output}" in rest

@@ -404,8 +404,7 @@ def gateway_serve(
 
     try:
         registry, book = _models_and_prices(RunRequest(models_file=models_file, prices=prices or []))
-        Gateway_check = registry.resolve(model)  # noqa: N806 - fail before listening
-        del Gateway_check
+        registry.resolve(model)  # an unknown model fails before anything listens
     except (RunSetupError, ValueError) as e:
         raise fail(str(e)) from None
 
