@@ -82,6 +82,13 @@ async def test_harbor_and_terminal_bench_fixtures_pass_with_oracle(tmp_path: Pat
                       ("oracle", "tb-task"): TrialStatus.PASSED,
                       ("nop", "harbor-task"): TrialStatus.FAILED,
                       ("nop", "tb-task"): TrialStatus.FAILED}
+    # the TB script's downloads (curl | sh, uv venv, uv pip install) met the offline toolkit
+    tb = next(t for t in store.latest_completed_trials(rid)
+              if t.task_id == "tb-task" and configs[t.config_id] == "oracle")
+    log = next(a for a in store.artifacts(rid, tb.id) if a.name == "verifier.log")
+    text = (store.run_dir(rid) / log.relpath).read_text()
+    assert "curl is offline during verification" in text and "'uv pip' skipped" in text
+    assert "passed" in text
 
 
 @pytest.mark.docker
