@@ -146,6 +146,32 @@ def test_score_funnel_cli_json_and_table(tmp_path: Path) -> None:
     assert "CLI-Tool-Bench funnel" in out and "Side effects" in out and "n/a" in out
 
 
+def test_funnel_breakdowns_by_language_difficulty_and_domain(tmp_path: Path) -> None:
+    """Tasks state language (a ``language:X`` tag), difficulty (tier) and domain (category);
+    each group's summary is the mean over its repositories, computed here by hand."""
+    with funnel_store(tmp_path) as store:
+        store.upsert_task(TaskRecord(id="cli1", digest="d1", tier="easy", category="text",
+                                     tags=["language:Python", "cli"]), "f1")
+        store.upsert_task(TaskRecord(id="cli2", digest="d1", tier="hard", category="text",
+                                     tags=["language:go"]), "f1")
+        report = funnel_report(load_trials(store, ["f1"]))
+    rows = {r.config_id: r.breakdowns for r in report.rows}
+    a_cli1_fm = (0.75 + 0.5) / 2  # A's cli1 macro FM; A's cli2 build failed (all zero)
+    a = rows["A"]
+    assert set(a) == {"language", "difficulty", "domain"}
+    assert (a["language"]["python"].n, a["language"]["python"].build) == (1, 1.0)
+    assert a["language"]["python"].fm == pytest.approx(a_cli1_fm)
+    assert (a["language"]["go"].build, a["language"]["go"].fm) == (0.0, 0.0)
+    assert a["difficulty"]["easy"] == a["language"]["python"]
+    assert a["domain"]["text"].n == 2 and a["domain"]["text"].fm == pytest.approx(a_cli1_fm / 2)
+    b = rows["B"]  # cli1 left no results (a failed build), cli2 passed every class
+    assert (b["language"]["python"].build, b["language"]["go"].fm) == (0.0, 1.0)
+    code, out, err = cli("score", "f1", "--store", str(tmp_path), "--metric", "funnel")
+    assert code == 0, err
+    assert "funnel by language" in out and "funnel by difficulty" in out and "funnel by domain" in out
+    assert "100.0% / 62.5% (1)" in out  # A on python: Build / FM (repos)
+
+
 def test_no_differential_testing_results(tmp_path: Path) -> None:
     populate(tmp_path).close()
     code, out, err = cli("score", "r1", "--store", str(tmp_path), "--metric", "funnel")

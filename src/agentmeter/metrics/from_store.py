@@ -131,6 +131,9 @@ class FunnelRow(BaseModel):
     label: str
     model: str
     summary: funnel.FunnelSummary | None = Field(description="None: no funnel task scored")
+    breakdowns: dict[str, dict[str, funnel.FunnelSummary]] = Field(
+        default_factory=dict, description="dimension (language, difficulty, domain) -> group -> "
+        "the summary over that group's tasks; see funnel_groups")
     n_without_results: int = Field(0, description="scored trials on funnel tasks that left no "
                                    "differential-testing rewards: counted as failed builds")
     usd_per_repo: float | None = None
@@ -151,6 +154,39 @@ def _cell_trial(ts: list[TrialRecord]) -> TrialRecord:
     return ts[-1]
 
 
+#: the breakdown dimensions of the CLI-Tool-Bench tables
+FUNNEL_DIMENSIONS = ("language", "difficulty", "domain")
+
+
+def funnel_groups(task: TaskRecord | None) -> dict[str, str]:
+    """A task's group in each breakdown dimension: language from a ``language:X`` tag,
+    difficulty from its tier, domain from its category; a dimension the task does not state is
+    left out (never guessed)."""
+    if task is None:
+        return {}
+    groups: dict[str, str] = {}
+    for tag in task.tags:
+        key, sep, value = tag.partition(":")
+        if sep and key.strip().lower() in ("language", "lang") and value.strip():
+            groups["language"] = value.strip().lower()
+            break
+    if task.tier:
+        groups["difficulty"] = task.tier
+    if task.category:
+        groups["domain"] = task.category
+    return groups
+
+
+def _breakdowns(scored: list[tuple[str, funnel.FunnelScore]],
+                tasks: dict[str, TaskRecord]) -> dict[str, dict[str, funnel.FunnelSummary]]:
+    grouped: dict[str, dict[str, list[funnel.FunnelScore]]] = {}
+    for task_id, sc in scored:
+        for dim, group in funnel_groups(tasks.get(task_id)).items():
+            grouped.setdefault(dim, {}).setdefault(group, []).append(sc)
+    return {dim: {g: funnel.summarize(grouped[dim][g]) for g in sorted(grouped[dim])}
+            for dim in FUNNEL_DIMENSIONS if dim in grouped}
+
+
 def funnel_report(data: StoredTrials, book: PriceBook | None = None) -> FunnelReport:
     notes: list[str] = []
     cells = _by_cell(data.selected)
@@ -169,6 +205,7 @@ def funnel_report(data: StoredTrials, book: PriceBook | None = None) -> FunnelRe
     rows: list[FunnelRow] = []
     for cfg in data.configs:
         scores: list[funnel.FunnelScore] = []
+        scored_tasks: list[str] = []
         spend: list[TrialRecord] = []
         n_without = 0
         for task in funnel_tasks:
@@ -182,6 +219,7 @@ def funnel_report(data: StoredTrials, book: PriceBook | None = None) -> FunnelRe
                 scores.append(funnel.score_from_rates(False, {}))
             else:
                 scores.append(funnel.score_from_rates(p[0], p[1], n_cases=p[2]))
+            scored_tasks.append(task)
             spend.append(t)
         missing = len(funnel_tasks) - len(scores)
         if missing and scores:
@@ -189,7 +227,9 @@ def funnel_report(data: StoredTrials, book: PriceBook | None = None) -> FunnelRe
                          "(missing, infra_invalid or unreadable results) are left out")
         rows.append(FunnelRow(
             config_id=cfg.id, label=cfg.label, model=cfg.model.name,
-            summary=funnel.summarize(scores) if scores else None, n_without_results=n_without,
+            summary=funnel.summarize(scores) if scores else None,
+            breakdowns=_breakdowns(list(zip(scored_tasks, scores, strict=True)), data.tasks),
+            n_without_results=n_without,
             usd_per_repo=_mean([_cost(t, cfg, book) for t in spend]),
             steps_per_repo=_mean([None if t.turns is None else float(t.turns) for t in spend]),
             prompt_ktok_per_repo=_mean([None if t.usage.input is None else t.usage.input / 1e3

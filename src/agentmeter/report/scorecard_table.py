@@ -12,7 +12,7 @@ from rich.text import Text
 
 from agentmeter.metrics import TIERS, ConfigRow, PassK, RankAgreement, Scorecard
 from agentmeter.metrics.allocation import EffortAllocation, PassFailSplit
-from agentmeter.metrics.from_store import AgencyReport, FunnelReport
+from agentmeter.metrics.from_store import FUNNEL_DIMENSIONS, AgencyReport, FunnelReport
 
 NA = "n/a"
 
@@ -192,7 +192,30 @@ def funnel_table(report: FunnelReport, title: str) -> RenderableType:
                         for m in ("build", "exec", "side_effects", "em", "fm", "sm")),
                       _f(r.steps_per_repo, ".1f"), _f(r.prompt_ktok_per_repo, ".1f"),
                       _f(r.completion_ktok_per_repo, ".1f"), _usd(r.usd_per_repo))
-    return Group(table, *(Text(f"note: {n}", style="yellow") for n in report.notes))
+    return Group(table, *_funnel_breakdowns(report),
+                 *(Text(f"note: {n}", style="yellow") for n in report.notes))
+
+
+def _funnel_breakdowns(report: FunnelReport) -> list[Table]:
+    """One table per dimension the tasks state (language, difficulty, domain): Build and FM per
+    group, with the number of repositories."""
+    tables = []
+    for dim in FUNNEL_DIMENSIONS:
+        groups = sorted({g for r in report.rows for g in r.breakdowns.get(dim, {})})
+        if not groups:
+            continue
+        t = Table(title=f"funnel by {dim}: Build / FM ≥ 0.8 (repos)", title_justify="left")
+        t.add_column("configuration")
+        for g in groups:
+            t.add_column(g, justify="right")
+        for r in report.rows:
+            cells = []
+            for g in groups:
+                s = r.breakdowns.get(dim, {}).get(g)
+                cells.append(NA if s is None else f"{_pct(s.build)} / {_pct(s.fm)} ({s.n})")
+            t.add_row(_label(r.label, r.model), *cells)
+        tables.append(t)
+    return tables
 
 
 def agency_table(report: AgencyReport, title: str) -> RenderableType:
