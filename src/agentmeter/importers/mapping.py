@@ -1,40 +1,8 @@
 """The import mapping file (TOML): how a source's columns and values map onto agentmeter's
 trial fields. Used by the table importer, and by the Harbor and Terminal-Bench importers for
-defaults, tiers and status overrides.
-
-```toml
-source = "my-harness"        # RunRecord.source (default: the importer's name)
-pass_threshold = 1.0         # reward >= this counts as passed when nothing else says
-
-[columns]                    # agentmeter field = column name in the table
-task = "task_id"             # fields not listed use the column of the same name, if any;
-model = "model_name"         # "" switches a field off
-input_tokens = "prompt_tokens"
-
-[status_values]              # a status column's values -> the status taxonomy
-resolved = "passed"
-error = "infra_invalid"
-
-[defaults]                   # constant values for fields without a column
-agent = "codex"
-model = "openai/gpt-5"
-
-[tiers]                      # task id -> easy | medium | hard
-hello-world = "easy"
-
-[exceptions]                 # Harbor exception type -> status (overrides the built-in map)
-DaytonaError = "infra_invalid"
-
-[failure_modes]              # Terminal-Bench v1 failure_mode -> status
-test_timeout = "infra_invalid"
-```
-
-Fields: config (a label), config_id (kept as the configuration id), model, price_key, agent,
-agent_version, task, tier, category, attempt, try_number, status, reward, passed, error,
-input_tokens (incl. cached), output_tokens, cache_creation_tokens, cache_read_tokens,
-reasoning_tokens, cost_usd, model_calls, tool_calls (a total), turns, started_at, finished_at,
-environment_s, agent_setup_s, agent_run_s, verification_s. ``agentmeter export`` writes
-exactly these column names, so an exported table imports back without a mapping.
+defaults, tiers and status overrides. Its format and the field names are documented for users
+in docs/metrics.md ("The column mapping"); ``agentmeter export`` writes exactly those column
+names, so an exported table imports back without a mapping.
 """
 
 from __future__ import annotations

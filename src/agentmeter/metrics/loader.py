@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import sqlalchemy as sa
 
-from agentmeter.metrics.frame import STATUS_CODE, ConfigInfo, TrialFrame
+from agentmeter.metrics.frame import STATUS_CODE, ConfigInfo, FloatArray, TrialFrame
 from agentmeter.store import schema as s
 from agentmeter.store.db import Store, StoreError
 
@@ -27,6 +27,8 @@ _USAGE = ("input_tokens", "output_tokens", "cache_creation_tokens", "cache_read_
           "reasoning_tokens")
 #: tries per run are numbered below this; runs are ordered above it
 _RUN_STRIDE = 1 << 32
+#: rows fetched and converted at a time
+_CHUNK = 50_000
 
 
 def _tool_calls_expr(dialect: str) -> sa.ColumnElement[Any] | None:
@@ -75,47 +77,64 @@ def load_frame(store: Store, run_ids: str | Sequence[str]) -> TrialFrame:
                            *(t.c[c] for c in _USAGE), t.c.cost_usd, t.c.turns, t.c.model_calls,
                            tool_expr.label("tools") if tool_expr is not None
                            else t.c.tool_calls]
-        result = conn.execute(sa.select(*cols).where(t.c.run_id.in_(ids)))
-        rows = result.fetchall()
-        config_ids = sorted({r[1] for r in rows}
+        config_ids = sorted(set(conn.execute(sa.select(t.c.config_id).distinct()
+                                             .where(t.c.run_id.in_(ids))).scalars())
                             | set(conn.execute(sa.select(s.run_configs.c.config_id).where(
                                 s.run_configs.c.run_id.in_(ids))).scalars()))
+        task_ids = sorted(set(tier) | set(conn.execute(
+            sa.select(t.c.task_id).distinct().where(t.c.run_id.in_(ids))).scalars()))
         cfg_rows = {r.id: r for r in conn.execute(
             sa.select(s.configs).where(s.configs.c.id.in_(config_ids))).all()}
+        t_pos = {tid: i for i, tid in enumerate(task_ids)}
+        c_pos = {cid: i for i, cid in enumerate(config_ids)}
+        # in chunks, straight into arrays: a million row tuples alive at once would cost
+        # memory and, through the garbage collector's passes over them, most of the time
+        chunks: list[list[np.ndarray]] = []
+        result = conn.execution_options(stream_results=True, yield_per=_CHUNK).execute(
+            sa.select(*cols).where(t.c.run_id.in_(ids)))
+        for part in result.partitions(_CHUNK):
+            chunks.append(_columns(part, run_rank, c_pos, t_pos, tool_expr is None))
     configs = [ConfigInfo(id=c, label=cfg_rows[c].label if c in cfg_rows else c,
                           model=cfg_rows[c].model_name if c in cfg_rows else "?",
                           agent=cfg_rows[c].agent_name if c in cfg_rows else "?",
                           price_key=cfg_rows[c].model_price_key if c in cfg_rows else None)
                for c in config_ids]
-    columns = list(zip(*rows, strict=True)) if rows else [()] * 17
-    code = np.array(columns[5], dtype=np.int64)
+    n_cols = 16
+    columns: list[Any] = ([np.concatenate([ch[i] for ch in chunks]) for i in range(n_cols)] if chunks
+               else [np.zeros(0, dtype=np.int64)] * 5 + [np.zeros(0)] * (n_cols - 5))
+    config_col, task_col, attempt, try_order, code = columns[:5]
     final = code >= 0
     skipped = int((~final).sum())
     if skipped:
         notes.append(f"{skipped} unfinished try(s) (pending/running) are not scored")
-    task_ids = sorted(set(tier) | set(columns[2]))
     for tid in task_ids:
         tier.setdefault(tid, None)
-    t_pos = {tid: i for i, tid in enumerate(task_ids)}
-    c_pos = {cid: i for i, cid in enumerate(config_ids)}
-    tools_col = columns[16]
-    if tool_expr is None:
-        tools = np.array([sum(json.loads(v).values()) if isinstance(v, str) else sum(v.values())
-                          for v in tools_col], dtype=np.float64)
-    else:
-        tools = np.array(tools_col, dtype=np.float64)
 
-    def f(i: int) -> np.ndarray:
-        return np.array(columns[i], dtype=np.float64)[final]
+    def f(i: int) -> FloatArray:
+        return columns[i][final]  # type: ignore[no-any-return]
 
-    try_order = (np.array([run_rank[r] for r in columns[0]], dtype=np.int64) * _RUN_STRIDE
-                 + np.array(columns[4], dtype=np.int64))
     return TrialFrame(
         configs=configs, task_ids=task_ids, task_tiers=[tier[t_] for t_ in task_ids],
         task_categories=[category.get(t_) for t_ in task_ids],
-        config=np.array([c_pos[c] for c in columns[1]], dtype=np.int64)[final],
-        task=np.array([t_pos[x] for x in columns[2]], dtype=np.int64)[final],
-        attempt=np.array(columns[3], dtype=np.int64)[final], try_order=try_order[final],
-        status=code[final], reward=f(6), passed=f(7), input=f(8), output=f(9),
-        cache_creation=f(10), cache_read=f(11), reasoning=f(12), cost_usd=f(13), turns=f(14),
-        model_calls=f(15), tool_calls=tools[final], notes=notes)
+        config=config_col[final], task=task_col[final], attempt=attempt[final],
+        try_order=try_order[final], status=code[final], reward=f(5), passed=f(6), input=f(7),
+        output=f(8), cache_creation=f(9), cache_read=f(10), reasoning=f(11), cost_usd=f(12),
+        turns=f(13), model_calls=f(14), tool_calls=f(15), notes=notes)
+
+
+def _columns(part: Sequence[Any], run_rank: dict[str, int], c_pos: dict[str, int],
+             t_pos: dict[str, int], tools_as_json: bool) -> list[np.ndarray]:
+    """One chunk of trial rows as arrays: config, task, attempt, try order, status code, then
+    the float columns reward … model_calls and the tool-call total."""
+    cols = list(zip(*part, strict=True))
+    try_order = (np.array([run_rank[r] for r in cols[0]], dtype=np.int64) * _RUN_STRIDE
+                 + np.array(cols[4], dtype=np.int64))
+    if tools_as_json:
+        tools = np.array([sum(json.loads(v).values()) if isinstance(v, str) else sum(v.values())
+                          for v in cols[16]], dtype=np.float64)
+    else:
+        tools = np.array(cols[16], dtype=np.float64)
+    return [np.array([c_pos[c] for c in cols[1]], dtype=np.int64),
+            np.array([t_pos[x] for x in cols[2]], dtype=np.int64),
+            np.array(cols[3], dtype=np.int64), try_order, np.array(cols[5], dtype=np.int64),
+            *(np.array(cols[i], dtype=np.float64) for i in range(6, 16)), tools]
