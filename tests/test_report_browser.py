@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import numpy as np
 import pytest
@@ -107,11 +108,12 @@ def test_html_report_in_browser(grid_store: Store, page: Any, artifacts_dir: Pat
     page.locator("#leaderboard").screenshot(path=str(artifacts_dir / "report-leaderboard.png"))
     page.locator("#charts").screenshot(path=str(artifacts_dir / "report-charts.png"))
     page.locator("#tasks").screenshot(path=str(artifacts_dir / "report-tasks.png"))
-    _check_trials_and_drill(page, grid_store, artifacts_dir, "report")
+    _check_trials_and_drill(page, grid_store, artifacts_dir, "report", path.parent)
     assert page.errors == []
 
 
-def _check_trials_and_drill(page: Any, store: Store, artifacts_dir: Path, prefix: str) -> None:
+def _check_trials_and_drill(page: Any, store: Store, artifacts_dir: Path, prefix: str,
+                            report_dir: Path | None = None) -> None:
     tries = store.trials("grid")
     assert page.locator("#trial-page").inner_text().endswith(f"of {len(tries)}")
     page.select_option("#trial-status", "failed")
@@ -137,7 +139,16 @@ def _check_trials_and_drill(page: Any, store: Store, artifacts_dir: Path, prefix
     page.locator("#trial-table tbody tr").first.click()
     page.wait_for_selector("#drill:not([hidden]) .artifact")
     assert "bytes omitted" in drill.inner_text()
-    assert drill.locator("a", has_text="open image").count() == 1
+    # the screenshot is shown (embedded in the report, served by the viewer), the video playable
+    shot = drill.locator("img.shot")
+    assert shot.count() == 1
+    page.wait_for_function("document.querySelector('#drill img.shot').complete")
+    assert shot.evaluate("img => img.naturalWidth") == 1  # the 1×1 PNG decoded
+    assert drill.locator("video.shot").count() == 1
+    log_href = drill.locator(".artifact", has_text="codex.log").locator("a").get_attribute("href")
+    if prefix == "report":  # relative to the report file, so it survives copying both
+        assert log_href and not log_href.startswith(("file:", "/"))
+        assert (report_dir / unquote(log_href)).resolve().is_file()
     page.click("#drill-close")
     # a per-task cell opens that trial
     cell = page.locator("#task-table td.strip i[data-trial]").first

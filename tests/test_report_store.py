@@ -135,19 +135,22 @@ def populate_grid(store: Store, run_id: str = "grid", seed: int = 3,
                 "error": None if passed or status is S.FAILED else f"{status.value}: agent "
                 "stopped\nTraceback (most recent call last): ..."})
             _save(store, rec, price, model, rng, agent)
-    # one trial with a big log (truncated when embedded) and a screenshot (linked)
+    # one trial with a big log (truncated when embedded), a screenshot (shown) and a video
     big = store.get_trial(run_id, f"{configs[4].id}:{TASKS[0]}:0")
     assert big is not None
     _artifact(store, big, "agent/codex.log", "agent_log",
               ("".join(f"step {i}: ran tool\n" for i in range(20_000))).encode())
     _artifact(store, big, "screen.png", "screenshot", PNG)
+    _artifact(store, big, "session.webm", "video", b"\x1aE\xdf\xa3 (a recording)")
     return configs
 
 
 def populate_missing(store: Store) -> None:
     """Runs of missing data: no prices, all infra_invalid, a single configuration."""
     rng = random.Random(5)
-    for run_id, grid, kind in (("noprice", GRID[4:6], "noprice"), ("allinfra", GRID[2:5], "infra"),
+    # models no price table knows, no stored cost: cost is n/a, never guessed
+    unpriced = [("native", "vllm/local-qwen", 0.4, None), ("codex", "vllm/local-llama", 0.5, None)]
+    for run_id, grid, kind in (("noprice", unpriced, "noprice"), ("allinfra", GRID[2:5], "infra"),
                                ("single", GRID[5:6], "single")):
         store.create_run(RunRecord(id=run_id, created_at=T0, status="finished"))
         for j, tid in enumerate(TASKS):

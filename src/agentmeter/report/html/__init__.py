@@ -10,16 +10,19 @@ import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import quote
 
 from agentmeter.metrics import ScoringSpec
 from agentmeter.report.html.collect import ReportData, collect
 from agentmeter.report.html.page import pack, render_page
-from agentmeter.report.html.trials import TextBudget, all_trials
+from agentmeter.report.html.trials import ArtifactLink, TextBudget, all_trials
 from agentmeter.store.db import Store
 
 #: characters of artifact text embedded in one report (keeps the file small on big runs)
 TEXT_BUDGET = 6_000_000
 PER_ARTIFACT = 3000
+#: screenshots up to this size are embedded (they count against TEXT_BUDGET)
+EMBED_IMAGE_BYTES = 256_000
 
 __all__ = ["ReportData", "collect", "render_report_html", "report_title", "write_html_report"]
 
@@ -30,15 +33,27 @@ def report_title(run_ids: Sequence[str]) -> str:
     return f"agentmeter report — {shown}"
 
 
-def _file_link(run_id: str, trial_id: str, try_number: int, name: str, path: Path) -> str:
-    return (path if path.is_absolute() else path.absolute()).as_uri()
+def _file_links(base: Path | None) -> ArtifactLink:
+    """Links from the report to artifact files: relative to the report's directory (they keep
+    working when the report is copied along with the runs directory), absolute otherwise."""
+
+    def link(run_id: str, trial_id: str, try_number: int, name: str, path: Path) -> str:
+        target = path if path.is_absolute() else path.absolute()
+        if base is None:
+            return target.as_uri()
+        return quote(os.path.relpath(target, base))
+
+    return link
 
 
 def render_report_html(store: Store, run_ids: Sequence[str], spec: ScoringSpec | None = None,
-                       *, text_budget: int = TEXT_BUDGET) -> str:
+                       *, text_budget: int = TEXT_BUDGET, link_base: Path | None = None) -> str:
+    """The report page; artifact links are relative to ``link_base`` (the report's directory)
+    when given. Small screenshots are embedded within ``text_budget``."""
     data = collect(store, run_ids, spec)
-    budget = TextBudget(remaining=text_budget, per_artifact=PER_ARTIFACT)
-    rows, details = all_trials(store, data.run_ids, _file_link, budget)
+    budget = TextBudget(remaining=text_budget, per_artifact=PER_ARTIFACT,
+                        embed_image_bytes=EMBED_IMAGE_BYTES)
+    rows, details = all_trials(store, data.run_ids, _file_links(link_base), budget)
     payload = pack({"rows": rows, "details": details})
     return render_page(data, report_title(data.run_ids), trials_payload=payload)
 
@@ -47,7 +62,7 @@ def write_html_report(store: Store, run_ids: Sequence[str], path: Path | str,
                       spec: ScoringSpec | None = None) -> Path:
     """Write the report for ``run_ids`` to ``path`` atomically and return its absolute path."""
     target = Path(path).expanduser().resolve()
-    html = render_report_html(store, run_ids, spec)
+    html = render_report_html(store, run_ids, spec, link_base=target.parent)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:

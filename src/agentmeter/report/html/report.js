@@ -156,9 +156,11 @@
     return d.artifacts.map((a) => {
       const head = `<b>${esc(a.name)}</b> <small>${esc(a.kind)} · ${int(a.size)} B</small>`;
       if (a.missing) return `<p>${head} <span class="na">file missing</span></p>`;
-      const link = a.href ? ` <a href="${esc(a.href)}" target="_blank" rel="noopener">${a.image ? "open image" : "open"}</a>` : "";
+      const link = a.href ? ` <a href="${esc(a.href)}" target="_blank" rel="noopener">open</a>` : "";
       const body = a.text != null ? `<pre>${esc(a.text)}</pre>${a.truncated ? "<small>truncated</small>" : ""}`
-        : a.image ? "" : a.truncated ? '<small class="na">not embedded (report size budget)</small>' : "";
+        : a.media === "image" ? `<img class="shot" alt="${esc(a.name)}" loading="lazy" src="${esc(a.data || a.href || "")}">`
+        : a.media === "video" ? `<video class="shot" controls preload="none" src="${esc(a.href || "")}"></video>`
+        : a.truncated ? '<small class="na">not embedded (report size budget)</small>' : "";
       return `<div class="artifact"><p>${head}${link}</p>${body}</div>`;
     }).join("");
   }

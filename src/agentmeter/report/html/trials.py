@@ -7,6 +7,7 @@ them, and the same inline JavaScript renders both.
 
 from __future__ import annotations
 
+import base64
 import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,9 @@ TEXT_KINDS = ("verifier_output", "fs_diff", "agent_log", "transcript", "other")
 TEXT_SUFFIXES = (".txt", ".log", ".json", ".jsonl", ".md", ".diff", ".patch", ".out", ".err",
                  ".yaml", ".yml", ".toml", ".csv", ".py", ".sh", "")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".svg")
+VIDEO_SUFFIXES = (".mp4", ".webm", ".ogv", ".mov")
+_IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
+                ".gif": "image/gif", ".webp": "image/webp"}  # no SVG inline: it can carry script
 ArtifactLink = Callable[[str, str, int, str, Path], str]
 
 
@@ -41,6 +45,8 @@ class TextBudget:
 
     remaining: int
     per_artifact: int = 4000
+    #: largest image (bytes) embedded as a data URI, within ``remaining``; 0: link only
+    embed_image_bytes: int = 0
 
     def take(self, wanted: int) -> int:
         n = max(0, min(wanted, self.per_artifact, self.remaining))
@@ -163,7 +169,8 @@ def _is_text(name: str, kind: str) -> bool:
 def artifact_entries(rows: Sequence[Any], run_dir: Path | None, run_id: str, trial_id: str,
                      try_number: int, budget: TextBudget, link: ArtifactLink
                      ) -> list[dict[str, Any]]:
-    """Artifacts of one try: text ones embedded (truncated), images and the rest linked."""
+    """Artifacts of one try: text ones embedded (truncated), small images embedded when the
+    budget allows, images and videos shown from their link, the rest linked."""
     order = {k: i for i, k in enumerate(TEXT_KINDS)}
     out = []
     for r in sorted(rows, key=lambda r: (order.get(r.kind, 99), r.name)):
@@ -178,11 +185,32 @@ def artifact_entries(rows: Sequence[Any], run_dir: Path | None, run_id: str, tri
         else:
             entry["href"] = link(run_id, trial_id, try_number, r.name, path)
             suffix = Path(r.name).suffix.lower()
-            entry["image"] = r.kind == "screenshot" or suffix in IMAGE_SUFFIXES
-            if _is_text(r.name, r.kind) and not entry["image"]:
+            media = ("image" if r.kind == "screenshot" or suffix in IMAGE_SUFFIXES
+                     else "video" if r.kind == "video" or suffix in VIDEO_SUFFIXES else None)
+            if media is not None:
+                entry["media"] = media
+                data = _image_data(path, st.st_size, suffix, budget) if media == "image" else None
+                if data is not None:
+                    entry["data"] = data
+            elif _is_text(r.name, r.kind):
                 entry["text"], entry["truncated"] = _read_text(path, st.st_size, budget)
         out.append(entry)
     return out
+
+
+def _image_data(path: Path, size: int, suffix: str, budget: TextBudget) -> str | None:
+    """A small raster image as a data URI, when the budget allows (the report stays one file
+    that shows its screenshots offline)."""
+    kind = _IMAGE_TYPES.get(suffix)
+    encoded = (size + 2) // 3 * 4 + 32
+    if kind is None or size > budget.embed_image_bytes or encoded > budget.remaining:
+        return None
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return None
+    budget.remaining -= encoded
+    return f"data:{kind};base64," + base64.b64encode(raw).decode()
 
 
 def _detail(r: Any, calls: list[list[Any]], artifacts: list[dict[str, Any]],

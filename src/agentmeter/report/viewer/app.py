@@ -203,8 +203,13 @@ class Viewer:
         if path is None:
             raise web.HTTPNotFound(text=f"no artifact {name!r} of trial {esc(trial_id)!r}")
         kind = mimetypes.guess_type(path.name)[0]
-        headers = {} if kind and kind.startswith(("image/", "video/")) else {
-            "Content-Type": "text/plain; charset=utf-8"}
+        # agent-written files: never run as a page of the viewer's origin (an SVG or HTML
+        # artifact could carry script); images and videos still display
+        headers = {"Content-Security-Policy": "sandbox; default-src 'none'; img-src 'self'; "
+                                              "media-src 'self'; style-src 'unsafe-inline'",
+                   "X-Content-Type-Options": "nosniff"}
+        if not (kind and kind.startswith(("image/", "video/"))):
+            headers["Content-Type"] = "text/plain; charset=utf-8"
         return web.FileResponse(path, headers=headers)
 
 
