@@ -58,20 +58,10 @@ SPEC = CliSpec(
     reported_usage=("input", "output", "cache_read", "reasoning"),
 )
 
-_READERS = ("cat ", "head ", "tail ", "sed -n", "less ", "nl ")
-
-
 def _usage(u: Any) -> TokenUsage:
     return TokenUsage(input=int_of(u, "input_tokens"), output=int_of(u, "output_tokens"),
                       cache_read=int_of(u, "cached_input_tokens"),
                       reasoning=int_of(u, "reasoning_output_tokens"))
-
-
-def _command_text(args: Any) -> str:
-    cmd = args.get("cmd", args.get("command")) if isinstance(args, dict) else None
-    if isinstance(cmd, list):
-        return " ".join(str(c) for c in cmd)
-    return cmd if isinstance(cmd, str) else ""
 
 
 def _rollout(text: str) -> ParsedRun | None:
@@ -90,10 +80,7 @@ def _rollout(text: str) -> ParsedRun | None:
                 args = json.loads(raw) if isinstance(raw, str) else raw
             except ValueError:
                 args = raw
-            cmd = _command_text(args)
-            read = next((cmd.split(r, 1)[1].split()[0] for r in _READERS
-                         if cmd.startswith(r) and cmd.split(r, 1)[1].split()), None)
-            out.tool(name, args, read)
+            out.tool(name, args)
         elif ev.get("type") == "response_item" and kind and str(kind).endswith("_call_output"):
             out.steps.append(Step("tool_result", text=str(payload.get("output"))[:2000]))
         elif ev.get("type") == "response_item" and kind == "message" \

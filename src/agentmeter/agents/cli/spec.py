@@ -16,6 +16,8 @@ Everything a spec cannot say declaratively (reading the transcript) is its modul
 
 from __future__ import annotations
 
+import re
+import shlex
 import string
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -90,6 +92,57 @@ class Step:
     arguments: Any = None
 
 
+_READERS = frozenset({"cat", "head", "tail", "less", "more", "nl", "sed", "bat", "view"})
+_SHELLS = frozenset({"bash", "sh", "zsh", "/bin/bash", "/bin/sh", "/usr/bin/bash"})
+
+
+def command_text(arguments: Any) -> str:
+    """The shell command in a tool call's arguments (``cmd``/``command``, a string or an argv
+    list), or the arguments themselves when they are a plain string."""
+    cmd = arguments.get("cmd", arguments.get("command")) if isinstance(arguments, dict) else arguments
+    if isinstance(cmd, list):
+        if len(cmd) >= 3 and cmd[0] in _SHELLS and str(cmd[1]).startswith("-") and "c" in str(cmd[1]):
+            return str(cmd[2])  # ["bash", "-lc", "cat x"]
+        return shlex.join(str(c) for c in cmd)
+    return cmd if isinstance(cmd, str) else ""
+
+
+def shell_read_paths(command: str) -> list[str]:
+    """Files a shell command reads with a pager-like reader, in order: ``cat a b``,
+    ``head -n 5 f``, ``sed -n '1,20p' f``, also after ``cd x &&`` or before a pipe."""
+    out: list[str] = []
+    for segment in re.split(r"&&|\|\||[;|\n]", command):
+        try:
+            words = shlex.split(segment)
+        except ValueError:
+            words = segment.split()
+        if len(words) >= 3 and words[0] in _SHELLS and words[1].startswith("-") and "c" in words[1]:
+            out.extend(shell_read_paths(words[2]))
+            continue
+        if not words or words[0] not in _READERS:
+            continue
+        operands, skip_next, scripted = [], False, False
+        for w in words[1:]:
+            if skip_next:
+                skip_next = False
+            elif w in (">", ">>", "<", "<<", "2>", "&>", "2>>"):
+                skip_next = True  # a redirection's target is not read
+            elif w.startswith((">", "<", "2>", "&>")):
+                continue
+            elif words[0] != "cat" and w in ("-n", "-c", "-e"):
+                # head/tail -n N: skip N; sed -n is a flag, sed -e SCRIPT names the script
+                skip_next = words[0] != "sed" or w == "-e"
+                scripted = scripted or (words[0] == "sed" and w == "-e")
+            elif w.startswith("-") and w != "-":
+                continue
+            else:
+                operands.append(w)
+        if words[0] == "sed" and operands and not scripted:
+            operands = operands[1:]  # the script
+        out.extend(w for w in operands if w != "-" and not w.startswith("$("))
+    return out
+
+
 @dataclass
 class ParsedRun:
     """What a CLI's parser read from its stdout and native transcript."""
@@ -106,10 +159,14 @@ class ParsedRun:
     completed: bool = False
 
     def tool(self, name: str, arguments: Any = None, path: str | None = None) -> None:
+        """One tool call; ``path`` is the file a read tool read. Without one, files a shell
+        command reads (``cat``, ``head``, ``sed -n``…) count as read too."""
         self.tool_calls[name] += 1
         self.steps.append(Step("tool_call", tool=name, arguments=arguments))
         if path:
             self.files_read.append(path)
+        else:
+            self.files_read.extend(shell_read_paths(command_text(arguments)))
 
     def message(self, text: str) -> None:
         self.steps.append(Step("message", text=text))
