@@ -13,12 +13,21 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from agentmeter.cli_analysis import register as register_analysis
 from agentmeter.cli_common import JsonOpt, StoreOpt, console, err, fail, open_store
 from agentmeter.cli_data import register as register_data
+from agentmeter.cli_gateway import register as register_gateway
 from agentmeter.cli_report import register as register_report
 from agentmeter.report.summary import summarize, summary_table
 from agentmeter.runner.executor import RunProgress
@@ -325,30 +334,43 @@ def setup(docker: Annotated[bool, typer.Option(help="also start dockerd and impo
     from agentmeter.sandbox.spec import SandboxError, SandboxSpec
 
     try:
-        with err.status("building the Debian base (debootstrap, once)") as status:
-            rootfs.ensure_debian_base(lambda line: status.update(f"debootstrap: {line[:80]}"))
+        with _setup_progress() as bar:
+            base = bar.add_task("Debian base (debootstrap, once)", total=None, detail="")
+            rootfs.ensure_debian_base(lambda line: bar.update(base, detail=escape(line[:70])))
+            bar.update(base, total=1, completed=1, detail="ready")
         backend = LocalBackend()
-        backend.layers.log = lambda line: err.print(f"[dim]{line}[/dim]")
         prepared = prepare(RunRequest(suites=[suite], agents=["oracle"]))
-        specs = [sandbox_spec(t, prepared.configs[0].agent, None) for t in prepared.tasks]
+        specs = [(t.id, sandbox_spec(t, prepared.configs[0].agent, None)) for t in prepared.tasks]
         for name in [a.strip() for a in (agents or "").split(",") if a.strip()]:
             agent_name, _, version = name.partition("@")
             # agent layers are independent of the environment: built once on the base
-            specs.append(SandboxSpec(layers=tuple(make_agent(agent_name, version or None).layers())))
-        with err.status("building layers") as status:
-            for i, spec in enumerate(specs, 1):
-                status.update(f"building layers ({i}/{len(specs)})")
+            specs.append((f"agent {name}",
+                          SandboxSpec(layers=tuple(make_agent(agent_name, version or None).layers()))))
+        with _setup_progress() as bar:
+            job = bar.add_task("environments and agents", total=len(specs), detail="")
+            backend.layers.log = lambda line: bar.console.print(f"[dim]{escape(line)}[/dim]")
+            for what, spec in specs:
+                bar.update(job, detail=escape(what))
                 asyncio.run(backend.prepare(spec))
+                bar.advance(job)
+            bar.update(job, detail="ready")
+            specs_only = [spec for _, spec in specs]
         if docker:
             from agentmeter.sandbox.docker import DockerBackend
             from agentmeter.sandbox.dockerd import ensure_dockerd
 
             ensure_dockerd()
-            for spec in specs:
+            for spec in specs_only:
                 asyncio.run(DockerBackend().prepare(spec))
     except (SandboxError, RunSetupError, UnknownAgentError, ValueError) as e:
         raise fail(str(e)) from None
     err.print("[green]ready[/green]")
+
+
+def _setup_progress() -> Progress:
+    return Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(),
+                    MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[detail]}"),
+                    console=err)
 
 
 @app.command()
@@ -384,53 +406,8 @@ def demo(store: StoreOpt = None, concurrency: int = 2, as_json: JsonOpt = False,
             console.print(f"HTML report (open in a browser): {path}")
 
 
-gateway_app = typer.Typer(help="The metering gateway on its own.", no_args_is_help=True)
-app.add_typer(gateway_app, name="gateway")
-
-
-@gateway_app.command("serve")
-def gateway_serve(
-    model: Annotated[str, typer.Option("--model", "-m", help="model every call goes to")],
-    host: str = "127.0.0.1", port: int = 8080,
-    models_file: Annotated[str | None, typer.Option(help="models TOML")] = None,
-    prices: Annotated[list[str] | None, typer.Option(help="pricing snapshot TOML")] = None,
-    max_usd: float | None = None, max_tokens: int | None = None, max_calls: int | None = None,
-    out: Annotated[Path | None, typer.Option(help="append every call as JSON lines")] = None,
-) -> None:
-    """Meter any agent: serves Chat Completions, Responses and Messages on HOST:PORT."""
-    from agentmeter.gateway import Budget
-    from agentmeter.gateway.serve import serve
-    from agentmeter.runner.session import _models_and_prices
-
-    try:
-        registry, book = _models_and_prices(RunRequest(models_file=models_file, prices=prices or []))
-        registry.resolve(model)  # an unknown model fails before anything listens
-    except (RunSetupError, ValueError) as e:
-        raise fail(str(e)) from None
-
-    def announce(url: str, token: str) -> None:
-        err.print(f"gateway for [bold]{model}[/bold] on {url}  (Ctrl-C to stop)")
-        err.print(f"  OpenAI-style clients:    base URL {url}/v1   API key {token}")
-        err.print(f"  Anthropic-style clients: base URL {url}      API key {token}")
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        import signal as _signal
-        for sig in (_signal.SIGINT, _signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        meter = await serve(model, host=host, port=port, models=registry, prices=book,
-                            budget=Budget(max_usd=max_usd, max_tokens=max_tokens, max_calls=max_calls),
-                            out=out, announce=announce, on_call=lambda line: err.print(line), stop=stop)
-        u = meter.usage
-        err.print(f"{len(meter.calls)} calls; tokens in={u.input} out={u.output} "
-                  f"cache_write={u.cache_creation} cache_read={u.cache_read}; "
-                  f"USD {meter.cost_usd if meter.cost_usd is not None else 'n/a'}")
-
-    asyncio.run(main())
-
-
 register_analysis(app)
+register_gateway(app)
 register_data(app)
 register_report(app)
 

@@ -98,7 +98,7 @@ def prepare(request: RunRequest) -> PreparedRun:
     except (UnknownAgentError, ValueError) as e:
         raise RunSetupError(str(e)) from e
     if any(c.agent.uses_model for c in configs):
-        registry, prices = _models_and_prices(request)
+        registry, prices = models_and_prices(request)
         gw = Gateway(registry, prices, allow_unpriced=request.allow_unpriced)
         resolved = []
         for c in configs:
@@ -114,7 +114,7 @@ def prepare(request: RunRequest) -> PreparedRun:
     return PreparedRun(request, tasks, configs, suite.name)
 
 
-def _models_and_prices(request: RunRequest) -> tuple[ModelRegistry, PriceBook]:
+def models_and_prices(request: RunRequest) -> tuple[ModelRegistry, PriceBook]:
     try:
         registry = ModelRegistry.load(Path(request.models_file)) if request.models_file else ModelRegistry()
         prices = PriceBook.load([Path(p) for p in request.prices]) if request.prices else PriceBook()
@@ -174,7 +174,7 @@ async def run(store: Store, prepared: PreparedRun, run_id: str | None = None, *,
     gateway: Gateway | None = None
     sock_dir = None
     if any(c.agent.uses_model for c in prepared.configs):
-        registry, prices = _models_and_prices(req)
+        registry, prices = models_and_prices(req)
         bodies = store.run_dir(run_id) / "bodies" if req.record_bodies else None
         gateway = Gateway(registry, prices, record_bodies_dir=bodies, allow_unpriced=req.allow_unpriced)
         sock_dir = tempfile.TemporaryDirectory(prefix="agentmeter-gw-")
