@@ -186,6 +186,28 @@ def test_missing_data_shows_na(grid_store: Store, page: Any, artifacts_dir: Path
         assert "n/a" not in _column(page, "leaderboard-table", 3)
 
 
+def test_imported_harbor_run_in_browser(page: Any, artifacts_dir: Path, tmp_path: Path) -> None:
+    """A run imported from a Harbor job directory: the report shows it like any other run,
+    charts and drill-down included, priced as ``agentmeter score`` prices it."""
+    from agentmeter.importers import load_import, save_import
+
+    imported = load_import(Path(__file__).parent / "fixtures" / "imports" / "harbor-job",
+                           run_id="hb")
+    with Store.open(tmp_path / "runs") as store:
+        save_import(store, imported)
+        run_id = imported.run.id
+        path = write_html_report(store, [run_id], tmp_path / "harbor.html")
+        data = collect(store, [run_id])
+    _ready(page, path.as_uri())
+    page.screenshot(path=str(artifacts_dir / "report-imported-harbor.png"), full_page=True)
+    assert page.errors == []
+    assert page.locator("#leaderboard-table tbody tr").count() == 2
+    _check_charts(page, data)
+    page.locator("#trial-table tbody tr").first.click()
+    page.wait_for_selector("#drill:not([hidden]) h2")
+    assert page.locator("#drill h2").inner_text().split(":")[0] in {c.id for c in data.configs}
+
+
 # --- viewer ------------------------------------------------------------------------------
 
 
