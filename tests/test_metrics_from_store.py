@@ -5,6 +5,7 @@ figures are computed in the tests from the definitions (docs/metrics.md)."""
 from __future__ import annotations
 
 import json
+import math
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -313,3 +314,32 @@ def test_agency_several_runs_and_cli(tmp_path: Path) -> None:
     assert code == 0, err
     assert "AgencyBench metrics" in out and "S_avg per capability" in out
     assert "tool invocations" in out and "web_search" in out
+
+
+def test_bootstrap_intervals_for_funnel_agency_and_passk(tmp_path: Path) -> None:
+    """CIs over tasks (repositories) for the figures beyond AMS: each contains its point value,
+    is reproducible for the seed, and is absent where the figure is n/a."""
+    from agentmeter.metrics import load_frame, pass_k_by_config
+    from agentmeter.metrics.uncertainty import mean_interval
+
+    assert mean_interval([0.5, 0.5, 0.5], 200) == (0.5, 0.5)
+    assert mean_interval([0.0, 1.0] * 10, 500) == mean_interval([0.0, 1.0] * 10, 500)
+    lo, hi = mean_interval([0.0, 1.0] * 10, 2000) or (0, 0)
+    assert 0.2 <= lo < 0.5 < hi <= 0.8  # ≈ 0.5 ± 1.96·0.5/√20 = [0.28, 0.72], on a grid of 0.05
+    assert mean_interval([1.0], 100) is None and mean_interval([1.0, math.nan], 100) is None
+    with funnel_store(tmp_path) as store:
+        data = load_trials(store, ["f1"])
+        fun = {r.config_id: r for r in funnel_report(data, resamples=300).rows}
+        ag = {r.config_id: r for r in agency_report(data, resamples=300).rows}
+        pk = pass_k_by_config(load_frame(store, ["f1"]), 1, resamples=300)
+    a = fun["A"]
+    assert a.summary is not None and {"build", "exec", "em", "fm", "sm"} <= set(a.ci)
+    for level, ci in a.ci.items():
+        assert ci.low <= getattr(a.summary, level) <= ci.high, level
+    assert "sm" not in fun["B"].ci  # SM is n/a for B: no interval either
+    for row in ag.values():
+        assert row.summary is not None and "s_avg" in row.ci
+        assert row.ci["s_avg"].low <= row.summary.s_avg <= row.ci["s_avg"].high
+    for p in pk:
+        assert p.pass_at_k is not None and p.ci["pass_at_k"].low <= p.pass_at_k <= p.ci["pass_at_k"].high
+    assert funnel_report(data).rows[0].ci == {}  # no resamples asked: none computed

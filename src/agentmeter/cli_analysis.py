@@ -186,13 +186,14 @@ def score_cmd(
         kk = k if k is not None else (int(frame.attempt.max()) + 1 if len(frame) else 1)
         if kk < 1:
             raise fail("--k must be >= 1")
-        passk = pass_k_by_config(frame, kk)
+        passk = pass_k_by_config(frame, kk, resamples)
         out["pass_k"] = [p.model_dump(mode="json") for p in passk]
     if metric in ("allocation", "all"):
         p = prepare(frame, spec, prices=book, budgets=fixed, calibration_frame=pool)
         alloc = effort_allocation(p.frame)
         out["allocation"] = alloc.model_dump(mode="json")
-    fun, agency = _funnel_agency(st, runs, frame, metric, prices=book if prices else None, k=k)
+    fun, agency = _funnel_agency(st, runs, frame, metric, prices=book if prices else None, k=k,
+                                 resamples=resamples)
     if fun is not None:
         out["funnel"] = fun.model_dump(mode="json")
     if agency is not None:
@@ -219,7 +220,7 @@ _METRICS = ("ams", "passk", "allocation", "funnel", "agency", "all")
 
 
 def _funnel_agency(st: Store, runs: list[str], frame: TrialFrame, metric: str, *,
-                   prices: PriceBook | None, k: int | None
+                   prices: PriceBook | None, k: int | None, resamples: int = 0
                    ) -> tuple[FunnelReport | None, AgencyReport | None]:
     """The funnel and AgencyBench reports the --metric asks for; with ``all`` only those the
     run has data for (funnel keys in a reward.json; recorded rounds or task categories)."""
@@ -231,13 +232,13 @@ def _funnel_agency(st: Store, runs: list[str], frame: TrialFrame, metric: str, *
         raise fail(str(e)) from None
     fun = agency = None
     if metric in ("funnel", "all"):
-        fun = funnel_report(data, prices)
+        fun = funnel_report(data, prices, resamples)
         if metric == "all" and not fun.tasks:
             fun = None
     if metric == "agency" or (metric == "all" and has_agency_data(data)):
         if k is not None and k < 1:
             raise fail("--k must be >= 1")
-        agency = agency_report(data, sorted({1, 2} | ({k} if k else set())))
+        agency = agency_report(data, sorted({1, 2} | ({k} if k else set())), resamples)
     return fun, agency
 
 

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pydantic import BaseModel, Field
 
 from agentmeter.metrics import agency, funnel
+from agentmeter.metrics.scorecard import Interval
+from agentmeter.metrics.uncertainty import intervals
 from agentmeter.pricing import PriceBook
 from agentmeter.store.db import Store, StoreError
 from agentmeter.store.models import ConfigRecord, TaskRecord, TrialRecord, TrialStatus
@@ -134,6 +136,8 @@ class FunnelRow(BaseModel):
     breakdowns: dict[str, dict[str, funnel.FunnelSummary]] = Field(
         default_factory=dict, description="dimension (language, difficulty, domain) -> group -> "
         "the summary over that group's tasks; see funnel_groups")
+    ci: dict[str, Interval] = Field(default_factory=dict, description="bootstrap intervals over "
+                                    "repositories of each funnel level, when resamples > 0")
     n_without_results: int = Field(0, description="scored trials on funnel tasks that left no "
                                    "differential-testing rewards: counted as failed builds")
     usd_per_repo: float | None = None
@@ -187,7 +191,8 @@ def _breakdowns(scored: list[tuple[str, funnel.FunnelScore]],
             for dim in FUNNEL_DIMENSIONS if dim in grouped}
 
 
-def funnel_report(data: StoredTrials, book: PriceBook | None = None) -> FunnelReport:
+def funnel_report(data: StoredTrials, book: PriceBook | None = None,
+                  resamples: int = 0) -> FunnelReport:
     notes: list[str] = []
     cells = _by_cell(data.selected)
     parsed: dict[tuple[str, str], tuple[bool, dict[str, dict[str, float | None]], int] | None] = {}
@@ -229,6 +234,9 @@ def funnel_report(data: StoredTrials, book: PriceBook | None = None) -> FunnelRe
             config_id=cfg.id, label=cfg.label, model=cfg.model.name,
             summary=funnel.summarize(scores) if scores else None,
             breakdowns=_breakdowns(list(zip(scored_tasks, scores, strict=True)), data.tasks),
+            ci=intervals({level: [math.nan if getattr(sc, level) is None else float(getattr(sc, level))
+                                  for sc in scores] for level in ("build", *funnel.LEVELS)},
+                         resamples),
             n_without_results=n_without,
             usd_per_repo=_mean([_cost(t, cfg, book) for t in spend]),
             steps_per_repo=_mean([None if t.turns is None else float(t.turns) for t in spend]),
@@ -272,6 +280,8 @@ class AgencyRow(BaseModel):
                                   description="tool invocations over the rounds counted")
     turns_per_task: float | None = None
     n_infra_only: int = Field(0, description="tasks whose attempts were all infra_invalid")
+    ci: dict[str, Interval] = Field(default_factory=dict, description="bootstrap intervals over "
+                                    "tasks: s_avg (percent) and pass@k, when resamples > 0")
 
 
 class AgencyReport(BaseModel):
@@ -297,7 +307,20 @@ def has_agency_data(data: StoredTrials) -> bool:
         (rec := data.tasks.get(t.task_id)) is not None and rec.category for t in scored)
 
 
-def agency_report(data: StoredTrials, ks: Sequence[int] = (1, 2)) -> AgencyReport:
+def _agency_intervals(outcomes: list[agency.TaskOutcome], summary: agency.AgencySummary | None,
+                      ks: Sequence[int], resamples: int) -> dict[str, Interval]:
+    if summary is None:
+        return {}
+    values: dict[str, list[float]] = {"s_avg": [10.0 * o.final_score for o in outcomes]}
+    for k in ks:
+        if summary.pass_at.get(k) is not None:  # n/a Pass@k gets no interval either
+            values[f"pass@{k}"] = [float(o.passed_round is not None and o.passed_round <= k)
+                                   for o in outcomes]
+    return intervals(values, resamples)
+
+
+def agency_report(data: StoredTrials, ks: Sequence[int] = (1, 2),
+                  resamples: int = 0) -> AgencyReport:
     notes: list[str] = []
     cells = _by_cell(data.selected)
     infra_cells = {(t.config_id, t.task_id) for t in data.selected} - set(cells)
@@ -354,7 +377,7 @@ def agency_report(data: StoredTrials, ks: Sequence[int] = (1, 2)) -> AgencyRepor
             tools=dict(sorted(tools.items(), key=lambda kv: (-kv[1], kv[0]))),
             turns_per_task=(None if not outcomes or any(x is None for x in turns)
                             else sum(x or 0.0 for x in turns) / len(outcomes)),
-            n_infra_only=n_infra))
+            n_infra_only=n_infra, ci=_agency_intervals(outcomes, summary, ks, resamples)))
         if n_infra:
             notes.append(f"{cfg.label}: {n_infra} task(s) with only infra_invalid attempts are "
                          "left out")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from math import comb
 
 import numpy as np
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from agentmeter.metrics.frame import (
     INFRA_INVALID,
@@ -21,6 +21,8 @@ from agentmeter.metrics.frame import (
     quality,
     selected_mask,
 )
+from agentmeter.metrics.scorecard import Interval
+from agentmeter.metrics.uncertainty import intervals
 
 
 def _pairwise(n: IntArray, c: IntArray, k: int, hat: bool) -> FloatArray:
@@ -60,6 +62,8 @@ class PassK(BaseModel):
     pass_hat_k: float | None
     n_tasks: int
     n_tasks_short: int  # tasks with fewer than k scored attempts (left out)
+    #: bootstrap intervals over tasks ("pass_at_k", "pass_hat_k") when resamples were asked for
+    ci: dict[str, Interval] = Field(default_factory=dict)
 
 
 def attempt_counts(frame: TrialFrame) -> tuple[IntArray, IntArray]:
@@ -74,8 +78,10 @@ def attempt_counts(frame: TrialFrame) -> tuple[IntArray, IntArray]:
     return n, c
 
 
-def pass_k_by_config(frame: TrialFrame, k: int) -> list[PassK]:
-    """Mean pass@k and pass^k over each configuration's tasks with ≥ k scored attempts."""
+def pass_k_by_config(frame: TrialFrame, k: int, resamples: int = 0,
+                     level: float = 0.95) -> list[PassK]:
+    """Mean pass@k and pass^k over each configuration's tasks with ≥ k scored attempts, with
+    bootstrap intervals over those tasks when ``resamples`` > 0."""
     n, c = attempt_counts(frame)
     at, hat = pass_at_k(n, c, k), pass_hat_k(n, c, k)
     out = []
@@ -85,5 +91,7 @@ def pass_k_by_config(frame: TrialFrame, k: int) -> list[PassK]:
         out.append(PassK(config_id=info.id, k=k,
                          pass_at_k=float(at[ci, ok].mean()) if ok.any() else None,
                          pass_hat_k=float(hat[ci, ok].mean()) if ok.any() else None,
-                         n_tasks=int(ok.sum()), n_tasks_short=int((touched & ~ok).sum())))
+                         n_tasks=int(ok.sum()), n_tasks_short=int((touched & ~ok).sum()),
+                         ci=intervals({"pass_at_k": at[ci, ok], "pass_hat_k": hat[ci, ok]},
+                                      resamples, level)))
     return out

@@ -11,6 +11,7 @@ selection rule). Intervals are percentile intervals.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -27,6 +28,7 @@ from agentmeter.metrics.frame import (
     TrialFrame,
     cell_matrix,
 )
+from agentmeter.metrics.scorecard import Interval
 
 #: headline figures that get intervals
 HEADLINE = ("ams", "pass_rate", "tok_per_pass", "usd_per_pass", *(f"score_{g}" for g in TIERS))
@@ -116,3 +118,32 @@ def bootstrap(cells: CellMatrix, plan: ScoringPlan, strata: IntArray, resamples:
             for name, v in headline(statistics(drawn, plan, weights[r:r + 1])).items():
                 parts[name].append(v)
     return {name: np.concatenate(v, axis=0) for name, v in parts.items()}
+
+
+def mean_interval(values: FloatArray | Sequence[float], resamples: int, level: float = 0.95,
+                  seed: int = 0) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of a mean over independent units (tasks, repositories):
+    the CIs of the pass@k, CLI-Tool-Bench and AgencyBench figures. None with fewer than two
+    units, no resamples, or any unit n/a (NaN)."""
+    v = np.asarray(values, dtype=np.float64)
+    if resamples <= 0 or len(v) < 2 or np.isnan(v).any():
+        return None
+    rng = np.random.default_rng(seed)
+    means = np.empty(resamples)
+    for start in range(0, resamples, 1000):  # bounded memory for many units
+        stop = min(resamples, start + 1000)
+        means[start:stop] = v[rng.integers(0, len(v), size=(stop - start, len(v)))].mean(axis=1)
+    tail = (1 - level) / 2 * 100
+    lo, hi = np.percentile(means, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+def intervals(values: Mapping[str, FloatArray | Sequence[float]], resamples: int,
+              level: float = 0.95) -> dict[str, Interval]:
+    """:func:`mean_interval` of each named list of per-unit values; n/a ones are left out."""
+    out = {}
+    for name, v in values.items():
+        ci = mean_interval(v, resamples, level)
+        if ci is not None:
+            out[name] = Interval(low=ci[0], high=ci[1])
+    return out

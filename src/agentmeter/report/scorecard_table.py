@@ -13,6 +13,7 @@ from rich.text import Text
 from agentmeter.metrics import TIERS, ConfigRow, PassK, RankAgreement, Scorecard
 from agentmeter.metrics.allocation import EffortAllocation, PassFailSplit
 from agentmeter.metrics.from_store import FUNNEL_DIMENSIONS, AgencyReport, FunnelReport
+from agentmeter.metrics.scorecard import Interval
 
 NA = "n/a"
 
@@ -122,8 +123,10 @@ def passk_table(rows: list[PassK], labels: dict[str, str]) -> Table:
                   f"tasks with < {k} attempts", title=f"pass@{k} / pass^{k}",
                   title_justify="left")
     for r in rows:
-        table.add_row(labels.get(r.config_id, r.config_id), _f(r.pass_at_k), _f(r.pass_hat_k),
-                      str(r.n_tasks), str(r.n_tasks_short))
+        cis = {name: "" if name not in r.ci else f" [{r.ci[name].low:.3f}, {r.ci[name].high:.3f}]"
+               for name in ("pass_at_k", "pass_hat_k")}
+        table.add_row(labels.get(r.config_id, r.config_id), _f(r.pass_at_k) + cis["pass_at_k"],
+                      _f(r.pass_hat_k) + cis["pass_hat_k"], str(r.n_tasks), str(r.n_tasks_short))
     return table
 
 
@@ -188,12 +191,16 @@ def funnel_table(report: FunnelReport, title: str) -> RenderableType:
     for r in report.rows:
         s = r.summary
         table.add_row(_label(r.label, r.model), "0" if s is None else str(s.n),
-                      *(_pct(getattr(s, m) if s else None)
+                      *(_pct(getattr(s, m) if s else None) + _ci_pct(r.ci.get(m))
                         for m in ("build", "exec", "side_effects", "em", "fm", "sm")),
                       _f(r.steps_per_repo, ".1f"), _f(r.prompt_ktok_per_repo, ".1f"),
                       _f(r.completion_ktok_per_repo, ".1f"), _usd(r.usd_per_repo))
     return Group(table, *_funnel_breakdowns(report),
                  *(Text(f"note: {n}", style="yellow") for n in report.notes))
+
+
+def _ci_pct(ci: Interval | None) -> str:
+    return "" if ci is None else f" [{ci.low:.0%}, {ci.high:.0%}]"
 
 
 def _funnel_breakdowns(report: FunnelReport) -> list[Table]:
@@ -233,7 +240,9 @@ def agency_table(report: AgencyReport, title: str) -> RenderableType:
         pass_at = [_pct(s.pass_at.get(k)) if s else NA for k in report.ks]
         table.add_row(
             _label(r.label, r.model), "0" if s is None else str(s.n_tasks),
-            NA if s is None else f"{s.s_avg:.1f}", NA if s is None else f"{s.att:.2f}",
+            NA if s is None else f"{s.s_avg:.1f}" + (
+                f" [{r.ci['s_avg'].low:.1f}, {r.ci['s_avg'].high:.1f}]" if "s_avg" in r.ci else ""),
+            NA if s is None else f"{s.att:.2f}",
             *pass_at, NA if s is None or s.rise is None else f"{s.rise:+.1f}%",
             NA if s is None or s.tokens_per_scenario is None
             else f"{s.tokens_per_scenario / 1e6:.3g}",
