@@ -225,3 +225,31 @@ def test_parsers_reject_garbage_instead_of_guessing(agent: str) -> None:
             parse(garbage)
     empty = parse(ParseInput("", "", 0, {}))
     assert empty.usage is None and not empty.tool_calls and not empty.completed
+
+
+@pytest.mark.docker
+async def test_cli_on_the_docker_backend(tmp_path: Path, docker_daemon: object) -> None:
+    """A real CLI installed into a cached image layer of the Docker backend: the gateway
+    reaches the container through the exposed socket, the solver passes, accounting agrees,
+    and a second run reuses the installed layer."""
+    task = "log-level-counts"
+    req = RunRequest(suites=["starter"], task_ids=[task], agents=["codex"],
+                     models=["scripted/solver", "scripted/quitter"], backend="docker",
+                     max_infra_retries=0)
+    _, _, trials = await _run(tmp_path / "first", req)
+    solved, quit_ = trials[f"scripted/solver:{task}"], trials[f"scripted/quitter:{task}"]
+    assert solved.status is TrialStatus.PASSED, solved.error
+    assert quit_.status is TrialStatus.FAILED, quit_.error
+    _assert_accounting("codex", solved)
+    images = _docker_images()
+    _, _, again = await _run(tmp_path / "again", req)
+    assert again[f"scripted/solver:{task}"].status is TrialStatus.PASSED
+    assert _docker_images() == images  # the install was reused: no image layer built again
+
+
+def _docker_images() -> set[str]:
+    import subprocess
+
+    r = subprocess.run(["docker", "images", "-q", "--no-trunc"], capture_output=True, text=True,
+                       check=True)
+    return set(r.stdout.split())
