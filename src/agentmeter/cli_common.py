@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -27,7 +28,11 @@ def fail(message: str) -> typer.Exit:
 
 
 def open_store(store: Path | None) -> Store:
+    """The store of ``--store DIR`` (default ./.agentmeter): SQLite in DIR, or the database at
+    ``$AGENTMETER_DATABASE_URL`` (e.g. PostgreSQL) with the artifacts still under DIR."""
+    runs_dir = store or default_runs_dir()
+    url = os.environ.get("AGENTMETER_DATABASE_URL")
     try:
-        return Store.open(store or default_runs_dir())
+        return Store.open(url, runs_dir=runs_dir) if url else Store.open(runs_dir)
     except StoreError as e:
         raise fail(str(e)) from None

@@ -1,0 +1,83 @@
+"""The store on a real PostgreSQL server (started by the test setup): the same records, the
+same metrics, reports and trial listings as on SQLite, and a CLI run with resume against it
+(``AGENTMETER_DATABASE_URL``)."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+from pg_fixtures import postgres_url_fixture  # noqa: F401
+from taskgen import make_task
+from test_report_store import populate_grid
+from typer.testing import CliRunner
+
+from agentmeter.metrics import ScoringSpec, load_frame, score
+from agentmeter.metrics.frame import ROW_COLUMNS
+from agentmeter.report.html.collect import collect
+from agentmeter.report.html.trials import TrialQuery, trial_page
+from agentmeter.store.db import Store
+
+
+@pytest.fixture
+def pg_url(postgres_url: str) -> Iterator[str]:
+    """A fresh database on the session's server for one test."""
+    name = "t_" + secrets.token_hex(6)
+    admin = sa.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    url = sa.make_url(postgres_url).set(database=name)
+    yield url.render_as_string(hide_password=False)
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"DROP DATABASE {name} WITH (FORCE)")
+    admin.dispose()
+
+
+def test_same_metrics_report_and_listing_as_sqlite(pg_url: str, tmp_path: Path) -> None:
+    with Store.open(pg_url, runs_dir=tmp_path / "pg") as pg, Store.open(tmp_path / "lite") as lite:
+        assert pg.engine.dialect.name == "postgresql"
+        for st in (pg, lite):
+            populate_grid(st)
+        frames = [load_frame(st, ["grid"]) for st in (pg, lite)]
+        for name in ROW_COLUMNS:
+            np.testing.assert_array_equal(getattr(frames[0], name), getattr(frames[1], name),
+                                          err_msg=name)
+        spec = ScoringSpec(resamples=50)
+        cards = [score(f, spec) for f in frames]
+        assert [r.ams for r in cards[0].rows] == [r.ams for r in cards[1].rows]
+        assert [r.ci for r in cards[0].rows] == [r.ci for r in cards[1].rows]
+        reports = [collect(st, ["grid"]) for st in (pg, lite)]
+        assert reports[0].tools == reports[1].tools and reports[0].cells is not None
+        for sort in ("tools", "tokens", "cost", "status"):
+            pages = [trial_page(st, ["grid"], TrialQuery(sort=sort, desc=True), 0, 25)
+                     for st in (pg, lite)]
+            assert pages[0] == pages[1], sort
+        assert pg.latest_completed_trials("grid") == lite.latest_completed_trials("grid")
+
+
+def test_cli_run_and_resume_on_postgres(pg_url: str, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentmeter.cli import app
+
+    monkeypatch.setenv("AGENTMETER_DATABASE_URL", pg_url)
+    suite = tmp_path / "suite"
+    for name in ("a", "b"):
+        make_task(suite, name)
+    args = ["run", "--suite", str(suite), "-a", "oracle", "-a", "nop", "--run-id", "pg",
+            "--store", str(tmp_path / "artifacts")]
+    runner = CliRunner()
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0 and "4 trials (4 already complete)" in res.output
+    with Store.open(pg_url, runs_dir=tmp_path / "artifacts") as st:
+        trials = st.latest_completed_trials("pg")
+        assert sorted((t.task_id, t.status.value) for t in trials) == [
+            ("a", "failed"), ("a", "passed"), ("b", "failed"), ("b", "passed")]
+        logs = [a for t in trials for a in st.artifacts("pg", t.id) if a.name == "verifier.log"]
+        assert len(logs) == 4 and all((st.run_dir("pg") / a.relpath).is_file() for a in logs)
+    assert not (tmp_path / "artifacts" / "agentmeter.db").exists()  # nothing went to SQLite
