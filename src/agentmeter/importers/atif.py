@@ -32,7 +32,7 @@ from typing import Any
 from agentmeter.agents.cli.agent import TRAJECTORY
 from agentmeter.agents.native.agent import TRANSCRIPT
 from agentmeter.importers.common import ImportFormatError
-from agentmeter.store.db import Store, StoreError
+from agentmeter.store.db import Store
 from agentmeter.store.models import (
     NO_MODEL,
     ArtifactRecord,
@@ -321,9 +321,7 @@ def trajectory(store: Store, run: RunRecord, trial: TrialRecord, config: ConfigR
 
 def atif_export(store: Store, run_id: str) -> AtifExport:
     """Every finished try of a run as an ATIF document (nothing is written)."""
-    run = store.get_run(run_id)
-    if run is None:
-        raise StoreError(f"no run {run_id!r} in {store.where}")
+    run = store.require_run(run_id)
     configs = {c.id: c for c in store.run_configs(run_id)}
     tasks = {t.id: t for t in store.run_tasks(run_id)}
     instructions = _Instructions()

@@ -12,7 +12,7 @@ from typing import Any
 
 from agentmeter.importers.common import ImportFormatError, seconds
 from agentmeter.importers.table import require_pyarrow
-from agentmeter.store.db import Store, StoreError
+from agentmeter.store.db import Store
 from agentmeter.store.models import TrialStatus
 
 EXPORT_COLUMNS = ("run_id", "trial_id", "config_id", "config", "model", "price_key", "agent",
@@ -28,8 +28,7 @@ FORMATS = ("csv", "jsonl", "parquet")
 def export_rows(store: Store, run_id: str) -> list[dict[str, Any]]:
     """One row per stored try (pending/running ones too: their status says so). ``selected``
     marks the latest completed try of each (config, task, attempt), the one metrics use."""
-    if store.get_run(run_id) is None:
-        raise StoreError(f"no run {run_id!r} in {store.where}")
+    store.require_run(run_id)
     configs = {c.id: c for c in store.run_configs(run_id)}
     tasks = {t.id: t for t in store.run_tasks(run_id)}
     selected = {(t.id, t.try_number) for t in store.latest_completed_trials(run_id)}

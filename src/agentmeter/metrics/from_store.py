@@ -32,7 +32,7 @@ from agentmeter.metrics import agency, funnel
 from agentmeter.metrics.scorecard import Interval
 from agentmeter.metrics.uncertainty import intervals
 from agentmeter.pricing import PriceBook
-from agentmeter.store.db import Store, StoreError
+from agentmeter.store.db import Store
 from agentmeter.store.models import ConfigRecord, TaskRecord, TrialRecord, TrialStatus
 
 NO_CATEGORY = "(none)"
@@ -48,12 +48,7 @@ class StoredTrials:
 
 def load_trials(store: Store, run_ids: Sequence[str],
                 task_ids: Collection[str] | None = None) -> StoredTrials:
-    runs = []
-    for rid in run_ids:
-        run = store.get_run(rid)
-        if run is None:
-            raise StoreError(f"no run {rid!r} in {store.where}")
-        runs.append(run)
+    runs = [store.require_run(rid) for rid in run_ids]
     runs.sort(key=lambda r: (r.created_at, r.id))
     configs: dict[str, ConfigRecord] = {}
     tasks: dict[str, TaskRecord] = {}

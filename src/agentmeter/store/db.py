@@ -139,6 +139,13 @@ class Store:
         rows = self._read(sa.select(s.runs).where(s.runs.c.id == run_id))
         return s.run_from_row(rows[0]) if rows else None
 
+    def require_run(self, run_id: str) -> RunRecord:
+        """The run, or :class:`StoreError` naming it and this store."""
+        run = self.get_run(run_id)
+        if run is None:
+            raise StoreError(f"no run {run_id!r} in {self.where}")
+        return run
+
     def list_runs(self, limit: int | None = None) -> list[RunRecord]:
         """Newest first."""
         stmt = sa.select(s.runs).order_by(s.runs.c.created_at.desc(), s.runs.c.id.desc())

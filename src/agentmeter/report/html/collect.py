@@ -125,12 +125,7 @@ def collect(store: Store, run_ids: Sequence[str], spec: ScoringSpec | None = Non
     ids = list(dict.fromkeys(run_ids))
     if not ids:
         raise StoreError("report: no run given")
-    runs = []
-    for rid in ids:
-        run = store.get_run(rid)
-        if run is None:
-            raise StoreError(f"no run {rid!r} in {store.where}")
-        runs.append(run)
+    runs = [store.require_run(rid) for rid in ids]
     spec = spec or ScoringSpec(resamples=DEFAULT_RESAMPLES)
     frame = load_frame(store, ids)
     problems: list[str] = []
