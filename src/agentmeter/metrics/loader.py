@@ -77,23 +77,22 @@ def load_frame(store: Store, run_ids: str | Sequence[str]) -> TrialFrame:
                            *(t.c[c] for c in _USAGE), t.c.cost_usd, t.c.turns, t.c.model_calls,
                            tool_expr.label("tools") if tool_expr is not None
                            else t.c.tool_calls]
-        config_ids = sorted(set(conn.execute(sa.select(t.c.config_id).distinct()
-                                             .where(t.c.run_id.in_(ids))).scalars())
-                            | set(conn.execute(sa.select(s.run_configs.c.config_id).where(
-                                s.run_configs.c.run_id.in_(ids))).scalars()))
-        task_ids = sorted(set(tier) | set(conn.execute(
-            sa.select(t.c.task_id).distinct().where(t.c.run_id.in_(ids))).scalars()))
-        cfg_rows = {r.id: r for r in conn.execute(
-            sa.select(s.configs).where(s.configs.c.id.in_(config_ids))).all()}
-        t_pos = {tid: i for i, tid in enumerate(task_ids)}
-        c_pos = {cid: i for i, cid in enumerate(config_ids)}
         # in chunks, straight into arrays: a million row tuples alive at once would cost
-        # memory and, through the garbage collector's passes over them, most of the time
+        # memory and, through the garbage collector's passes over them, most of the time.
+        # Ids are coded in the order first seen, then recoded to sorted positions at the end.
+        c_seen: dict[str, int] = {}
+        t_seen: dict[str, int] = {}
         chunks: list[list[np.ndarray]] = []
         result = conn.execution_options(stream_results=True, yield_per=_CHUNK).execute(
             sa.select(*cols).where(t.c.run_id.in_(ids)))
         for part in result.partitions(_CHUNK):
-            chunks.append(_columns(part, run_rank, c_pos, t_pos, tool_expr is None))
+            chunks.append(_columns(part, run_rank, c_seen, t_seen, tool_expr is None))
+        config_ids = sorted(set(c_seen) | set(conn.execute(sa.select(s.run_configs.c.config_id)
+                                                           .where(s.run_configs.c.run_id.in_(ids)))
+                                               .scalars()))
+        task_ids = sorted(set(tier) | set(t_seen))
+        cfg_rows = {r.id: r for r in conn.execute(
+            sa.select(s.configs).where(s.configs.c.id.in_(config_ids))).all()}
     configs = [ConfigInfo(id=c, label=cfg_rows[c].label if c in cfg_rows else c,
                           model=cfg_rows[c].model_name if c in cfg_rows else "?",
                           agent=cfg_rows[c].agent_name if c in cfg_rows else "?",
@@ -103,6 +102,8 @@ def load_frame(store: Store, run_ids: str | Sequence[str]) -> TrialFrame:
     columns: list[Any] = ([np.concatenate([ch[i] for ch in chunks]) for i in range(n_cols)] if chunks
                else [np.zeros(0, dtype=np.int64)] * 5 + [np.zeros(0)] * (n_cols - 5))
     config_col, task_col, attempt, try_order, code = columns[:5]
+    config_col = _recode(c_seen, config_ids)[config_col]
+    task_col = _recode(t_seen, task_ids)[task_col]
     final = code >= 0
     skipped = int((~final).sum())
     if skipped:
@@ -122,10 +123,17 @@ def load_frame(store: Store, run_ids: str | Sequence[str]) -> TrialFrame:
         turns=f(13), model_calls=f(14), tool_calls=f(15), notes=notes)
 
 
-def _columns(part: Sequence[Any], run_rank: dict[str, int], c_pos: dict[str, int],
-             t_pos: dict[str, int], tools_as_json: bool) -> list[np.ndarray]:
-    """One chunk of trial rows as arrays: config, task, attempt, try order, status code, then
-    the float columns reward … model_calls and the tool-call total."""
+def _recode(seen: dict[str, int], ordered: list[str]) -> np.ndarray:
+    """First-seen code -> position in ``ordered``."""
+    pos = {x: i for i, x in enumerate(ordered)}
+    return np.array([pos[x] for x in seen], dtype=np.int64)
+
+
+def _columns(part: Sequence[Any], run_rank: dict[str, int], c_seen: dict[str, int],
+             t_seen: dict[str, int], tools_as_json: bool) -> list[np.ndarray]:
+    """One chunk of trial rows as arrays: config and task (first-seen codes, ``*_seen`` grow),
+    attempt, try order, status code, then the float columns reward … model_calls and the
+    tool-call total."""
     cols = list(zip(*part, strict=True))
     try_order = (np.array([run_rank[r] for r in cols[0]], dtype=np.int64) * _RUN_STRIDE
                  + np.array(cols[4], dtype=np.int64))
@@ -134,7 +142,7 @@ def _columns(part: Sequence[Any], run_rank: dict[str, int], c_pos: dict[str, int
                           for v in cols[16]], dtype=np.float64)
     else:
         tools = np.array(cols[16], dtype=np.float64)
-    return [np.array([c_pos[c] for c in cols[1]], dtype=np.int64),
-            np.array([t_pos[x] for x in cols[2]], dtype=np.int64),
+    return [np.array([c_seen.setdefault(c, len(c_seen)) for c in cols[1]], dtype=np.int64),
+            np.array([t_seen.setdefault(x, len(t_seen)) for x in cols[2]], dtype=np.int64),
             np.array(cols[3], dtype=np.int64), try_order, np.array(cols[5], dtype=np.int64),
             *(np.array(cols[i], dtype=np.float64) for i in range(6, 16)), tools]

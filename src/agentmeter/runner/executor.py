@@ -41,26 +41,27 @@ async def prepare_environments(ctx: TrialContext, plan: list[PlannedTrial],
     Each agent's own install is built first, alone: a version that cannot be installed fails
     once, with the installer's last lines, instead of once per task."""
     errors: dict[str, str] = {}
-    agent_errors: dict[tuple[str, str | None, str], str] = {}
+    #: (agent, version, base) -> None when installed, else the install error
+    installs: dict[tuple[str, str | None, str], str | None] = {}
     for p in plan:
         agent, base = p.config.agent, p.task.base
         akey = (agent.name, agent.version, base)
-        if not agent.layers() or akey in agent_errors:
+        if not agent.layers() or akey in installs:
             continue
-        agent_errors[akey] = ""
+        installs[akey] = None
         if on_prepare:
             on_prepare(f"agent {agent.name}" + (f"@{agent.version}" if agent.version else ""))
         try:
             await ctx.backend.prepare(SandboxSpec(base=base, layers=tuple(agent.layers())))
         except SandboxError as e:
-            agent_errors[akey] = f"agent install failed ({agent.name}@{agent.version}): {e}"
+            installs[akey] = f"agent install failed ({agent.name}@{agent.version}): {e}"
     seen: set[str] = set()
     for p in plan:
         key = _env_key(p)
         if key in seen:
             continue
         seen.add(key)
-        failed = agent_errors.get((p.config.agent.name, p.config.agent.version, p.task.base))
+        failed = installs.get((p.config.agent.name, p.config.agent.version, p.task.base))
         if failed:
             errors[key] = failed
             continue
