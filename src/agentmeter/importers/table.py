@@ -118,10 +118,7 @@ class _Row:
         col, v = self.raw(field)
         if v is None:
             return None
-        try:
-            f = float(v) if not isinstance(v, bool) else math.nan
-        except (TypeError, ValueError):
-            f = math.nan
+        f = _as_float(v)
         if not math.isfinite(f) or f != int(f) or f < 0:
             raise self.fail(col or field, f"expected a whole number >= 0, got {v!r}")
         return int(f)
@@ -130,10 +127,7 @@ class _Row:
         col, v = self.raw(field)
         if v is None:
             return None
-        try:
-            f = float(v) if not isinstance(v, bool) else math.nan
-        except (TypeError, ValueError):
-            f = math.nan
+        f = _as_float(v)
         if not math.isfinite(f) or f < 0:
             raise self.fail(col or field, f"expected a number >= 0, got {v!r}")
         if field == "reward" and f > 1:
@@ -231,3 +225,13 @@ def import_table(path: Path, mapping: Mapping | None = None,
                      source=source, origin=path,
                      settings={"format": "table", "mapping": mapping.path,
                                "fields": [f for f in FIELDS if mapping.column(f, columns)]})
+
+
+def _as_float(v: object) -> float:
+    """A cell as a float; NaN for booleans and anything that is not a number."""
+    if isinstance(v, bool):
+        return math.nan
+    try:
+        return float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return math.nan
