@@ -11,7 +11,6 @@ under ``$KIMI_SHARE_DIR/sessions``).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from agentmeter.agents.cli.spec import (
@@ -20,6 +19,7 @@ from agentmeter.agents.cli.spec import (
     ParsedRun,
     ParseInput,
     Step,
+    chat_tool_calls,
     int_of,
     json_lines,
 )
@@ -92,17 +92,9 @@ def parse(run: ParseInput) -> ParsedRun:
             if text.strip():
                 last_text = text
                 out.message(text)
-            for call in ev.get("tool_calls") or []:
-                fn = call.get("function") if isinstance(call, dict) else None
-                if isinstance(fn, dict):
-                    try:
-                        args = json.loads(fn.get("arguments") or "{}")
-                    except ValueError:
-                        args = fn.get("arguments")
-                    name = str(fn.get("name") or "?")
-                    path = args.get("path") if isinstance(args, dict) and name == "ReadFile" \
-                        else None
-                    out.tool(name, args, path if isinstance(path, str) else None)
+            for name, args in chat_tool_calls(ev):
+                path = args.get("path") if isinstance(args, dict) and name == "ReadFile" else None
+                out.tool(name, args, path if isinstance(path, str) else None)
             if not ev.get("tool_calls"):
                 out.final_message = last_text
                 out.completed = True

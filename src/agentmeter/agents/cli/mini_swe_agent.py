@@ -14,7 +14,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agentmeter.agents.cli.spec import CliDefinition, CliSpec, ParsedRun, ParseInput, Step, int_of
+from agentmeter.agents.cli.spec import (
+    CliDefinition,
+    CliSpec,
+    ParsedRun,
+    ParseInput,
+    Step,
+    chat_tool_calls,
+    int_of,
+)
 from agentmeter.store.models import TokenUsage
 
 TRAJECTORY = "${state}/trajectory.json"
@@ -73,14 +81,8 @@ def parse(run: ParseInput) -> ParsedRun:
             turns += 1
             if isinstance(m.get("content"), str) and m["content"].strip():
                 out.message(m["content"])
-            for call in m.get("tool_calls") or []:
-                fn = call.get("function") if isinstance(call, dict) else None
-                if isinstance(fn, dict):
-                    try:
-                        args = json.loads(fn.get("arguments") or "{}")
-                    except ValueError:
-                        args = fn.get("arguments")
-                    out.tool(str(fn.get("name") or "?"), args)
+            for name, args in chat_tool_calls(m):
+                out.tool(name, args)
             for action in extra.get("actions") or []:
                 if not m.get("tool_calls") and isinstance(action, dict):
                     out.tool("bash", action)  # text protocol: one fenced command per turn

@@ -16,6 +16,7 @@ Everything a spec cannot say declaratively (reading the transcript) is its modul
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import string
@@ -140,6 +141,21 @@ def shell_read_paths(command: str) -> list[str]:
         if words[0] == "sed" and operands and not scripted:
             operands = operands[1:]  # the script
         out.extend(w for w in operands if w != "-" and not w.startswith("$("))
+    return out
+
+
+def chat_tool_calls(message: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """(name, arguments) of an OpenAI-Chat-shaped message's ``tool_calls``; arguments decoded
+    from their JSON string when they are JSON, kept as given otherwise."""
+    out = []
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if isinstance(fn, dict):
+            try:
+                args = json.loads(fn.get("arguments") or "{}")
+            except (TypeError, ValueError):
+                args = fn.get("arguments")
+            out.append((str(fn.get("name") or "?"), args))
     return out
 
 
