@@ -33,9 +33,9 @@ from agentmeter.metrics import (
     load_frame,
     score,
 )
+from agentmeter.records import AgentSpec, ConfigRecord, ModelSpec, RunRecord
 from agentmeter.store import schema as s
 from agentmeter.store.db import Store
-from agentmeter.store.models import AgentSpec, ConfigRecord, ModelSpec, RunRecord
 
 
 def synthetic(n_configs: int, n_tasks: int, seed: int = 0) -> dict[str, Any]:

@@ -27,12 +27,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from agentmeter.report.html import write_html_report
-from agentmeter.report.viewer import start_in_thread
-from agentmeter.store import schema as s
-from agentmeter.store.artifacts import safe_trial_name
-from agentmeter.store.db import Store
-from agentmeter.store.models import (
+from agentmeter.records import (
     AgentSpec,
     ConfigRecord,
     ModelCallRecord,
@@ -43,6 +38,11 @@ from agentmeter.store.models import (
     TrialRecord,
     TrialStatus,
 )
+from agentmeter.report.html import write_html_report
+from agentmeter.report.viewer import start_in_thread
+from agentmeter.store import schema as s
+from agentmeter.store.artifacts import safe_trial_name
+from agentmeter.store.db import Store
 
 MODELS = ["openai/gpt-5", "anthropic/claude-sonnet-4", "deepseek/deepseek-chat",
           "moonshot/kimi-k2", "zhipu/glm-4.6", "scripted/solver"]

@@ -16,6 +16,11 @@ from docker_fixtures import docker_backend_fixture, docker_daemon_fixture  # noq
 from agentmeter.sandbox.local import LocalBackend
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+SRC = Path(__file__).resolve().parent.parent / "src"
+
+# subprocesses (``python -m agentmeter.cli …``) import the source tree, as pytest itself does
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(SRC), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
 
 
 @pytest.fixture(scope="session")

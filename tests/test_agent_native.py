@@ -12,7 +12,7 @@ import pytest
 
 import agentmeter
 from agentmeter.agents.base import AgentContext, AgentRun, GatewayEndpoint
-from agentmeter.agents.native import TRANSCRIPT, NativeAgent, NativeOptions, factory
+from agentmeter.agents.native import NativeAgent, NativeOptions, factory
 from agentmeter.agents.native.agent import system_prompt
 from agentmeter.agents.native.compaction import SUMMARY_HEADER
 from agentmeter.agents.native.messages import TRUNCATION_MARKER, Message, ToolCall
@@ -20,6 +20,7 @@ from agentmeter.agents.native.model_client import render
 from agentmeter.agents.native.tools import MEMORY_PATH, TOOLS, ToolBox
 from agentmeter.gateway import Budget, Gateway, ModelRegistry, ScriptedContext, TrialMeter
 from agentmeter.pricing import PriceBook
+from agentmeter.records import NATIVE_TRANSCRIPT
 from agentmeter.sandbox.local import LocalBackend
 from agentmeter.sandbox.protocol import Sandbox
 from agentmeter.sandbox.spec import LayerSpec, SandboxSpec
@@ -80,7 +81,7 @@ async def reward(sandbox: Sandbox, task: Task) -> float:
 
 
 def transcript(run: AgentRun) -> list[dict[str, Any]]:
-    path, kind = run.artifacts[TRANSCRIPT]
+    path, kind = run.artifacts[NATIVE_TRANSCRIPT]
     assert kind == "transcript"
     value = json.loads(path.read_text())
     assert isinstance(value, list)

@@ -15,9 +15,9 @@ from test_agents_cli import FIELDS, _assert_accounting, _install, _run, _traject
 
 from agentmeter.agents.cli import DEFINITIONS, ParseInput
 from agentmeter.agents.registry import agent_names, make_agent
+from agentmeter.records import TrialStatus
 from agentmeter.runner.session import RunRequest
 from agentmeter.sandbox.local import LocalBackend
-from agentmeter.store.models import TrialStatus
 
 AGENT = "opencode"
 TASKS = ["log-level-counts", "fix-pagination-bug"]

@@ -21,10 +21,10 @@ from typer.testing import CliRunner
 
 from agentmeter.cli import app
 from agentmeter.importers.atif import SCHEMA_VERSION, atif_export
+from agentmeter.records import TrialRecord, TrialStatus
 from agentmeter.runner.session import RunRequest, prepare, run
 from agentmeter.sandbox.local import LocalBackend
 from agentmeter.store.db import Store
-from agentmeter.store.models import TrialRecord, TrialStatus
 from agentmeter.tasks.suite import load_suites
 
 TASK = "log-level-counts"

@@ -15,8 +15,7 @@ from test_metrics_store import populate
 from typer.testing import CliRunner
 
 from agentmeter.cli import app
-from agentmeter.store.db import Store
-from agentmeter.store.models import (
+from agentmeter.records import (
     AgentSpec,
     ConfigRecord,
     ModelCallRecord,
@@ -27,6 +26,7 @@ from agentmeter.store.models import (
     TrialRecord,
     TrialStatus,
 )
+from agentmeter.store.db import Store
 
 S = TrialStatus
 T0 = datetime(2026, 6, 4, tzinfo=UTC)

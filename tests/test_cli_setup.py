@@ -29,8 +29,8 @@ def test_setup_builds_environments_and_agents_once(tmp_path: Path) -> None:
 
 def test_agent_version_that_cannot_install_fails_once_with_the_installers_words(tmp_path: Path) -> None:
     from agentmeter.paths import cache_dir
+    from agentmeter.records import TrialStatus
     from agentmeter.store.db import Store
-    from agentmeter.store.models import TrialStatus
 
     suite = tmp_path / "suite"
     for i in range(3):

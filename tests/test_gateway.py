@@ -19,7 +19,7 @@ from agentmeter.gateway import Budget, Gateway, ModelRegistry, UpstreamModel
 from agentmeter.gateway.scripted.policy import Policy
 from agentmeter.gateway.scripted.server import Exchange, make_app
 from agentmeter.pricing import PriceBook
-from agentmeter.store.models import TokenUsage
+from agentmeter.records import TokenUsage
 
 SECRET = "sk-test-SECRET-do-not-leak-0123456789"
 PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
@@ -454,7 +454,7 @@ def test_gateway_serve_meters_any_client(tmp_path: Path) -> None:
     from openai import OpenAI
     from polling import eventually
 
-    from agentmeter.store.models import ModelCallRecord
+    from agentmeter.records import ModelCallRecord
 
     out = tmp_path / "calls.jsonl"
     proc = subprocess.Popen([sys.executable, "-m", "agentmeter.cli", "gateway", "serve", "-m",

@@ -163,9 +163,9 @@ async def test_upstream_down_for_a_whole_trial_is_infra_invalid_retried_and_kept
     from taskgen import make_task
 
     from agentmeter.metrics import ScoringSpec, load_frame, score
+    from agentmeter.records import TrialStatus
     from agentmeter.runner.session import RunRequest, prepare, run
     from agentmeter.store.db import Store
-    from agentmeter.store.models import TrialStatus
 
     seen = 0
 

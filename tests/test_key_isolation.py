@@ -12,9 +12,9 @@ from taskgen import make_task
 
 from agentmeter.gateway.scripted.policy import Policy
 from agentmeter.gateway.scripted.server import Exchange, make_app
+from agentmeter.records import TrialStatus
 from agentmeter.runner.session import RunRequest, prepare, run
 from agentmeter.store.db import Store
-from agentmeter.store.models import TrialStatus
 
 EVIDENCE = r"""
 { echo '== env'; env

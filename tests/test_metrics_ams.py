@@ -30,7 +30,7 @@ from agentmeter.metrics import (
     tier_score,
 )
 from agentmeter.pricing import ModelRates, PriceBook, PricingSnapshot
-from agentmeter.store.models import TokenUsage
+from agentmeter.records import TokenUsage
 
 P, F, INF = STATUS_CODE["passed"], STATUS_CODE["failed"], STATUS_CODE["infra_invalid"]
 

@@ -16,8 +16,7 @@ from typer.testing import CliRunner
 
 from agentmeter.cli import app
 from agentmeter.metrics.from_store import agency_report, funnel_report, load_trials
-from agentmeter.store.db import Store
-from agentmeter.store.models import (
+from agentmeter.records import (
     AgentSpec,
     ConfigRecord,
     ModelSpec,
@@ -27,6 +26,7 @@ from agentmeter.store.models import (
     TrialRecord,
     TrialStatus,
 )
+from agentmeter.store.db import Store
 
 S = TrialStatus
 T0 = datetime(2026, 6, 4, tzinfo=UTC)

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 from agentmeter.metrics import ScoringSpec, load_frame, score, selected_mask, table1
-from agentmeter.store.db import Store, StoreError
-from agentmeter.store.models import (
+from agentmeter.records import (
     AgentSpec,
     ConfigRecord,
     ModelSpec,
@@ -21,6 +20,7 @@ from agentmeter.store.models import (
     TrialRecord,
     TrialStatus,
 )
+from agentmeter.store.db import Store, StoreError
 
 S = TrialStatus
 TASKS = {"e1": "easy", "e2": "easy", "m1": "medium", "m2": "medium", "h1": "hard", "h2": "hard"}

@@ -17,7 +17,7 @@ from agentmeter.pricing import (
     cost,
     scripted_snapshot,
 )
-from agentmeter.store.models import TokenUsage
+from agentmeter.records import TokenUsage
 
 RATES = ModelRates(input=Decimal("3"), output=Decimal("15"), cache_write=Decimal("3.75"),
                    cache_read=Decimal("0.3"))

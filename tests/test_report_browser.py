@@ -14,12 +14,12 @@ import pytest
 from browser import browser_fixture, page_fixture  # noqa: F401
 from test_report_store import GRID, T0, TASKS, config, populate_grid, populate_missing
 
+from agentmeter.records import RunRecord, TrialRecord, TrialStatus
 from agentmeter.report.html import collect, write_html_report
 from agentmeter.report.html.charts import pareto
 from agentmeter.report.html.collect import ReportData, scored_cells
 from agentmeter.report.viewer import RunningViewer, start_in_thread
 from agentmeter.store.db import Store
-from agentmeter.store.models import RunRecord, TrialRecord, TrialStatus
 
 S = TrialStatus
 GRID_ID = [config(agent, model).id for agent, model, _, _ in GRID]

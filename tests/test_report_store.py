@@ -11,10 +11,7 @@ import random
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from agentmeter.report.html import collect, render_report_html
-from agentmeter.runner.plan import config_record
-from agentmeter.store.db import Store
-from agentmeter.store.models import (
+from agentmeter.records import (
     AgentSpec,
     ArtifactRecord,
     ConfigRecord,
@@ -26,6 +23,8 @@ from agentmeter.store.models import (
     TrialRecord,
     TrialStatus,
 )
+from agentmeter.report.html import collect, render_report_html
+from agentmeter.store.db import Store
 
 S = TrialStatus
 NO_MODEL = "none"  # the model of agents that use none (runner.plan)
@@ -49,7 +48,7 @@ PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
 
 
 def config(agent: str, model: str) -> ConfigRecord:
-    return config_record(AgentSpec(name=agent), ModelSpec(name=model,
+    return ConfigRecord.of(AgentSpec(name=agent), ModelSpec(name=model,
                                                          price_key=None if model == NO_MODEL
                                                          else model))
 

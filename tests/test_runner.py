@@ -14,9 +14,9 @@ import pytest
 from polling import eventually
 from taskgen import make_task
 
+from agentmeter.records import TrialStatus
 from agentmeter.runner.session import RunRequest, RunSetupError, prepare, run
 from agentmeter.store.db import Store
-from agentmeter.store.models import TrialStatus
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -16,10 +16,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from agentmeter.store import schema
-from agentmeter.store.db import Store, StoreError
-from agentmeter.store.migrations import migrate
-from agentmeter.store.models import (
+from agentmeter.records import (
     AgentSpec,
     ArtifactRecord,
     ConfigRecord,
@@ -32,6 +29,9 @@ from agentmeter.store.models import (
     TrialRecord,
     TrialStatus,
 )
+from agentmeter.store import schema
+from agentmeter.store.db import Store, StoreError
+from agentmeter.store.migrations import migrate
 
 T0 = datetime(2025, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
 CONFIG = ConfigRecord(
@@ -237,7 +237,7 @@ def test_wal_and_foreign_keys_on(tmp_path: Path) -> None:
 WRITER = textwrap.dedent("""
     import sys
     from agentmeter.store.db import Store
-    from agentmeter.store.models import TrialRecord, TrialStatus
+    from agentmeter.records import TrialRecord, TrialStatus
     store = Store.open(sys.argv[1])
     for i in range(int(sys.argv[2])):
         store.save_trial(TrialRecord(id=f"cfg1:t{i}:0", run_id="run1", config_id="cfg1",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agentmeter.store.models import TaskRecord
+from agentmeter.records import TaskRecord
 from agentmeter.tasks.errors import TaskError
 from agentmeter.tasks.models import task_digest
 from agentmeter.tasks.pytest_results import parse_pytest_output

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from agentmeter.records import TokenUsage
 from agentmeter.sandbox.protocol import Sandbox
 from agentmeter.sandbox.spec import LayerSpec
-from agentmeter.store.models import TokenUsage
 from agentmeter.tasks.models import Task
 
 

@@ -20,7 +20,7 @@ from agentmeter.gateway.upstream import Upstream, UpstreamReply, UpstreamRequest
 from agentmeter.gateway.wire_chat import ChatStreamReader, completion_from_body
 from agentmeter.gateway.wire_messages import MessagesStreamWriter, message_body
 from agentmeter.gateway.wire_responses import ResponsesStreamWriter, response_body
-from agentmeter.store.models import ModelCallRecord, WireApi, utcnow
+from agentmeter.records import ModelCallRecord, WireApi, utcnow
 
 if TYPE_CHECKING:
     from agentmeter.pricing import PriceBook

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agentmeter.store.models import WireApi
+from agentmeter.records import WireApi
 
 _ANTHROPIC_TYPES = {
     400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",

@@ -11,7 +11,7 @@ from agentmeter.gateway import usage as usage_fields
 from agentmeter.gateway.neutral import NeutralUsage
 from agentmeter.gateway.registry import UpstreamModel
 from agentmeter.gateway.sse import SseEvent, loads_object
-from agentmeter.store.models import ModelCallRecord, TokenUsage, WireApi
+from agentmeter.records import ModelCallRecord, TokenUsage, WireApi
 
 
 class Budget(BaseModel):

@@ -87,27 +87,3 @@ def completion_events(c: Completion, piece: int = 24) -> list[NeutralEvent]:
     events.append(Finish(c.finish))
     events.append(UsageReport(c.usage))
     return events
-
-
-class CompletionBuilder:
-    """Accumulates neutral events back into a completion (used by non-stream translation)."""
-
-    def __init__(self) -> None:
-        self.completion = Completion()
-        self._by_index: dict[int, ToolCall] = {}
-
-    def feed(self, event: NeutralEvent) -> None:
-        c = self.completion
-        if isinstance(event, TextDelta):
-            c.text += event.text
-        elif isinstance(event, ToolCallStart):
-            call = ToolCall(event.id, event.name, "")
-            self._by_index[event.index] = call
-            c.tool_calls.append(call)
-        elif isinstance(event, ToolArgsDelta):
-            if event.index in self._by_index:
-                self._by_index[event.index].arguments += event.delta
-        elif isinstance(event, Finish):
-            c.finish = event.reason
-        else:
-            c.usage = event.usage

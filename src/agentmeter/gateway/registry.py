@@ -23,7 +23,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentmeter.gateway.scripted.policy import Policy, PolicyError
-from agentmeter.store.models import ModelSpec, WireApi
+from agentmeter.records import ModelSpec, WireApi
 from agentmeter.tomlfile import read_toml
 
 

@@ -19,7 +19,7 @@ from agentmeter.gateway.scripted.model import ScriptedModel, tokens
 from agentmeter.gateway.sse import loads_object
 from agentmeter.gateway.upstream import HttpUpstream, RetryPolicy, ScriptedUpstream, Upstream
 from agentmeter.pricing import PriceBook, UnpricedModelError
-from agentmeter.store.models import WireApi
+from agentmeter.records import WireApi
 
 TOKEN_PREFIX = "am-"
 CALL_ROUTES: dict[str, WireApi] = {

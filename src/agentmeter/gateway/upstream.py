@@ -16,7 +16,7 @@ from agentmeter.gateway.errors import error_bytes
 from agentmeter.gateway.registry import UpstreamModel
 from agentmeter.gateway.scripted.model import ScriptedModel
 from agentmeter.gateway.scripted.policy import Policy
-from agentmeter.store.models import WireApi
+from agentmeter.records import WireApi
 
 API_PATHS: dict[WireApi, str] = {
     "chat": "/chat/completions", "responses": "/responses", "messages": "/messages",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentmeter.gateway.neutral import NeutralUsage
-from agentmeter.store.models import TokenUsage, WireApi
+from agentmeter.records import TokenUsage, WireApi
 
 
 def _int(d: Any, key: str) -> int | None:

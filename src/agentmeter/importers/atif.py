@@ -29,11 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentmeter.agents.cli.agent import TRAJECTORY
-from agentmeter.agents.native.agent import TRANSCRIPT
 from agentmeter.importers.common import ImportFormatError
-from agentmeter.store.db import Store
-from agentmeter.store.models import (
+from agentmeter.records import (
+    CLI_TRAJECTORY,
+    NATIVE_TRANSCRIPT,
     NO_MODEL,
     ArtifactRecord,
     ConfigRecord,
@@ -43,6 +42,7 @@ from agentmeter.store.models import (
     TokenUsage,
     TrialRecord,
 )
+from agentmeter.store.db import Store
 from agentmeter.tasks.errors import TaskError
 from agentmeter.tasks.models import task_digest
 from agentmeter.tasks.suite import load_task
@@ -272,8 +272,8 @@ def trajectory(store: Store, run: RunRecord, trial: TrialRecord, config: ConfigR
             if a.kind == "transcript"}
     b, notes = _StepBuilder(), []
     version = config.agent.version if config else None
-    source: ArtifactRecord | None = arts.get(TRANSCRIPT) or arts.get(TRAJECTORY)
-    if source is not None and source.name == TRANSCRIPT:
+    source: ArtifactRecord | None = arts.get(NATIVE_TRANSCRIPT) or arts.get(CLI_TRAJECTORY)
+    if source is not None and source.name == NATIVE_TRANSCRIPT:
         _native_steps(store.run_dir(run.id) / source.relpath, b)
     else:
         text, note = instructions.get(task)

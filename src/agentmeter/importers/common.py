@@ -16,9 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from agentmeter.runner.plan import config_record
-from agentmeter.store.artifacts import RUN_ID_PATTERN
-from agentmeter.store.models import (
+from agentmeter.records import (
     AgentSpec,
     ConfigRecord,
     ModelSpec,
@@ -30,6 +28,7 @@ from agentmeter.store.models import (
     TrialStatus,
     utcnow,
 )
+from agentmeter.store.artifacts import RUN_ID_PATTERN
 
 TIER_NAMES = ("easy", "medium", "hard")
 STATUS_NAMES = tuple(s.value for s in TrialStatus)
@@ -125,7 +124,7 @@ def build_run(drafts: list[TrialDraft], *, run_id: str, source: str, origin: Pat
     configs: dict[str, ConfigRecord] = {}
     draft_config: list[str] = []
     for d in drafts:
-        rec = config_record(AgentSpec(name=d.agent, version=d.agent_version),
+        rec = ConfigRecord.of(AgentSpec(name=d.agent, version=d.agent_version),
                             ModelSpec(name=d.model, price_key=d.price_key))
         if d.label:
             rec = rec.model_copy(update={"label": d.label})

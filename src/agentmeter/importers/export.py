@@ -12,8 +12,8 @@ from typing import Any
 
 from agentmeter.importers.common import ImportFormatError, seconds
 from agentmeter.importers.table import require_pyarrow
+from agentmeter.records import TrialStatus
 from agentmeter.store.db import Store
-from agentmeter.store.models import TrialStatus
 
 EXPORT_COLUMNS = ("run_id", "trial_id", "config_id", "config", "model", "price_key", "agent",
                   "agent_version", "task", "tier", "category", "attempt", "try_number",

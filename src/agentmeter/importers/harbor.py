@@ -31,7 +31,7 @@ from agentmeter.importers.common import (
     whole_number,
 )
 from agentmeter.importers.mapping import Mapping
-from agentmeter.store.models import PhaseTimings, TokenUsage, TrialStatus
+from agentmeter.records import PhaseTimings, TokenUsage, TrialStatus
 
 S = TrialStatus
 EXCEPTION_STATUS: dict[str, TrialStatus] = {

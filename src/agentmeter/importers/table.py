@@ -22,14 +22,10 @@ from agentmeter.importers.common import (
     status_from_reward,
 )
 from agentmeter.importers.mapping import FIELDS, Mapping
-from agentmeter.store.models import PhaseTimings, TokenUsage, TrialStatus
+from agentmeter.records import PhaseTimings, TokenUsage, TrialStatus
 
 TABLE_SUFFIXES = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
 _NULLS = {"", "n/a", "na", "nan", "null", "none"}
-_INT_FIELDS = {"attempt", "try_number", "input_tokens", "output_tokens", "cache_creation_tokens",
-               "cache_read_tokens", "reasoning_tokens", "model_calls", "tool_calls", "turns"}
-_FLOAT_FIELDS = {"reward", "cost_usd", "environment_s", "agent_setup_s", "agent_run_s",
-                 "verification_s"}
 
 
 def require_pyarrow() -> Any:

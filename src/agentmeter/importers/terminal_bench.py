@@ -27,7 +27,7 @@ from agentmeter.importers.common import (
     whole_number,
 )
 from agentmeter.importers.mapping import Mapping
-from agentmeter.store.models import PhaseTimings, TokenUsage, TrialStatus
+from agentmeter.records import PhaseTimings, TokenUsage, TrialStatus
 
 S = TrialStatus
 #: Terminal-Bench v1 ``FailureMode`` values of unresolved trials -> status

@@ -87,14 +87,6 @@ def combine(sums: FloatArray, alpha: float = DEFAULT_ALPHA) -> TierFiguresArrays
                              n_counted=d)
 
 
-def tier_figures(cells: TierInputs, budgets: list[float], tau: float | None,
-                 alpha: float = DEFAULT_ALPHA, infra: InfraPolicy = "exclude"
-                 ) -> TierFiguresArrays:
-    """Eqs. 3–7 for every configuration on one tier."""
-    contrib = contributions(cells, budgets, tau, infra)
-    return combine(contrib.sum(axis=1), alpha)
-
-
 def ams(tier_scores: FloatArray) -> FloatArray:
     """Eq. 8: the mean of the three tier scores (last axis); NaN if any is n/a."""
     return np.asarray(np.asarray(tier_scores, dtype=np.float64).mean(axis=-1))

@@ -18,7 +18,7 @@ import numpy as np
 
 from agentmeter.metrics.frame import FloatArray, TrialFrame
 from agentmeter.pricing import ModelRates, PriceBook
-from agentmeter.store.models import NO_MODEL
+from agentmeter.records import NO_MODEL
 
 
 @dataclass(frozen=True)

@@ -197,14 +197,6 @@ class CellMatrix:
         return np.asarray(self.state == SCORED)
 
 
-def _group_starts(keys: IntArray) -> IntArray:
-    """Start offsets of runs of equal values in a sorted key array."""
-    if len(keys) == 0:
-        return np.zeros(0, dtype=np.int64)
-    change = np.flatnonzero(keys[1:] != keys[:-1]) + 1
-    return np.concatenate(([0], change)).astype(np.int64)
-
-
 def cell_matrix(frame: TrialFrame) -> CellMatrix:
     n_c, n_t = len(frame.configs), len(frame.task_ids)
     n = len(frame)

@@ -32,8 +32,8 @@ from agentmeter.metrics import agency, funnel
 from agentmeter.metrics.scorecard import Interval
 from agentmeter.metrics.uncertainty import intervals
 from agentmeter.pricing import PriceBook
+from agentmeter.records import ConfigRecord, TaskRecord, TrialRecord, TrialStatus
 from agentmeter.store.db import Store
-from agentmeter.store.models import ConfigRecord, TaskRecord, TrialRecord, TrialStatus
 
 NO_CATEGORY = "(none)"
 

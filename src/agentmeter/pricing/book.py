@@ -15,7 +15,7 @@ from typing import Any
 
 from agentmeter.pricing.formula import ModelRates, cost
 from agentmeter.pricing.snapshot import PricingError, PricingSnapshot, scripted_snapshot
-from agentmeter.store.models import TokenUsage
+from agentmeter.records import TokenUsage
 
 #: our provider names → genai-prices provider ids
 _PROVIDER_ALIASES = {"moonshot": "moonshotai", "kimi": "moonshotai", "zhipu": "zhipuai",

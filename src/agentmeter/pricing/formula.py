@@ -11,7 +11,7 @@ from decimal import Decimal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentmeter.store.models import TokenUsage
+from agentmeter.records import TokenUsage
 
 MILLION = Decimal(1_000_000)
 

@@ -15,8 +15,8 @@ from pydantic import BaseModel
 
 from agentmeter.pricing.book import PriceBook
 from agentmeter.pricing.snapshot import PricingSnapshot
+from agentmeter.records import NO_MODEL, ConfigRecord, TrialRecord
 from agentmeter.store.db import Store
-from agentmeter.store.models import NO_MODEL, ConfigRecord, TrialRecord
 
 
 class RepriceError(ValueError):

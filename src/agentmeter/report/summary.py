@@ -9,8 +9,8 @@ from statistics import median
 from pydantic import BaseModel, Field
 from rich.table import Table
 
+from agentmeter.records import TokenUsage, TrialRecord, TrialStatus
 from agentmeter.store.db import Store
-from agentmeter.store.models import TokenUsage, TrialRecord, TrialStatus
 
 
 class ConfigSummary(BaseModel):

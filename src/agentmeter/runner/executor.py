@@ -12,10 +12,10 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from agentmeter.records import TrialRecord, TrialStatus
 from agentmeter.runner.plan import PlannedTrial
 from agentmeter.runner.trial import INTERRUPTED, TrialContext, TrialRunner, sandbox_spec
 from agentmeter.sandbox.spec import SandboxError, SandboxSpec
-from agentmeter.store.models import TrialRecord, TrialStatus
 
 
 @dataclass

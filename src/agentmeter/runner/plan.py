@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from agentmeter.agents.base import Agent
 from agentmeter.agents.registry import make_agent
-from agentmeter.store.models import NO_MODEL, AgentSpec, ConfigRecord, ModelSpec
+from agentmeter.records import NO_MODEL, AgentSpec, ConfigRecord, ModelSpec
 from agentmeter.tasks.models import Task
-
-
-def config_record(agent: AgentSpec, model: ModelSpec) -> ConfigRecord:
-    payload = json.dumps({"agent": agent.model_dump(), "model": model.model_dump()}, sort_keys=True)
-    cid = hashlib.sha256(payload.encode()).hexdigest()[:12]
-    version = f"@{agent.version}" if agent.version else ""
-    label = f"{agent.name}{version}" if model.name == NO_MODEL else f"{agent.name}{version} × {model.name}"
-    return ConfigRecord(id=cid, model=model, agent=agent, label=label)
 
 
 @dataclass(frozen=True)
@@ -55,7 +45,7 @@ def build_configs(agents: list[str], models: list[str],
         if agent.uses_model and not spec_models:
             raise ValueError(f"agent {name!r} needs a model: pass --model (e.g. scripted/solver)")
         for m in names:
-            rec = config_record(AgentSpec(name=name, version=version or None, options=options),
+            rec = ConfigRecord.of(AgentSpec(name=name, version=version or None, options=options),
                                 ModelSpec(name=m))
             if rec.id not in seen:
                 seen.add(rec.id)

@@ -15,13 +15,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentmeter.gateway import Gateway, ModelRegistry
 from agentmeter.pricing import PriceBook
+from agentmeter.records import ConfigRecord, RunRecord
 from agentmeter.runner.executor import PrepareCallback, ProgressCallback, RunProgress, execute
-from agentmeter.runner.plan import PlannedConfig, build_configs, build_plan, config_record
+from agentmeter.runner.plan import PlannedConfig, build_configs, build_plan
 from agentmeter.runner.trial import TrialContext
 from agentmeter.sandbox.protocol import SandboxBackend
 from agentmeter.sandbox.spec import SandboxError
 from agentmeter.store.db import Store
-from agentmeter.store.models import RunRecord
 from agentmeter.tasks.models import Task
 from agentmeter.tasks.suite import load_suites
 from agentmeter.tomlfile import read_toml, validate_toml
@@ -108,7 +108,7 @@ def prepare(request: RunRequest) -> PreparedRun:
                 except Exception as e:
                     raise RunSetupError(str(e)) from e
                 # the stored configuration says which wire API and price key it ran with
-                c = PlannedConfig(config_record(c.record.agent, um.spec()), c.agent)
+                c = PlannedConfig(ConfigRecord.of(c.record.agent, um.spec()), c.agent)
             resolved.append(c)
         configs = resolved
     return PreparedRun(request, tasks, configs, suite.name)

@@ -19,6 +19,15 @@ from typing import Any
 
 from agentmeter.agents.base import Agent, AgentContext, AgentRun, GatewayEndpoint
 from agentmeter.gateway import Budget, Gateway, ScriptedContext, TrialMeter
+from agentmeter.records import (
+    ArtifactRecord,
+    ConfigRecord,
+    PhaseTimings,
+    TokenUsage,
+    TrialRecord,
+    TrialStatus,
+    utcnow,
+)
 from agentmeter.sandbox.protocol import Sandbox, SandboxBackend
 from agentmeter.sandbox.spec import (
     AGENT_USER,
@@ -29,15 +38,6 @@ from agentmeter.sandbox.spec import (
     SandboxSpec,
 )
 from agentmeter.store.db import Store
-from agentmeter.store.models import (
-    ArtifactRecord,
-    ConfigRecord,
-    PhaseTimings,
-    TokenUsage,
-    TrialRecord,
-    TrialStatus,
-    utcnow,
-)
 from agentmeter.tasks.models import REWARD_JSON, REWARD_TXT, TESTS_MOUNT, VERIFIER_LOGS_DIR, Task
 from agentmeter.tasks.pytest_results import parse_pytest_output
 from agentmeter.verify import offline_pytest

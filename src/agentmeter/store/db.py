@@ -23,12 +23,7 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
-from agentmeter.store import schema as s
-from agentmeter.store.artifacts import RUN_ID_PATTERN, run_dir, trial_dir
-from agentmeter.store.engine import StoreError as StoreError  # re-exported: callers catch it here
-from agentmeter.store.engine import open_engine
-from agentmeter.store.migrations import current_version
-from agentmeter.store.models import (
+from agentmeter.records import (
     ArtifactRecord,
     ConfigRecord,
     ModelCallRecord,
@@ -39,6 +34,11 @@ from agentmeter.store.models import (
     TrialStatus,
     utcnow,
 )
+from agentmeter.store import schema as s
+from agentmeter.store.artifacts import RUN_ID_PATTERN, run_dir, trial_dir
+from agentmeter.store.engine import StoreError as StoreError  # re-exported: callers catch it here
+from agentmeter.store.engine import open_engine
+from agentmeter.store.migrations import current_version
 
 RunStatus = Literal["running", "finished", "interrupted", "imported"]
 _FINAL = [st.value for st in TrialStatus if st.final]

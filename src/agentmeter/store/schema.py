@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect, RowMapping
 
-from agentmeter.store.models import (
+from agentmeter.records import (
     AgentSpec,
     ArtifactRecord,
     ConfigRecord,

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentmeter.store.models import TaskRecord
+from agentmeter.records import TaskRecord
 
 TaskFormat = Literal["native", "terminal-bench"]
 Tier = Literal["easy", "medium", "hard"]
@@ -27,7 +27,6 @@ BaseName = Literal["debian", "host"]
 TESTS_MOUNT = "/tests"
 SOLUTION_MOUNT = "/solution"
 VERIFIER_LOGS_DIR = "/logs/verifier"
-AGENT_LOGS_DIR = "/logs/agent"
 REWARD_TXT = f"{VERIFIER_LOGS_DIR}/reward.txt"
 REWARD_JSON = f"{VERIFIER_LOGS_DIR}/reward.json"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agentmeter.store.models import TaskRecord
+from agentmeter.records import TaskRecord
 from agentmeter.tasks.errors import TaskError, TaskProblem, problems_from_validation
 from agentmeter.tasks.models import Task, TaskFormat
 from agentmeter.tasks.native import TASK_TOML, load_native_task

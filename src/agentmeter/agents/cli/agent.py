@@ -30,11 +30,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentmeter.agents.base import AgentContext, AgentRun
 from agentmeter.agents.cli.spec import CliDefinition, ParsedRun, ParseInput, render
+from agentmeter.records import CLI_TRAJECTORY
 from agentmeter.sandbox.spec import AGENT_USER, LayerSpec, SandboxError
 
 HOME = f"/home/{AGENT_USER}"
 STDOUT_CAP = 32_000_000
-TRAJECTORY = "trajectory.json"
 
 
 class CliOptions(BaseModel):
@@ -146,9 +146,9 @@ class InstalledCliAgent:
                     usage=parsed.usage.model_dump() if parsed.usage else None,
                     tool_calls=dict(parsed.tool_calls), files_read=parsed.files_read,
                     turns=parsed.turns, steps=[asdict(s) for s in parsed.steps])
-        path = ctx.logs_dir / TRAJECTORY
+        path = ctx.logs_dir / CLI_TRAJECTORY
         path.write_text(json.dumps(meta, indent=1, ensure_ascii=False, default=str))
-        artifacts[TRAJECTORY] = (path, "transcript")
+        artifacts[CLI_TRAJECTORY] = (path, "transcript")
         return AgentRun(exit_code=exit_code, timed_out=timed_out, error=error,
                         command_s=command_s, tool_calls=dict(parsed.tool_calls),
                         files_read=list(parsed.files_read), turns=parsed.turns,

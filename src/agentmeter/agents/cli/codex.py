@@ -21,7 +21,7 @@ from agentmeter.agents.cli.spec import (
     int_of,
     json_lines,
 )
-from agentmeter.store.models import TokenUsage
+from agentmeter.records import TokenUsage
 
 CONFIG = """\
 model = "${model_id}"

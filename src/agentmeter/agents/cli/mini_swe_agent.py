@@ -23,7 +23,7 @@ from agentmeter.agents.cli.spec import (
     chat_tool_calls,
     int_of,
 )
-from agentmeter.store.models import TokenUsage
+from agentmeter.records import TokenUsage
 
 TRAJECTORY = "${state}/trajectory.json"
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from agentmeter.agents.cli import stream_json
 from agentmeter.agents.cli.spec import CliDefinition, CliSpec, ParsedRun, ParseInput, int_of
-from agentmeter.store.models import TokenUsage
+from agentmeter.records import TokenUsage
 
 SETTINGS = """\
 {"security": {"auth": {"selectedType": "openai"}},

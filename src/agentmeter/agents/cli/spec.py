@@ -28,8 +28,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentmeter.agents.cli import install
+from agentmeter.records import TokenUsage, WireApi
 from agentmeter.sandbox.spec import LayerSpec
-from agentmeter.store.models import TokenUsage, WireApi
 
 UsageField = Literal["input", "output", "cache_creation", "cache_read", "reasoning"]
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentmeter.agents.cli.spec import ParsedRun, ParseInput, Step, json_lines
-from agentmeter.store.models import TokenUsage
+from agentmeter.records import TokenUsage
 
 #: tool argument keys that name a file being read
 _PATH_KEYS = ("file_path", "absolute_path", "path")

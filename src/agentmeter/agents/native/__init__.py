@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agentmeter.agents.native.agent import TRANSCRIPT, NativeAgent
+from agentmeter.agents.native.agent import NativeAgent
 from agentmeter.agents.native.options import NativeOptions
 
 
@@ -24,4 +24,4 @@ def factory(version: str | None, options: dict[str, Any]) -> NativeAgent:
     return NativeAgent(parsed, version)
 
 
-__all__ = ["TRANSCRIPT", "NativeAgent", "NativeOptions", "factory"]
+__all__ = ["NativeAgent", "NativeOptions", "factory"]

@@ -24,10 +24,8 @@ from agentmeter.agents.native.messages import Message
 from agentmeter.agents.native.model_client import ModelClient, ModelError
 from agentmeter.agents.native.options import NativeOptions
 from agentmeter.agents.native.tools import FINISH, MEMORY_PATH, TOOLS, ToolBox
+from agentmeter.records import NATIVE_TRANSCRIPT, TokenUsage
 from agentmeter.sandbox.spec import LayerSpec
-from agentmeter.store.models import TokenUsage
-
-TRANSCRIPT = "native-transcript.json"
 
 SYSTEM_PROMPT = """\
 You are an autonomous software engineer working in a Linux sandbox, as user `agent`.
@@ -97,14 +95,14 @@ class NativeAgent:
             state.error = f"native agent failed: {type(e).__name__}: {e}"
             state.event("error", state.error)
         ctx.logs_dir.mkdir(parents=True, exist_ok=True)
-        path = ctx.logs_dir / TRANSCRIPT
+        path = ctx.logs_dir / NATIVE_TRANSCRIPT
         path.write_text(json.dumps(state.transcript, indent=1, ensure_ascii=False))
         failed = timed_out or state.error is not None
         return AgentRun(exit_code=None if failed else 0, timed_out=timed_out, error=state.error,
                         command_s=time.monotonic() - started, tool_calls=dict(state.tool_calls),
                         files_read=list(state.files_read), turns=state.turns, self_reported_usage=state.usage,
                         final_message=state.final_message,
-                        artifacts={TRANSCRIPT: (path, "transcript")})
+                        artifacts={NATIVE_TRANSCRIPT: (path, "transcript")})
 
     async def _loop(self, ctx: AgentContext, state: _RunState) -> None:
         assert ctx.gateway is not None

@@ -17,7 +17,7 @@ from agentmeter.agents.native.options import MESSAGES_DEFAULT_MAX_TOKENS
 from agentmeter.agents.native.tools import ToolSpec
 from agentmeter.gateway.usage import parse as parse_usage
 from agentmeter.gateway.usage import to_record
-from agentmeter.store.models import TokenUsage
+from agentmeter.records import TokenUsage
 
 WireApi = Literal["chat", "messages"]
 PATHS: dict[WireApi, str] = {"chat": "/v1/chat/completions", "messages": "/v1/messages"}

@@ -23,7 +23,7 @@ from agentmeter.gateway.scripted.policy import Policy, decide
 from agentmeter.gateway.wire_chat import ChatStreamWriter, completion_body
 from agentmeter.gateway.wire_messages import MessagesStreamWriter, message_body
 from agentmeter.gateway.wire_responses import ResponsesStreamWriter, response_body
-from agentmeter.store.models import WireApi
+from agentmeter.records import WireApi
 
 SCRIPTED_PREFIX = "scripted/"
 _MAX_KEYS = 4096

@@ -15,7 +15,7 @@ from aiohttp import web
 from agentmeter.gateway.errors import error_bytes
 from agentmeter.gateway.scripted.model import SCRIPTED_PREFIX, ScriptedModel
 from agentmeter.gateway.scripted.policy import Policy, PolicyError
-from agentmeter.store.models import WireApi
+from agentmeter.records import WireApi
 
 ROUTES: dict[str, WireApi] = {
     "/v1/chat/completions": "chat", "/v1/responses": "responses", "/v1/messages": "messages",

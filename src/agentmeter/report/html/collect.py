@@ -17,9 +17,9 @@ from agentmeter.metrics import ScoringSpec, load_frame, prepare, score
 from agentmeter.metrics.frame import SCORED, CellMatrix
 from agentmeter.metrics.scorecard import Scorecard
 from agentmeter.pricing import PriceBook
+from agentmeter.records import RunRecord
 from agentmeter.store import schema as s
 from agentmeter.store.db import Store, StoreError
-from agentmeter.store.models import RunRecord
 
 SCRIPTED_PREFIXES = ("scripted/", "scripted-chat/")
 DEFAULT_RESAMPLES = 1000

@@ -12,11 +12,11 @@ from functools import cache
 from importlib.resources import files
 from typing import Any
 
+from agentmeter.records import TrialStatus
 from agentmeter.report.html import charts, charts_bars, sections
 from agentmeter.report.html.collect import ReportData
 from agentmeter.report.html.fmt import esc
 from agentmeter.report.html.trials import CALL_COLUMNS, ROW_COLUMNS
-from agentmeter.store.models import TrialStatus
 
 
 @cache

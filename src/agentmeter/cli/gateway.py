@@ -9,9 +9,9 @@ from typing import Annotated
 
 import typer
 
-from agentmeter.cli_common import err, fail
+from agentmeter.cli.common import err, fail
 from agentmeter.gateway import Budget
-from agentmeter.gateway.serve import serve
+from agentmeter.gateway.standalone import serve
 from agentmeter.runner.session import RunRequest, RunSetupError, models_and_prices
 
 gateway_app = typer.Typer(help="The metering gateway on its own.", no_args_is_help=True)

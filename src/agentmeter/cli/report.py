@@ -11,10 +11,11 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from agentmeter.cli_common import console, err, fail, open_store
+from agentmeter.cli.common import console, err, fail, open_store
 from agentmeter.metrics import TIERS, ConfigRow, Scorecard, ScoringSpec
 from agentmeter.report.html import collect, write_html_report
 from agentmeter.report.html.collect import DEFAULT_RESAMPLES, ReportData
+from agentmeter.report.scorecard_table import details
 from agentmeter.store.db import StoreError
 
 NA = "n/a"
@@ -64,12 +65,6 @@ def leaderboard_table(data: ReportData, by: str) -> Table:
 
 
 def _details(card: Scorecard) -> None:
-    try:  # the shared rendering of winners, tier setup and notes, when present
-        from agentmeter.report.scorecard_table import details
-    except ImportError:
-        for note in card.notes:
-            console.print(f"[yellow]note:[/yellow] {note}")
-        return
     console.print(details(card))
 
 

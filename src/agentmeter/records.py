@@ -6,6 +6,8 @@ exactly as the upstream reported them; ``None`` means "not exposed", never zero.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
@@ -47,6 +49,10 @@ WireApi = Literal["chat", "responses", "messages"]
 
 #: the model name of configurations whose agent uses no model (oracle, nop)
 NO_MODEL = "none"
+
+#: artifact names the agents write and the exporters read
+NATIVE_TRANSCRIPT = "native-transcript.json"
+CLI_TRAJECTORY = "trajectory.json"
 
 
 class TokenUsage(_Record):
@@ -101,6 +107,17 @@ class ConfigRecord(_Record):
     model: ModelSpec
     agent: AgentSpec
     label: str
+
+    @classmethod
+    def of(cls, agent: AgentSpec, model: ModelSpec) -> ConfigRecord:
+        """The configuration of ``agent`` x ``model``, with its stable id and label."""
+        payload = json.dumps({"agent": agent.model_dump(), "model": model.model_dump()},
+                             sort_keys=True)
+        cid = hashlib.sha256(payload.encode()).hexdigest()[:12]
+        version = f"@{agent.version}" if agent.version else ""
+        label = (f"{agent.name}{version}" if model.name == NO_MODEL
+                 else f"{agent.name}{version} × {model.name}")
+        return cls(id=cid, model=model, agent=agent, label=label)
 
 
 class TaskRecord(_Record):

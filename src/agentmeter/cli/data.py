@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from agentmeter.cli_common import JsonOpt, StoreOpt, console, err, fail, open_store
+from agentmeter.cli.common import JsonOpt, StoreOpt, console, err, fail, open_store
 from agentmeter.importers import ImportFormatError, Mapping, load_import, save_import
 from agentmeter.importers.atif import atif_export, write_atif
 from agentmeter.importers.export import export_rows, write_table

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from agentmeter.cli_common import JsonOpt, StoreOpt, console, err, fail, open_store
+from agentmeter.cli.common import JsonOpt, StoreOpt, console, err, fail, open_store
 from agentmeter.metrics import (
     BudgetError,
     BudgetSpec,

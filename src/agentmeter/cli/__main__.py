@@ -1,0 +1,5 @@
+"""``python -m agentmeter.cli``."""
+
+from agentmeter.cli.app import app
+
+app()

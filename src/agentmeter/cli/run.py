@@ -1,0 +1,212 @@
+"""``agentmeter run``, ``resume``, ``runs``, ``show``: running a grid and looking at its results."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from agentmeter.cli.common import JsonOpt, StoreOpt, console, err, fail, open_store
+from agentmeter.records import TrialRecord, TrialStatus
+from agentmeter.report.summary import summarize, summary_table
+from agentmeter.runner.executor import RunProgress
+from agentmeter.runner.session import (
+    PreparedRun,
+    RunRequest,
+    RunSetupError,
+    load_grid,
+    prepare,
+    request_of,
+    run,
+)
+from agentmeter.store.db import Store
+
+
+def execute_run(prepared: PreparedRun, store_dir: Path | None, run_id: str | None,
+             as_json: bool) -> tuple[Store, str, RunProgress]:
+    store = open_store(store_dir)
+    started = time.monotonic()
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("passed {task.fields[passed]}  spend ${task.fields[spend]:.4f}"),
+                  TimeRemainingColumn(), console=err, disable=as_json, transient=False) as bar:
+        job = bar.add_task("preparing", total=None, passed=0, spend=0.0)
+
+        def on_prepare(what: str) -> None:
+            bar.update(job, description=f"preparing {what}")
+
+        shown: set[str] = set()
+
+        def on_progress(p: RunProgress, rec: TrialRecord | None) -> None:
+            bar.update(job, description="running", total=p.total, completed=p.done,
+                       passed=p.passed, spend=p.spend_usd)
+            if rec is not None and rec.status is TrialStatus.INFRA_INVALID:
+                error = rec.error or ""
+                # the whole message (e.g. an installer's last lines) once, its first line after
+                text = error.splitlines()[0][:200] if error in shown else error
+                shown.add(error)
+                bar.console.print(f"[yellow]infra_invalid[/yellow] {rec.id} try {rec.try_number}: ",
+                                  escape(text), sep="")
+
+        def log(line: str) -> None:
+            bar.console.print(f"[dim]{line}[/dim]")
+
+        async def main() -> tuple[str, RunProgress]:
+            # SIGTERM (a scheduler stopping us) ends the run as cleanly as Ctrl-C does
+            task = asyncio.current_task()
+            assert task is not None
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+            return await run(store, prepared, run_id, on_progress=on_progress,
+                             on_prepare=on_prepare, log=log)
+
+        try:
+            run_id, progress = asyncio.run(main())
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            err.print("[yellow]interrupted[/yellow]: completed trials are stored; "
+                      "continue with [bold]agentmeter resume[/bold]")
+            raise typer.Exit(130) from None
+        except RunSetupError as e:
+            raise fail(str(e)) from None
+    if not as_json:
+        err.print(f"[dim]{progress.done} trials ({progress.skipped} already complete) in "
+                  f"{time.monotonic() - started:.1f}s[/dim]")
+    return store, run_id, progress
+
+
+def print_results(store: Store, run_id: str, as_json: bool) -> None:
+    rows = summarize(store, run_id)
+    if as_json:
+        print(json.dumps({"run_id": run_id, "configs": [
+            {**r.model_dump(mode="json"), "pass_rate": r.pass_rate} for r in rows]}, indent=1))
+        return
+    console.print(summary_table(rows, f"run {run_id}"))
+    console.print(f"[dim]store: {store.run_dir(run_id)}  ·  details: agentmeter show {run_id}[/dim]")
+
+
+
+def run_cmd(
+    suite: Annotated[list[str], typer.Option(
+        "--suite", "-s", help="suite dir, task dir or built-in name")] = ["starter"],  # noqa: B006
+    agent: Annotated[list[str], typer.Option(
+        "--agent", "-a", help="agent name\\[@version], e.g. codex@0.169.0; repeatable")] = ["oracle"],  # noqa: B006
+    model: Annotated[list[str] | None, typer.Option("--model", "-m", help="model; repeatable (grid)")] = None,
+    pair: Annotated[list[str] | None, typer.Option(
+        "--pair", help="one configuration AGENT=MODEL; repeatable")] = None,
+    grid: Annotated[Path | None, typer.Option(
+        help="grid TOML: agents, models, \\[\\[pairs]], \\[agent_options.NAME]")] = None,
+    subset: Annotated[str | None, typer.Option(help="named subset of the suite")] = None,
+    task: Annotated[list[str] | None, typer.Option("--task", "-t", help="task id; repeatable")] = None,
+    attempts: int = 1, concurrency: Annotated[int, typer.Option("--concurrency", "-c")] = 2,
+    backend: str = "local", run_id: Annotated[str | None, typer.Option("--run-id")] = None,
+    max_infra_retries: int = 2,
+    models_file: Annotated[str | None, typer.Option(help="models TOML")] = None,
+    prices: Annotated[list[str] | None, typer.Option(help="pricing snapshot TOML; repeatable")] = None,
+    allow_unpriced: Annotated[bool, typer.Option(help="run models that have no price (cost n/a)")] = False,
+    record_bodies: bool = False,
+    store: StoreOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Run agents (× models) on tasks. Re-running with the same --run-id resumes it."""
+    try:
+        pairs = []
+        for p in pair or []:
+            a, sep, m = p.partition("=")
+            if not sep or not a or not m:
+                raise RunSetupError(f"--pair {p!r}: expected AGENT=MODEL")
+            pairs.append((a, m))
+        options: dict[str, dict[str, Any]] = {}
+        if grid is not None:
+            g = load_grid(grid)
+            agent = [] if agent == ["oracle"] else agent  # the default yields to the grid file
+            agent, model = agent + g.agents, (model or []) + g.models
+            pairs += [(p["agent"], p["model"]) for p in g.pairs]
+            options = g.agent_options
+        req = RunRequest(suites=suite, subset=subset, task_ids=task or [], agents=agent,
+                         models=model or [], pairs=pairs, agent_options=options,
+                         attempts=attempts, concurrency=concurrency,
+                         backend=backend, max_infra_retries=max_infra_retries,
+                         models_file=models_file, prices=prices or [],
+                         allow_unpriced=allow_unpriced, record_bodies=record_bodies)
+        prepared = prepare(req)
+    except (RunSetupError, ValueError) as e:
+        raise fail(str(e)) from None
+    st, rid, _ = execute_run(prepared, store, run_id, as_json)
+    print_results(st, rid, as_json)
+
+
+def resume(run_id: str, store: StoreOpt = None, concurrency: int | None = None,
+           as_json: JsonOpt = False) -> None:
+    """Continue a run: completed trials are kept, incomplete ones run again."""
+    st = open_store(store)
+    try:
+        req = request_of(st, run_id)
+        if concurrency:
+            req = req.model_copy(update={"concurrency": concurrency})
+        prepared = prepare(req)
+    except RunSetupError as e:
+        raise fail(str(e)) from None
+    st, rid, _ = execute_run(prepared, store, run_id, as_json)
+    print_results(st, rid, as_json)
+
+
+def runs(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """List runs in the store."""
+    st = open_store(store)
+    records = st.list_runs()
+    if as_json:
+        print(json.dumps([r.model_dump(mode="json") for r in records], indent=1))
+        return
+    table = Table("run", "created", "status", "backend", "trials", "passed")
+    for r in records:
+        trials = st.latest_completed_trials(r.id)
+        table.add_row(r.id, r.created_at.strftime("%Y-%m-%d %H:%M"), r.status, r.backend,
+                      str(len(trials)), str(sum(t.status is TrialStatus.PASSED for t in trials)))
+    console.print(table)
+
+
+def show(run_id: str, trial: Annotated[str | None, typer.Option("--trial")] = None,
+         store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """Show a run's results, or one trial in detail."""
+    st = open_store(store)
+    if st.get_run(run_id) is None:
+        raise fail(f"no run {run_id!r} in {st}")
+    if trial is None:
+        print_results(st, run_id, as_json)
+        if not as_json:
+            table = Table("trial", "status", "reward", "calls", "USD", "error", title="trials")
+            for t in sorted(st.latest_completed_trials(run_id), key=lambda t: t.id):
+                table.add_row(t.id, t.status.value, "n/a" if t.reward is None else f"{t.reward:g}",
+                              str(t.model_calls), "n/a" if t.cost_usd is None else f"{t.cost_usd:.4f}",
+                              (t.error or "").splitlines()[0][:60] if t.error else "")
+            console.print(table)
+        return
+    rec = st.get_trial(run_id, trial)
+    if rec is None:
+        raise fail(f"no trial {trial!r} in run {run_id}")
+    calls = st.model_calls(run_id, trial, rec.try_number)
+    arts = st.artifacts(run_id, trial, rec.try_number)
+    data: dict[str, Any] = {"trial": rec.model_dump(mode="json"),
+                            "model_calls": [c.model_dump(mode="json") for c in calls],
+                            "artifacts": [a.model_dump(mode="json") for a in arts]}
+    if as_json:
+        print(json.dumps(data, indent=1))
+        return
+    console.print_json(json.dumps(data["trial"]))
+    for c in calls:
+        console.print(f"call {c.seq}: {c.client_api}→{c.wire_api} {c.upstream_model} {c.status_code} "
+                      f"{c.latency_s * 1000:.0f} ms usage={c.usage.model_dump(exclude_none=True)}")
+    for a in arts:
+        console.print(f"artifact {a.name} ({a.kind}, {a.size} B): {st.run_dir(run_id) / a.relpath}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run_cmd)
+    app.command()(resume)
+    app.command()(runs)
+    app.command()(show)

@@ -1,0 +1,111 @@
+"""``agentmeter setup`` and ``agentmeter demo``: build what runs need ahead of time; the demo."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from agentmeter.cli.common import JsonOpt, StoreOpt, console, err, fail
+from agentmeter.cli.run import execute_run, print_results
+from agentmeter.runner.session import RunRequest, RunSetupError, prepare
+
+
+def setup(docker: Annotated[bool, typer.Option(help="also start dockerd and import the base image")] = False,
+          suite: Annotated[str, typer.Option(help="build this suite's environments")] = "starter",
+          agents: Annotated[str | None, typer.Option(
+              help="comma-separated agents to install into cached layers, e.g. codex,claude-code "
+                   "(name@version pins a version)")] = None) -> None:
+    """Install host tools and build, once, the Debian base, the suite's environment layers and
+    the agents' installation layers. Everything is also built on first use."""
+    from agentmeter.agents.registry import UnknownAgentError, make_agent
+    from agentmeter.runner.trial import sandbox_spec
+    from agentmeter.sandbox import rootfs
+    from agentmeter.sandbox.local import LocalBackend
+    from agentmeter.sandbox.spec import SandboxError, SandboxSpec
+
+    try:
+        with _setup_progress() as bar:
+            base = bar.add_task("Debian base (debootstrap, once)", total=None, detail="")
+            rootfs.ensure_debian_base(lambda line: bar.update(base, detail=escape(line[:70])))
+            bar.update(base, total=1, completed=1, detail="ready")
+        backend = LocalBackend()
+        prepared = prepare(RunRequest(suites=[suite], agents=["oracle"]))
+        specs = [(t.id, sandbox_spec(t, prepared.configs[0].agent, None)) for t in prepared.tasks]
+        for name in [a.strip() for a in (agents or "").split(",") if a.strip()]:
+            agent_name, _, version = name.partition("@")
+            # agent layers are independent of the environment: built once on the base
+            specs.append((f"agent {name}",
+                          SandboxSpec(layers=tuple(make_agent(agent_name, version or None).layers()))))
+        with _setup_progress() as bar:
+            job = bar.add_task("environments and agents", total=len(specs), detail="")
+            backend.layers.log = lambda line: bar.console.print(f"[dim]{escape(line)}[/dim]")
+            for what, spec in specs:
+                bar.update(job, detail=escape(what))
+                asyncio.run(backend.prepare(spec))
+                bar.advance(job)
+            bar.update(job, detail="ready")
+            specs_only = [spec for _, spec in specs]
+        if docker:
+            from agentmeter.sandbox.docker import DockerBackend
+            from agentmeter.sandbox.dockerd import ensure_dockerd
+
+            ensure_dockerd()
+            for spec in specs_only:
+                asyncio.run(DockerBackend().prepare(spec))
+    except (SandboxError, RunSetupError, UnknownAgentError, ValueError) as e:
+        raise fail(str(e)) from None
+    err.print("[green]ready[/green]")
+
+
+def _setup_progress() -> Progress:
+    return Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(),
+                    MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[detail]}"),
+                    console=err)
+
+
+def demo(store: StoreOpt = None, concurrency: int = 2, as_json: JsonOpt = False,
+         clis: Annotated[bool, typer.Option(help="also run the real agent CLIs grid")] = True) -> None:
+    """Run the built-in demo. (1) The starter suite with the reference agents (oracle, nop) and
+    the native agent driven by the scripted offline model — a labelled test double — with the
+    solver, explorer and quitter policies. (2) A small grid on the suite's core subset: the native
+    agent and the real Codex, Claude Code and Qwen Code CLIs (installed once into cached layers)
+    × scripted solver / quitter. Ends with the results tables and an HTML report."""
+    requests = [RunRequest(suites=["starter"], agents=["oracle", "nop", "native"],
+                           models=["scripted/solver", "scripted/explorer", "scripted/quitter"],
+                           concurrency=concurrency)]
+    if clis:
+        requests.append(RunRequest(suites=["starter"], subset="core",
+                                   agents=["native", "codex", "claude-code", "qwen-code"],
+                                   models=["scripted/solver", "scripted/quitter"],
+                                   concurrency=concurrency))
+    run_ids: list[str] = []
+    for req in requests:
+        try:
+            prepared = prepare(req)
+        except RunSetupError as e:
+            raise fail(str(e)) from None
+        st, rid, _ = execute_run(prepared, store, None, as_json)
+        print_results(st, rid, as_json)
+        run_ids.append(rid)
+    from agentmeter.report.html import write_html_report
+
+    for rid in run_ids:
+        path = write_html_report(st, [rid], st.run_dir(rid) / "report.html")
+        if not as_json:
+            console.print(f"HTML report (open in a browser): {path}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(setup)
+    app.command()(demo)

@@ -1,0 +1,99 @@
+"""``agentmeter tasks list|show|check``: inspect and validate task suites."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from agentmeter.cli.common import JsonOpt, StoreOpt, console, fail
+from agentmeter.cli.run import execute_run
+from agentmeter.records import TrialRecord, TrialStatus
+from agentmeter.runner.session import RunRequest, RunSetupError, prepare
+from agentmeter.tasks.errors import TaskError
+from agentmeter.tasks.suite import load_suite
+
+tasks_app = typer.Typer(help="Inspect and check task suites.", no_args_is_help=True)
+
+
+@tasks_app.command("list")
+def tasks_list(path: Annotated[str, typer.Argument(help="suite/task dir or built-in name")] = "starter",
+               as_json: JsonOpt = False) -> None:
+    """List the tasks of a suite."""
+    try:
+        suite = load_suite(path)
+    except TaskError as e:
+        raise fail(str(e)) from None
+    if as_json:
+        print(json.dumps([{"id": t.id, "tier": t.tier, "category": t.category, "format": t.format}
+                          for t in suite.tasks], indent=1))
+        return
+    table = Table("task", "tier", "category", "format",
+                  title=f"suite {suite.name} ({len(suite.tasks)} tasks)")
+    for t in suite.tasks:
+        table.add_row(t.id, t.tier or "-", t.category or "-", t.format)
+    console.print(table)
+    for name, ids in suite.subsets.items():
+        console.print(f"subset [bold]{name}[/bold]: {', '.join(ids)}")
+
+
+@tasks_app.command("show")
+def tasks_show(task_id: str, suite: Annotated[str, typer.Option("--suite", "-s")] = "starter") -> None:
+    """Show one task: metadata and instruction."""
+    try:
+        s = load_suite(task_id) if Path(task_id).is_dir() else load_suite(suite)
+        t = s.tasks[0] if Path(task_id).is_dir() else s.task(task_id)
+    except (TaskError, KeyError) as e:
+        raise fail(str(e)) from None
+    meta = t.model_dump(mode="json", exclude={"instruction"})
+    console.print_json(json.dumps(meta))
+    console.rule("instruction")
+    console.print(t.instruction)
+
+
+@tasks_app.command("check")
+def tasks_check(path: Annotated[str, typer.Argument(help="suite/task dir or built-in name")] = "starter",
+                backend: str = "local", concurrency: int = 2, store: StoreOpt = None,
+                as_json: JsonOpt = False) -> None:
+    """Run oracle and nop on every task: report broken tasks (oracle fails) and trivial ones
+    (nop passes)."""
+    try:
+        prepared = prepare(RunRequest(suites=[path], agents=["oracle", "nop"], backend=backend,
+                                      concurrency=concurrency))
+    except RunSetupError as e:
+        raise fail(str(e)) from None
+    tmp = None
+    if store is None:
+        tmp = tempfile.TemporaryDirectory(prefix="agentmeter-check-")
+        store = Path(tmp.name)
+    st, rid, _ = execute_run(prepared, store, None, as_json)
+    labels = {c.id: c.agent.name for c in st.run_configs(rid)}
+    verdicts: dict[str, dict[str, TrialRecord]] = {}
+    for t in st.latest_completed_trials(rid):
+        verdicts.setdefault(t.task_id, {})[labels[t.config_id]] = t
+    broken = sorted(k for k, v in verdicts.items() if v["oracle"].status is not TrialStatus.PASSED)
+    trivial = sorted(k for k, v in verdicts.items() if v["nop"].status is TrialStatus.PASSED)
+    if as_json:
+        print(json.dumps({"tasks": len(verdicts), "broken": broken, "trivial": trivial}))
+    else:
+        for k in broken:
+            o = verdicts[k]["oracle"]
+            console.print(f"[red]broken[/red] {k}: oracle {o.status.value} "
+                          f"(reward {o.reward}) {(o.error or '').splitlines()[0][:150] if o.error else ''}")
+        for k in trivial:
+            console.print(f"[yellow]trivial[/yellow] {k}: nop passes")
+        ok = len(verdicts) - len(set(broken) | set(trivial))
+        console.print(f"{ok}/{len(verdicts)} tasks valid")
+    if tmp is not None:
+        st.close()
+        tmp.cleanup()
+    if broken or trivial:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(tasks_app, name="tasks")
