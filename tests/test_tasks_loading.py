@@ -86,18 +86,17 @@ def test_harbor_keys_at_defaults_and_features_we_map(tmp_path: Path) -> None:
         'schema_version = "1.1"\nsource = "harbor-registry"\n'
         'artifacts = ["/app/out.log", {source = "/app/report.json"}]\n'
         '[task]\nname = "org/x"\n[metadata]\ndifficulty = "unknown"\n'
-        '[agent]\nuser = 1000\nnetwork_mode = "no-network"\n'
-        '[verifier]\nnetwork_mode = "public"\n'
+        '[agent]\nuser = 1000\nnetwork_mode = "public"\n'
+        '[verifier]\nnetwork_mode = "public"\nuser = "root"\n'
         '[environment]\nnetwork_mode = "public"\nmemory = "2G"\nos = "Linux"\n'
         'gpus = 0\nmcp_servers = []\nworkdir = "/app"\nbase = "host"\n'
         '[environment.env]\nTOKEN = "${TOKEN:-x}"\n')
     task = load_task(task_dir)
     assert task.tier is None and task.difficulty == "unknown"
     assert task.source == "harbor-registry"
-    assert task.artifact_paths == ("/app/out.log", "/app/report.json")
+    assert [a.source for a in task.artifacts] == ["/app/out.log", "/app/report.json"]
     assert task.allow_internet is True
-    assert task.agent_allow_internet is False and task.verifier_allow_internet is True
-    assert task.agent_user == "1000"
+    assert task.verifier_user == "root"
     assert task.memory_mb == 2048
     assert task.workdir == "/app" and task.base == "host"
     assert task.environment_env == {"TOKEN": "${TOKEN:-x}"}

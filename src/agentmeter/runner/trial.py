@@ -14,7 +14,7 @@ import time
 import traceback
 from collections.abc import Awaitable, Coroutine
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from agentmeter.agents.base import Agent, AgentContext, AgentRun, GatewayEndpoint
@@ -48,6 +48,8 @@ GATEWAY_PORT = 18080
 BUDGET_POLL_S = 0.5
 #: a reward at or above this counts as passed
 PASS_THRESHOLD = 1.0
+#: the most one task artifact may hold (its tar stream); a larger one is refused, not cut
+ARTIFACT_MAX_BYTES = 64 << 20
 #: the error of a try cut short by the runner stopping (not counted as an infra retry)
 INTERRUPTED = "interrupted: the runner stopped before this try finished"
 
@@ -71,11 +73,11 @@ def task_environment(task: Task) -> list[LayerSpec]:
     if task.dockerfile is not None:
         return [LayerSpec(kind="dockerfile", source=task.dockerfile.read_text(),
                           origin=str(task.dockerfile), context=task.environment_dir,
-                          label=f"{task.id} environment")]
+                          label=f"{task.id} environment", build_timeout_s=task.build_timeout_s)]
     if task.setup_script is not None:
         return [LayerSpec(kind="script", source=task.setup_script.read_text(),
                           origin=str(task.setup_script), context=task.environment_dir,
-                          label=f"{task.id} setup")]
+                          label=f"{task.id} setup", build_timeout_s=task.build_timeout_s)]
     return []
 
 
@@ -196,6 +198,7 @@ class TrialRunner:
             reward, named, problem, verifier_s = await self._verify(sandbox)
             timings.verification = time.monotonic() - t0
             timings.verifier_command = verifier_s
+            await self._collect_artifacts(sandbox)
             self._finish(agent_run, meter, reward, named, problem)
         except InfraError as e:
             rec.status = TrialStatus.INFRA_INVALID
@@ -316,6 +319,37 @@ class TrialRunner:
         if r.timed_out and reward is None:
             problem = f"the verifier timed out after {task.verifier_timeout_s:.0f}s"
         return reward, named, problem, r.duration_s
+
+    async def _collect_artifacts(self, sandbox: Sandbox) -> None:
+        """Copy the task's ``artifacts`` out (each bounded by ARTIFACT_MAX_BYTES) and record
+        every file; a missing or oversized one is noted in the trial, not an error of it."""
+        root = self.dir / "artifacts"
+        problems: list[str] = []
+        for art in self.task.artifacts:
+            dest = root / art.destination
+            try:
+                kind = (await sandbox.exec(["sh", "-c", 'if [ -d "$1" ]; then echo dir; elif '
+                                            '[ -e "$1" ]; then echo file; fi', "sh", art.source],
+                                           user="root")).stdout.strip()
+                if not kind:
+                    problems.append(f"{art.source}: no such file or directory")
+                    continue
+                is_dir = kind == "dir"
+                await sandbox.copy_out(art.source, dest if is_dir else dest.parent,
+                                       exclude=art.exclude, max_bytes=ARTIFACT_MAX_BYTES)
+                if not is_dir:  # copied under the source's own name
+                    copied = dest.parent / PurePosixPath(art.source).name
+                    if copied != dest:
+                        copied.replace(dest)
+            except (SandboxError, OSError) as e:
+                problems.append(f"{art.source}: {e}")
+                continue
+            files = [dest] if dest.is_file() else sorted(dest.rglob("*"))
+            for p in files:
+                if p.is_file() and not p.is_symlink():
+                    self._artifact(p.relative_to(self.dir).as_posix(), p, "other")
+        if problems:
+            self.rec.extra["artifact_problems"] = problems
 
     @staticmethod
     async def _maybe_read(sandbox: Sandbox, path: str) -> bytes | None:

@@ -20,6 +20,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
+from agentmeter.sandbox.archive import check_size, extract_safely, tar_out_argv
 from agentmeter.sandbox.bridge import BridgeProcess, start_bridge
 from agentmeter.sandbox.dockerd import (
     KILL_MARKED,
@@ -312,8 +313,17 @@ class DockerSandbox:
         if res.returncode != 0:
             raise SandboxError(f"copy_in {host_src} -> {dst} in {self.id}: {res.text()}")
 
-    async def copy_out(self, src: str, host_dst: Path) -> None:
+    async def copy_out(self, src: str, host_dst: Path, *, exclude: Sequence[str] = (),
+                       max_bytes: int | None = None) -> None:
         source = self._abs(src)
+        if exclude or max_bytes is not None:  # tar inside, the stream cut at the cap
+            res = await docker("exec", "-u", "0:0", self.id,
+                               *tar_out_argv(source, exclude, max_bytes), check=False)
+            if res.returncode != 0:
+                raise SandboxError(f"copy_out {src} from {self.id}: {res.text().strip()}")
+            check_size(res.stdout, src, max_bytes)
+            await asyncio.to_thread(extract_safely, res.stdout, host_dst)
+            return
         host_dst.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=host_dst, prefix=".agentmeter-copy-") as tmp:
             tar_path = Path(tmp) / "out.tar"

@@ -70,7 +70,13 @@ async def docker(*args: str, stdin: bytes | None = None, check: bool = True,
         stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         env=dict(os.environ, **env) if env else None)
-    out, err = await proc.communicate(stdin)
+    try:
+        out, err = await proc.communicate(stdin)
+    except asyncio.CancelledError:  # e.g. a build past its timeout: the daemon stops with us
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        raise
     res = DockerOutput(proc.returncode if proc.returncode is not None else -1, out, err)
     if check and res.returncode != 0:
         raise SandboxError(f"docker {' '.join(args[:2])} failed: {res.text()[-2000:]}")
@@ -322,10 +328,13 @@ async def build_dockerfile_layer(layer: LayerSpec, parent: str, tag: str,
 
 
 async def build_layer(layer: LayerSpec, parent: str, tag: str, labels: list[str]) -> None:
-    if layer.kind == "script":
-        await build_script_layer(layer, parent, tag, labels)
-    else:
-        await build_dockerfile_layer(layer, parent, tag, labels)
+    """Build ``layer`` on ``parent`` as ``tag``, within the layer's build timeout if it has one."""
+    build = (build_script_layer if layer.kind == "script" else build_dockerfile_layer)
+    try:
+        await asyncio.wait_for(build(layer, parent, tag, labels), layer.build_timeout_s)
+    except TimeoutError:
+        raise LayerBuildError(f"{layer.origin}: the environment build took longer than its "
+                              f"build_timeout_sec ({layer.build_timeout_s:g}s)") from None
 
 
 # --- killing the processes of one exec -------------------------------------------------------

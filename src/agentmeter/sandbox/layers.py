@@ -153,6 +153,7 @@ class LocalLayerCache:
         args: dict[str, str] = {}
         for layer in spec.layers:
             ind = layer.independent
+            deadline = None if layer.build_timeout_s is None else time.monotonic() + layer.build_timeout_s
             for step in self._steps(layer):
                 meta = metas[ind]
                 marker = ("independent",) if ind else ()
@@ -174,14 +175,17 @@ class LocalLayerCache:
                     metas[ind] = meta = meta.model_copy(update={"workdir": wd})
                 name = chains[ind][:24]
                 if not (self.dir / name / "fs").is_dir():
-                    await self._build(step, name, names[ind], base, meta, args, spec, independent=ind)
+                    timeout = _step_timeout(layer, deadline)
+                    await self._build(step, name, names[ind], base, meta, args, spec, timeout,
+                                      independent=ind)
                 names[ind].append(name)
         lowers = [f"{n}/fs" for n in reversed(names[True] + names[False])] + [base]
         meta = metas[False].model_copy(update={"env": {**metas[True].env, **metas[False].env}})
         return lowers, meta
 
     async def _build(self, step: _Step, name: str, below: list[str], base: str, meta: LayerMeta,
-                     args: dict[str, str], spec: SandboxSpec, *, independent: bool = False) -> None:
+                     args: dict[str, str], spec: SandboxSpec, timeout: float, *,
+                     independent: bool = False) -> None:
         started = time.monotonic()
         if self.log:
             self.log(f"building layer {name[:12]}: {step.label}")
@@ -192,7 +196,7 @@ class LocalLayerCache:
         tmp = self.dir / f".tmp-{name}-{os.getpid()}"
         ok = False
         try:
-            await self._run_step(sb, step, meta, args)
+            await self._run_step(sb, step, meta, args, timeout)
             tmp.mkdir(parents=True, exist_ok=True)
             ok = True
         finally:
@@ -209,7 +213,8 @@ class LocalLayerCache:
         (tmp / "step.txt").write_text(f"{step.label}\nbuilt in {time.monotonic() - started:.1f}s\n")
         os.rename(tmp, final)
 
-    async def _run_step(self, sb, step: _Step, meta: LayerMeta, args: dict[str, str]) -> None:  # type: ignore[no-untyped-def]
+    async def _run_step(self, sb, step: _Step, meta: LayerMeta, args: dict[str, str],  # type: ignore[no-untyped-def]
+                        timeout: float) -> None:
         env = {**args, **meta.env}
         user = "root" if meta.user in (None, "", "root", "0") else AGENT_USER
         cwd = meta.workdir or "/"
@@ -219,7 +224,7 @@ class LocalLayerCache:
             await sb.write_file("/tmp/agentmeter-setup.sh", step.script, mode=0o755)
             r = await sb.exec(["bash", "-e", "/tmp/agentmeter-setup.sh"], env=env, user=user,
                               cwd="/tmp/agentmeter-context" if step.context else cwd,
-                              timeout=BUILD_STEP_TIMEOUT_S)
+                              timeout=timeout)
             await sb.exec(["rm", "-rf", "/tmp/agentmeter-setup.sh", "/tmp/agentmeter-context"])
             if not r.ok:
                 raise LayerBuildError(_failure(step.origin, "setup script", r.exit_code,
@@ -231,7 +236,7 @@ class LocalLayerCache:
             await sb.exec(["mkdir", "-p", meta.workdir or "/"], cwd="/")
         elif st.kind == "RUN":
             argv = list(st.args) if st.exec_form else ["/bin/sh", "-c", st.args[0]]
-            r = await sb.exec(argv, env=env, user=user, cwd=cwd, timeout=BUILD_STEP_TIMEOUT_S)
+            r = await sb.exec(argv, env=env, user=user, cwd=cwd, timeout=timeout)
             if not r.ok:
                 raise LayerBuildError(_failure(f"{step.origin}:{st.line}", f"RUN {' '.join(st.args)}",
                                                r.exit_code, r.stdout + r.stderr, r.timed_out))
@@ -256,6 +261,17 @@ class LocalLayerCache:
                 if not r.ok:
                     raise LayerBuildError(_failure(f"{step.origin}:{st.line}", st.text, r.exit_code,
                                                    r.stderr, False))
+
+
+def _step_timeout(layer: LayerSpec, deadline: float | None) -> float:
+    """What is left of the layer's build time for its next step (at most the per-step cap)."""
+    if deadline is None:
+        return BUILD_STEP_TIMEOUT_S
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise LayerBuildError(f"{layer.origin}: the environment build took longer than its "
+                              f"build_timeout_sec ({layer.build_timeout_s:g}s)")
+    return min(BUILD_STEP_TIMEOUT_S, left)
 
 
 def _failure(where: str, what: str, code: int, output: str, timed_out: bool) -> str:

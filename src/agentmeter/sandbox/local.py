@@ -33,7 +33,7 @@ from pathlib import Path
 
 from agentmeter.paths import cache_dir
 from agentmeter.sandbox import cgroups, rootfs
-from agentmeter.sandbox.archive import extract_safely
+from agentmeter.sandbox.archive import check_size, extract_safely, tar_out_argv
 from agentmeter.sandbox.bridge import BridgeProcess, start_bridge
 from agentmeter.sandbox.fsdiff import diff_host_tree, snapshot_host_tree
 from agentmeter.sandbox.hosttools import LOCAL_TOOLS, ensure_tools
@@ -351,11 +351,11 @@ class LocalSandbox:
         if r.exit_code != 0:
             raise SandboxError(f"copy_in {host_src} -> {dst}: {r.stderr.strip()}")
 
-    async def copy_out(self, src: str, host_dst: Path) -> None:
-        r = await self._exec_bytes(["sh", "-c", 'if [ -d "$1" ]; then tar -c -C "$1" .; '
-                                    'else tar -c -C "$(dirname -- "$1")" -- "$(basename -- "$1")"; fi',
-                                    "sh", src], what=f"copy_out {src}")
-        extract_safely(r, host_dst)
+    async def copy_out(self, src: str, host_dst: Path, *, exclude: Sequence[str] = (),
+                       max_bytes: int | None = None) -> None:
+        data = await self._exec_bytes(tar_out_argv(src, exclude, max_bytes), what=f"copy_out {src}")
+        check_size(data, src, max_bytes)
+        extract_safely(data, host_dst)
 
     async def _exec_bytes(self, argv: list[str], what: str) -> bytes:
         chunks: list[bytes] = []

@@ -49,8 +49,11 @@ class Sandbox(Protocol):
         """Copy a host file or directory tree to ``dst`` inside (created, owned by ``user``)."""
         ...
 
-    async def copy_out(self, src: str, host_dst: Path) -> None:
-        """Copy a file or tree out. Links never resolve outside ``host_dst``."""
+    async def copy_out(self, src: str, host_dst: Path, *, exclude: Sequence[str] = (),
+                       max_bytes: int | None = None) -> None:
+        """Copy a file or tree out into the directory ``host_dst``. Links never resolve outside
+        ``host_dst``; ``exclude`` are glob patterns left out; a copy whose archive exceeds
+        ``max_bytes`` raises SandboxError and writes nothing."""
         ...
 
     async def snapshot(self, root: str | None = None,

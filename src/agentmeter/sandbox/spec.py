@@ -65,6 +65,9 @@ class LayerSpec(_Frozen):
     #: them: one build serves every task environment (agent installations). Package-manager
     #: state it changed is dropped so the environment's own shows through.
     independent: bool = False
+    #: time allowed to build this layer, all its steps together (the task's
+    #: ``build_timeout_sec``); ``None``: only the per-step cap. Not part of the cache key.
+    build_timeout_s: float | None = Field(default=None, gt=0)
 
     def recipe_digest(self) -> str:
         """Digest of the recipe itself plus every file in its build context."""

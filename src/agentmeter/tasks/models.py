@@ -35,6 +35,20 @@ DIGEST_IGNORED_NAMES = frozenset(
     {".git", "__pycache__", ".pytest_cache", ".DS_Store", ".mypy_cache"})
 
 
+#: Who a phase's processes run as inside the sandbox (the sandbox provides these two accounts).
+SandboxUser = Literal["root", "agent"]
+
+
+class TaskArtifact(BaseModel):
+    """A path the harness copies out of the sandbox after the trial (Harbor ``artifacts``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: str = Field(description="absolute path inside the sandbox, a file or a directory")
+    destination: str = Field(description="relative path under the try's artifacts/ directory")
+    exclude: tuple[str, ...] = Field(default=(), description="glob patterns left out (tar --exclude)")
+
+
 class Budgets(BaseModel):
     """Per-trial budgets the gateway enforces; ``None`` means unlimited."""
 
@@ -63,17 +77,16 @@ class Task(BaseModel):
     base: BaseName = "debian"
     workdir: str | None = None
     environment_env: dict[str, str] = Field(default_factory=dict)
-    build_timeout_s: float = 600.0
+    #: time allowed to build the environment (Harbor ``build_timeout_sec``); None: no limit
+    build_timeout_s: float | None = None
     cpus: float | None = None
     memory_mb: int | None = None
     storage_mb: int | None = None
+    #: the sandbox's network while the agent and the verifier run (one policy for both phases)
     allow_internet: bool = False
 
-    # agent
+    # agent (always the unprivileged account: tasks may not run the agent as root)
     agent_timeout_s: float = 600.0
-    agent_user: str | None = None
-    #: phase overrides of ``allow_internet``; ``None`` = same as the environment
-    agent_allow_internet: bool | None = None
     budgets: Budgets = Field(default_factory=Budgets)
 
     # verifier
@@ -84,8 +97,7 @@ class Task(BaseModel):
     reward_parser: RewardParser
     verifier_timeout_s: float = 600.0
     verifier_env: dict[str, str] = Field(default_factory=dict)
-    verifier_user: str | None = None
-    verifier_allow_internet: bool | None = None
+    verifier_user: SandboxUser = "root"
 
     # oracle
     solution_dir: Path | None = None
@@ -104,8 +116,8 @@ class Task(BaseModel):
     description: str | None = None
     expert_time_estimate_min: float | None = None
     junior_time_estimate_min: float | None = None
-    #: files the harness should collect from the sandbox after the trial (Harbor ``artifacts``)
-    artifact_paths: tuple[str, ...] = ()
+    #: what the harness copies out of the sandbox after the trial (Harbor ``artifacts``)
+    artifacts: tuple[TaskArtifact, ...] = ()
     #: metadata keys we do not interpret, kept verbatim
     metadata_extra: dict[str, Any] = Field(default_factory=dict)
     #: what the loader read but deliberately does not honour (shown by ``tasks show``)

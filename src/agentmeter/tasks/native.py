@@ -25,7 +25,9 @@ from agentmeter.tasks.models import (
     BaseName,
     Budgets,
     Difficulty,
+    SandboxUser,
     Task,
+    TaskArtifact,
     Tier,
     task_digest,
 )
@@ -189,8 +191,67 @@ def _allow(mode: NetworkMode | None) -> bool | None:
     return None if mode is None else mode == "public"
 
 
-def _user(value: str | int | None) -> str | None:
-    return None if value is None else str(value)
+_ROOT = {"root", "0"}
+_AGENT = {"agent", "1000"}
+
+
+def _environment_internet(env: _EnvironmentSection) -> bool:
+    if env.network_mode is not None:
+        return env.network_mode == "public"
+    return env.allow_internet if env.allow_internet is not None else False
+
+
+def _phase_problems(config: TaskToml, file: Path) -> list[TaskProblem]:
+    """Per-phase users and networks agentmeter cannot honour, each named by its key."""
+    problems: list[TaskProblem] = []
+    agent_user = None if config.agent.user is None else str(config.agent.user)
+    if agent_user in _ROOT:
+        problems.append(TaskProblem(file, "agents run as the unprivileged user 'agent' (uid 1000); "
+                                    "running the agent as root is refused", "agent.user"))
+    elif agent_user is not None and agent_user not in _AGENT:
+        problems.append(TaskProblem(file, f"{config.agent.user!r}: sandboxes provide the users "
+                                    "'agent' (1000) and 'root' (0) only", "agent.user"))
+    verifier_user = None if config.verifier.user is None else str(config.verifier.user)
+    if verifier_user is not None and verifier_user not in _ROOT | _AGENT:
+        problems.append(TaskProblem(file, f"{config.verifier.user!r}: sandboxes provide the users "
+                                    "'agent' (1000) and 'root' (0) only", "verifier.user"))
+    env_net = _environment_internet(config.environment)
+    agent_net = _allow(config.agent.network_mode)
+    verifier_net = _allow(config.verifier.network_mode)
+    agent_net = env_net if agent_net is None else agent_net
+    verifier_net = env_net if verifier_net is None else verifier_net
+    if agent_net != verifier_net:
+        names = {True: "public", False: "no-network"}
+        problems.append(TaskProblem(
+            file, f"the verifier's network ({names[verifier_net]}) differs from the agent's "
+            f"({names[agent_net]}): agentmeter runs both phases in one sandbox with one network "
+            "policy, so per-phase networks are refused", "verifier.network_mode"))
+    for i, art in enumerate(config.artifacts):
+        source = art if isinstance(art, str) else art.source
+        if not source.startswith("/"):
+            problems.append(TaskProblem(file, f"{source!r}: an artifact source is an absolute path "
+                                        "inside the sandbox", f"artifacts[{i}]"))
+        dest = None if isinstance(art, str) else art.destination
+        if dest is not None and (dest.startswith("/") or ".." in Path(dest).parts or not dest.strip("/")):
+            problems.append(TaskProblem(file, f"{dest!r}: a destination is a relative path inside "
+                                        "the trial's artifacts directory", f"artifacts[{i}].destination"))
+    return problems
+
+
+def _verifier_user(value: str | int | None) -> SandboxUser:
+    return "agent" if value is not None and str(value) in _AGENT else "root"
+
+
+def _artifacts(config: TaskToml) -> tuple[TaskArtifact, ...]:
+    out = []
+    for art in config.artifacts:
+        if isinstance(art, str):
+            out.append(TaskArtifact(source=art, destination=art.strip("/")))
+        else:
+            out.append(TaskArtifact(source=art.source,
+                                    destination=(art.destination or art.source).strip("/"),
+                                    exclude=tuple(art.exclude)))
+    return tuple(out)
 
 
 def read_task_toml(file: Path) -> TaskToml:
@@ -205,7 +266,7 @@ def read_task_toml(file: Path) -> TaskToml:
         config = TaskToml.model_validate(data)
     except ValidationError as exc:
         raise TaskError(problems_from_validation(file, exc)) from None
-    problems = _unsupported(config, file)
+    problems = _unsupported(config, file) + _phase_problems(config, file)
     if config.version is not None and config.schema_version is not None:
         problems.append(TaskProblem(file, "give either 'version' or 'schema_version'", "version"))
     for name in ("memory", "storage"):
@@ -280,13 +341,11 @@ def _build_task(directory: Path, config: TaskToml, instruction: str, dockerfile:
     tier: Tier | None = meta.tier
     if tier is None and meta.difficulty in TIERS:
         tier = meta.difficulty
-    allow_internet = env.allow_internet if env.allow_internet is not None else False
-    if env.network_mode is not None:
-        allow_internet = env.network_mode == "public"
+    agent_net = _allow(agent.network_mode)
+    allow_internet = _environment_internet(env) if agent_net is None else agent_net
     package = config.task
     tags = meta.tags or (package.keywords if package else [])
     author = package.authors[0] if package and package.authors else None
-    artifact_paths = tuple(a if isinstance(a, str) else a.source for a in config.artifacts)
     return Task(
         id=directory.name,
         path=directory,
@@ -305,8 +364,6 @@ def _build_task(directory: Path, config: TaskToml, instruction: str, dockerfile:
         storage_mb=env.storage_mb if env.storage is None else _size_to_mb(env.storage),
         allow_internet=allow_internet,
         agent_timeout_s=agent.timeout_sec if agent.timeout_sec is not None else 600.0,
-        agent_user=_user(agent.user),
-        agent_allow_internet=_allow(agent.network_mode),
         budgets=Budgets(max_tokens=agent.max_tokens, max_usd=agent.max_usd,
                         max_calls=agent.max_calls),
         tests_dir=directory / "tests",
@@ -314,8 +371,7 @@ def _build_task(directory: Path, config: TaskToml, instruction: str, dockerfile:
         reward_parser="reward-file",
         verifier_timeout_s=verifier.timeout_sec,
         verifier_env=verifier.env,
-        verifier_user=_user(verifier.user),
-        verifier_allow_internet=_allow(verifier.network_mode),
+        verifier_user=_verifier_user(verifier.user),
         solution_dir=solution_dir,
         solution_script=solution_dir / "solve.sh" if solution_dir else None,
         solution_command=f"bash {SOLUTION_MOUNT}/solve.sh" if solution_dir else None,
@@ -330,7 +386,7 @@ def _build_task(directory: Path, config: TaskToml, instruction: str, dockerfile:
         description=package.description or None if package else None,
         expert_time_estimate_min=meta.expert_time_estimate_min,
         junior_time_estimate_min=meta.junior_time_estimate_min,
-        artifact_paths=artifact_paths,
+        artifacts=_artifacts(config),
         metadata_extra=dict(meta.model_extra or {}),
         digest=task_digest(directory),
     )
