@@ -19,6 +19,7 @@ from agentmeter.records import ConfigRecord, RunRecord
 from agentmeter.runner.executor import PrepareCallback, ProgressCallback, RunProgress, execute
 from agentmeter.runner.plan import PlannedConfig, build_configs, build_plan
 from agentmeter.runner.trial import TrialContext
+from agentmeter.sandbox import registry as sandbox_registry
 from agentmeter.sandbox.protocol import SandboxBackend
 from agentmeter.sandbox.spec import SandboxError
 from agentmeter.store.db import Store
@@ -124,27 +125,14 @@ def models_and_prices(request: RunRequest) -> tuple[ModelRegistry, PriceBook]:
 
 
 def make_backend(name: str, log: Callable[[str], None] | None = None) -> SandboxBackend:
-    """The sandbox backend by name; a host that cannot provide it is a setup error."""
+    """The sandbox backend by name; an unknown name or a host that cannot provide it is a
+    setup error."""
     try:
-        return _make_backend(name, log)
+        return sandbox_registry.make_backend(name, log)
+    except sandbox_registry.UnknownBackendError as e:
+        raise RunSetupError(str(e)) from e
     except SandboxError as e:
         raise RunSetupError(f"{name} sandboxes are not available here: {e}") from e
-
-
-def _make_backend(name: str, log: Callable[[str], None] | None) -> SandboxBackend:
-    if name == "local":
-        from agentmeter.sandbox.local import LocalBackend
-
-        backend = LocalBackend(progress=None)
-        backend.layers.log = log
-        return backend
-    if name == "docker":
-        from agentmeter.sandbox.docker import DockerBackend
-        from agentmeter.sandbox.dockerd import ensure_dockerd
-
-        ensure_dockerd()
-        return DockerBackend()
-    raise RunSetupError(f"unknown sandbox backend {name!r} (local or docker)")
 
 
 def new_run_id() -> str:
