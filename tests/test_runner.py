@@ -123,6 +123,22 @@ async def test_status_taxonomy(tmp_path: Path) -> None:
     assert [t.try_number for t in store.trials(rid) if t.task_id == "bad-build"] == [0]
 
 
+async def test_pass_threshold_is_the_tasks(tmp_path: Path) -> None:
+    """``passed`` follows the task's pass threshold: reward 0.6 passes at 0.5, fails at 1.0."""
+    suite = tmp_path / "suite"
+    for name in ("lenient", "strict"):
+        make_task(suite, name, test="#!/bin/bash\necho 0.6 > /logs/verifier/reward.txt\n")
+    toml = suite / "lenient" / "task.toml"
+    toml.write_text(toml.read_text().replace("[verifier]\n", "[verifier]\npass_threshold = 0.5\n"))
+    store = Store.open(tmp_path / "runs")
+    rid = await _run(store, RunRequest(suites=[str(suite)], agents=["oracle"]))
+    by_task = {t.task_id: t for t in store.latest_completed_trials(rid)}
+    assert by_task["lenient"].reward == by_task["strict"].reward == 0.6
+    assert by_task["lenient"].passed and by_task["lenient"].status is TrialStatus.PASSED
+    assert not by_task["strict"].passed and by_task["strict"].status is TrialStatus.FAILED
+    assert by_task["strict"].error is None  # a reward below the threshold is no problem
+
+
 @pytest.mark.parametrize(("problem", "match"), [
     ("unknown-agent", "unknown agent 'nosuch'"),
     ("bad-task", "task.toml"),

@@ -99,3 +99,18 @@ async def test_build_timeout_ends_the_environment_build(tmp_path: Path) -> None:
     (trial,) = store.latest_completed_trials(rid)
     assert trial.status is TrialStatus.INFRA_INVALID
     assert "timed out" in (trial.error or ""), trial.error
+
+
+@pytest.mark.parametrize(("user", "uid"), [(None, "0"), ('"agent"', "1000"), ("0", "0")])
+async def test_verifier_runs_as_the_tasks_verifier_user(tmp_path: Path, user: str | None,
+                                                        uid: str) -> None:
+    test = ("#!/bin/bash\nid -u > /logs/verifier/uid.txt\n"
+            f"if [ \"$(id -u)\" = {uid} ]; then echo 1 > /logs/verifier/reward.txt; "
+            "else echo 0 > /logs/verifier/reward.txt; fi\n")
+    task = make_task(tmp_path / "suite", "who", test=test)
+    if user is not None:
+        _with_toml(task, verifier=f"user = {user}")
+    store = Store.open(tmp_path / "runs")
+    rid, _ = await run(store, prepare(RunRequest(suites=[str(task)], agents=["oracle"])))
+    (trial,) = store.latest_completed_trials(rid)
+    assert trial.status is TrialStatus.PASSED, trial.error

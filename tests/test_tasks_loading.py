@@ -11,7 +11,6 @@ import pytest
 from agentmeter.records import TaskRecord
 from agentmeter.tasks.errors import TaskError
 from agentmeter.tasks.models import task_digest
-from agentmeter.tasks.pytest_results import parse_pytest_output
 from agentmeter.tasks.suite import (
     builtin_suite_names,
     detect_format,
@@ -19,6 +18,7 @@ from agentmeter.tasks.suite import (
     load_suites,
     load_task,
 )
+from agentmeter.verify.pytest_output import parse_pytest_output
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HARBOR = FIXTURES / "harbor-task"
@@ -48,7 +48,7 @@ def test_harbor_task_loads_unmodified() -> None:
     assert task.dockerfile == HARBOR.resolve() / "environment" / "Dockerfile"
     assert task.setup_script is None
     assert task.test_command == "bash /tests/test.sh"
-    assert task.reward_parser == "reward-file"
+    assert task.verifier_kind == "reward-file" and task.pass_threshold == 1.0
     assert task.solution_command == "bash /solution/solve.sh"
     assert task.tier == "medium" and task.difficulty == "medium"
     assert task.category == "text-processing"
@@ -171,7 +171,7 @@ def test_terminal_bench_task_maps_to_task() -> None:
     assert task.instruction.startswith("Create a file /app/hello.txt")
     assert task.dockerfile == TB.resolve() / "Dockerfile"
     assert task.environment_dir == TB.resolve()
-    assert task.reward_parser == "pytest"
+    assert task.verifier_kind == "pytest" and task.pass_threshold == 1.0
     assert task.test_command == "bash /tests/run-tests.sh"
     assert task.verifier_env == {"TEST_DIR": "/tests"}
     files = task.verifier_files()
@@ -266,6 +266,28 @@ def test_unknown_top_level_section(tmp_path: Path) -> None:
     with (task_dir / "task.toml").open("a") as f:
         f.write("\n[enviroment]\ncpus = 2\n")
     with pytest.raises(TaskError, match=r"task\.toml: enviroment: unknown key"):
+        load_task(task_dir)
+
+
+def test_verifier_kind_and_pass_threshold(tmp_path: Path) -> None:
+    """task.toml names the verifier kind (from the registry) and the pass threshold; an unknown
+    kind or a threshold outside [0, 1] is refused at load time, naming the file and the key."""
+    task_dir = copy_task(HARBOR, tmp_path)
+    toml = task_dir / "task.toml"
+    original = toml.read_text()
+
+    def with_verifier(keys: str) -> None:
+        toml.write_text(original.replace("[verifier]\n", f"[verifier]\n{keys}\n"))
+
+    with_verifier('kind = "pytest"\npass_threshold = 0.5')
+    task = load_task(task_dir)
+    assert (task.verifier_kind, task.pass_threshold) == ("pytest", 0.5)
+    with_verifier('kind = "rubrik"')
+    with pytest.raises(TaskError, match=r"task\.toml: verifier\.kind: unknown verifier kind "
+                       r"'rubrik' \(known: pytest, reward-file\)"):
+        load_task(task_dir)
+    with_verifier("pass_threshold = 1.5")
+    with pytest.raises(TaskError, match=r"task\.toml: verifier\.pass_threshold: "):
         load_task(task_dir)
 
 

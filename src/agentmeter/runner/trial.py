@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import math
 import time
 import traceback
 from collections.abc import Awaitable, Coroutine
@@ -38,16 +36,14 @@ from agentmeter.sandbox.spec import (
     SandboxSpec,
 )
 from agentmeter.store.db import Store
-from agentmeter.tasks.models import REWARD_JSON, REWARD_TXT, TESTS_MOUNT, VERIFIER_LOGS_DIR, Task
-from agentmeter.tasks.pytest_results import parse_pytest_output
-from agentmeter.verify import offline_pytest
+from agentmeter.tasks.models import Task
+from agentmeter.verify.protocol import Verdict, VerificationError, VerifierContext
+from agentmeter.verify.registry import make_verifier
 
 #: port the gateway appears on inside every sandbox
 GATEWAY_PORT = 18080
 #: how often a running agent's budget state is checked (seconds)
 BUDGET_POLL_S = 0.5
-#: a reward at or above this counts as passed
-PASS_THRESHOLD = 1.0
 #: the most one task artifact may hold (its tar stream); a larger one is refused, not cut
 ARTIFACT_MAX_BYTES = 64 << 20
 #: the error of a try cut short by the runner stopping (not counted as an infra retry)
@@ -94,10 +90,10 @@ def sandbox_spec(task: Task, agent: Agent, gateway: Gateway | None) -> SandboxSp
     sockets: tuple[ExposedSocket, ...] = ()
     if gateway is not None and agent.uses_model and gateway.unix_socket is not None:
         sockets = (ExposedSocket(host_path=gateway.unix_socket, port=GATEWAY_PORT),)
-    mounts = (offline_pytest.toolkit_mount(),) if task.reward_parser == "pytest" else ()
+    needs = make_verifier(task.verifier_kind).sandbox_needs(task)
     return SandboxSpec(
         base=task.base,
-        mounts=mounts,
+        mounts=needs.mounts,
         layers=tuple(task_environment(task) + agent.layers()),
         workdir=task.workdir,
         env=dict(task.environment_env),
@@ -107,34 +103,6 @@ def sandbox_spec(task: Task, agent: Agent, gateway: Gateway | None) -> SandboxSp
         network="full" if task.allow_internet else "none",
         exposed_sockets=sockets,
     )
-
-
-def parse_reward(task: Task, reward_txt: bytes | None, reward_json: bytes | None,
-                 verifier_stdout: str) -> tuple[float | None, dict[str, float], str | None]:
-    """(reward, named rewards, problem) from what the verifier left behind."""
-    if task.reward_parser == "pytest":
-        results = parse_pytest_output(verifier_stdout)
-        if not results.outcomes:
-            return None, {}, "the pytest output had no test results"
-        return results.reward, {"fraction": results.fraction}, None
-    if reward_txt is not None:
-        try:
-            value = float(reward_txt.decode().strip())
-        except ValueError:
-            return None, {}, f"{REWARD_TXT} is not a number: {reward_txt[:80]!r}"
-        if not math.isfinite(value):
-            return None, {}, f"{REWARD_TXT} is not finite"
-        return value, {}, None
-    if reward_json is not None:
-        try:
-            named = {k: float(v) for k, v in json.loads(reward_json).items()}
-        except (ValueError, AttributeError, TypeError):
-            return None, {}, f"{REWARD_JSON} is not an object of numbers"
-        if not named:
-            return None, {}, f"{REWARD_JSON} is empty"
-        reward = named.get("reward", sum(named.values()) / len(named))
-        return reward, named, None
-    return None, {}, f"the verifier wrote neither {REWARD_TXT} nor {REWARD_JSON}"
 
 
 class TrialRunner:
@@ -195,11 +163,11 @@ class TrialRunner:
             await self._save_diff(sandbox, snapshot)
 
             t0 = time.monotonic()
-            reward, named, problem, verifier_s = await self._verify(sandbox)
+            verdict = await self._verify(sandbox)
             timings.verification = time.monotonic() - t0
-            timings.verifier_command = verifier_s
+            timings.verifier_command = verdict.command_s
             await self._collect_artifacts(sandbox)
-            self._finish(agent_run, meter, reward, named, problem)
+            self._finish(agent_run, meter, verdict)
         except InfraError as e:
             rec.status = TrialStatus.INFRA_INVALID
             rec.error = str(e)[-4000:]
@@ -292,33 +260,13 @@ class TrialRunner:
         path.write_text(diff.model_dump_json(indent=1))
         self._artifact("fs_diff.json", path, "fs_diff")
 
-    async def _verify(self, sandbox: Sandbox) -> tuple[float | None, dict[str, float], str | None, float]:
-        task = self.task
+    async def _verify(self, sandbox: Sandbox) -> Verdict:
+        ctx = VerifierContext(artifact_dir=self.dir, register=self._artifact,
+                              timeout_s=self.task.verifier_timeout_s, judge=None)
         try:
-            for rel, host in task.verifier_files().items():
-                await sandbox.write_file(f"{TESTS_MOUNT}/{rel}", host.read_bytes(),
-                                         mode=0o755 if host.stat().st_mode & 0o111 else 0o644)
-            prep = f"rm -rf {VERIFIER_LOGS_DIR} && mkdir -p {VERIFIER_LOGS_DIR}"
-            env = {**task.verifier_env, "TEST_DIR": TESTS_MOUNT}
-            if task.reward_parser == "pytest":
-                prep += f" && {offline_pytest.PREPARE_HOME}"
-                env = {**offline_pytest.verifier_env(), **env}
-            await sandbox.exec(["sh", "-c", prep], user="root")
-            r = await sandbox.exec(task.test_command, user="root", timeout=task.verifier_timeout_s,
-                                   env=env)
-            out = self.dir / "verifier.log"
-            out.write_text(f"$ {task.test_command}\n--- exit {r.exit_code}"
-                           f"{' (timed out)' if r.timed_out else ''}\n--- stdout\n{r.stdout}\n"
-                           f"--- stderr\n{r.stderr}\n")
-            self._artifact("verifier.log", out, "verifier_output")
-            txt = await self._maybe_read(sandbox, REWARD_TXT)
-            js = await self._maybe_read(sandbox, REWARD_JSON)
-        except SandboxError as e:
+            return await make_verifier(self.task.verifier_kind).verify(self.task, sandbox, ctx)
+        except (SandboxError, VerificationError) as e:
             raise InfraError(f"verification: {e}") from e
-        reward, named, problem = parse_reward(task, txt, js, r.stdout)
-        if r.timed_out and reward is None:
-            problem = f"the verifier timed out after {task.verifier_timeout_s:.0f}s"
-        return reward, named, problem, r.duration_s
 
     async def _collect_artifacts(self, sandbox: Sandbox) -> None:
         """Copy the task's ``artifacts`` out (each bounded by ARTIFACT_MAX_BYTES) and record
@@ -351,19 +299,11 @@ class TrialRunner:
         if problems:
             self.rec.extra["artifact_problems"] = problems
 
-    @staticmethod
-    async def _maybe_read(sandbox: Sandbox, path: str) -> bytes | None:
-        try:
-            return await sandbox.read_file(path)
-        except SandboxError:
-            return None
-
-    def _finish(self, run: AgentRun, meter: TrialMeter | None, reward: float | None,
-                named: dict[str, float], problem: str | None) -> None:
+    def _finish(self, run: AgentRun, meter: TrialMeter | None, verdict: Verdict) -> None:
         rec = self.rec
-        rec.reward = reward
-        rec.rewards = named
-        rec.passed = reward is not None and reward >= PASS_THRESHOLD
+        rec.reward = verdict.reward
+        rec.rewards = dict(verdict.rewards)
+        rec.passed = verdict.passed
         rec.tool_calls = dict(run.tool_calls)
         rec.turns = run.turns
         # trajectory analytics: the inputs of effort calibration and tool-use analysis
@@ -388,8 +328,8 @@ class TrialRunner:
             rec.error = run.error
         else:
             rec.status = TrialStatus.FAILED
-        if problem and not rec.error:
-            rec.error = problem
+        if verdict.problem and not rec.error:
+            rec.error = verdict.problem
 
     def _apply_meter(self, meter: TrialMeter) -> None:
         rec = self.rec

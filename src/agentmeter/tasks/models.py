@@ -1,8 +1,8 @@
 """The Task model every loader produces, whatever the on-disk format.
 
-A task is a directory. Inside the sandbox the verifier's files are mounted at ``/tests``, the
-oracle's at ``/solution``, and the verifier writes its reward under ``/logs/verifier``
-(Harbor's contract; Terminal-Bench v1 tasks are mapped onto it).
+A task is a directory. Inside the sandbox the oracle's files are placed at ``/solution``; the
+verifier's files, and how its reward is read, belong to the task's verifier kind
+(``agentmeter.verify``: Harbor's contract, onto which Terminal-Bench v1 tasks are mapped).
 """
 
 from __future__ import annotations
@@ -20,15 +20,10 @@ TaskFormat = Literal["native", "terminal-bench"]
 Tier = Literal["easy", "medium", "hard"]
 TIERS: tuple[Tier, ...] = ("easy", "medium", "hard")
 Difficulty = Literal["easy", "medium", "hard", "unknown"]
-RewardParser = Literal["reward-file", "pytest"]
 BaseName = Literal["debian", "host"]
 
-#: Where things live inside a sandbox (Harbor's layout).
-TESTS_MOUNT = "/tests"
+#: Where the oracle's files live inside a sandbox (Harbor's layout).
 SOLUTION_MOUNT = "/solution"
-VERIFIER_LOGS_DIR = "/logs/verifier"
-REWARD_TXT = f"{VERIFIER_LOGS_DIR}/reward.txt"
-REWARD_JSON = f"{VERIFIER_LOGS_DIR}/reward.json"
 
 #: Names never part of a task's content (editor/VCS/interpreter droppings).
 DIGEST_IGNORED_NAMES = frozenset(
@@ -94,7 +89,10 @@ class Task(BaseModel):
     #: files copied into /tests next to tests_dir's content (Terminal-Bench's run-tests.sh)
     extra_test_files: tuple[Path, ...] = ()
     test_command: str
-    reward_parser: RewardParser
+    #: how the trial's reward is decided: a name in ``agentmeter.verify.registry``
+    verifier_kind: str
+    #: a reward at or above this passes the task
+    pass_threshold: float = Field(default=1.0, ge=0.0, le=1.0)
     verifier_timeout_s: float = 600.0
     verifier_env: dict[str, str] = Field(default_factory=dict)
     verifier_user: SandboxUser = "root"
@@ -129,7 +127,7 @@ class Task(BaseModel):
         return hash((self.id, self.digest))
 
     def verifier_files(self) -> dict[str, Path]:
-        """Files to place under /tests: relative POSIX path -> host file."""
+        """The verifier's files (placed under /tests): relative POSIX path -> host file."""
         files = _files_under(self.tests_dir)
         for extra in self.extra_test_files:
             files[extra.name] = extra

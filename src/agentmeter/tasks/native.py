@@ -7,6 +7,8 @@ features agentmeter cannot honour (GPUs, TPUs, Windows, MCP servers, healthcheck
 allowlists, multi-step tasks) are accepted at their default values and are an error otherwise,
 so a task never runs differently from what it asks for. ``[metadata]`` is free-form in Harbor:
 keys we do not interpret are kept in ``Task.metadata_extra``. Every other section is strict.
+agentmeter's own keys: ``environment.base``, ``verifier.kind`` (default ``reward-file``, Harbor's
+reward files) and ``verifier.pass_threshold`` (default 1.0).
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agentmeter.tasks.errors import TaskError, TaskProblem, problems_from_validation
 from agentmeter.tasks.models import (
     SOLUTION_MOUNT,
-    TESTS_MOUNT,
     TIERS,
     BaseName,
     Budgets,
@@ -31,6 +32,8 @@ from agentmeter.tasks.models import (
     Tier,
     task_digest,
 )
+from agentmeter.verify.command import TESTS_MOUNT
+from agentmeter.verify.registry import verifier_kinds
 
 TASK_TOML = "task.toml"
 INSTRUCTION_MD = "instruction.md"
@@ -89,6 +92,9 @@ class _VerifierSection(_PhaseNetwork):
     timeout_sec: float = Field(default=600.0, gt=0)
     env: dict[str, str] = Field(default_factory=dict)
     user: str | int | None = None
+    # agentmeter's own keys: the verifier kind (agentmeter.verify.registry) and the pass policy
+    kind: str = "reward-file"
+    pass_threshold: float = Field(default=1.0, ge=0.0, le=1.0)
 
 
 class _EnvironmentSection(_Section):
@@ -267,6 +273,9 @@ def read_task_toml(file: Path) -> TaskToml:
     except ValidationError as exc:
         raise TaskError(problems_from_validation(file, exc)) from None
     problems = _unsupported(config, file) + _phase_problems(config, file)
+    if config.verifier.kind not in verifier_kinds():
+        problems.append(TaskProblem(file, f"unknown verifier kind {config.verifier.kind!r} "
+                                    f"(known: {', '.join(verifier_kinds())})", "verifier.kind"))
     if config.version is not None and config.schema_version is not None:
         problems.append(TaskProblem(file, "give either 'version' or 'schema_version'", "version"))
     for name in ("memory", "storage"):
@@ -368,7 +377,8 @@ def _build_task(directory: Path, config: TaskToml, instruction: str, dockerfile:
                         max_calls=agent.max_calls),
         tests_dir=directory / "tests",
         test_command=f"bash {TESTS_MOUNT}/test.sh",
-        reward_parser="reward-file",
+        verifier_kind=verifier.kind,
+        pass_threshold=verifier.pass_threshold,
         verifier_timeout_s=verifier.timeout_sec,
         verifier_env=verifier.env,
         verifier_user=_verifier_user(verifier.user),

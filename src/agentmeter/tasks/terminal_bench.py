@@ -19,13 +19,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from agentmeter.tasks.errors import TaskError, TaskProblem, problems_from_validation
 from agentmeter.tasks.models import (
     SOLUTION_MOUNT,
-    TESTS_MOUNT,
     TIERS,
     Difficulty,
     Task,
     Tier,
     task_digest,
 )
+from agentmeter.verify.command import TESTS_MOUNT
 
 TASK_YAML = "task.yaml"
 RUN_TESTS_SH = "run-tests.sh"
@@ -229,7 +229,7 @@ def load_terminal_bench_task(directory: Path) -> Task:
         tests_dir=tests_dir,
         extra_test_files=(run_tests,),
         test_command=f"bash {TESTS_MOUNT}/{RUN_TESTS_SH}",
-        reward_parser="pytest",
+        verifier_kind="pytest",  # parser_name "pytest", the only one accepted
         verifier_timeout_s=config.max_test_timeout_sec,
         verifier_env={"TEST_DIR": TESTS_MOUNT},
         solution_script=solution_sh if has_solution else None,

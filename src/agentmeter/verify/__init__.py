@@ -1,1 +1,7 @@
-"""agentmeter.verify: what the harness adds to a sandbox to verify a trial."""
+"""agentmeter.verify: how a trial's result is decided.
+
+``protocol`` is the Verifier interface and its Verdict, ``registry`` names the kinds, ``judge`` is
+the model access the harness gives judges. Built-in kinds: ``reward_file`` (Harbor's test-script
+contract) and ``pytest_output`` (Terminal-Bench's pytest summary, with ``offline_pytest``), both
+running the task's test command through ``command``. See docs/verifiers.md.
+"""

@@ -1,4 +1,4 @@
-"""Offline verification for pytest-parser tasks (Terminal-Bench v1 layout).
+"""Offline verification for ``pytest``-kind tasks (Terminal-Bench v1 layout).
 
 Their ``run-tests.sh`` scripts usually download tooling at verification time (``curl … uv
 install.sh | sh``, ``uv venv``, ``uv pip install pytest``, ``pip install pytest``). Sandboxes have
@@ -12,10 +12,9 @@ no-ops, ``uv run X`` runs X, and ``pytest`` is the provided one. The sandbox sti
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import shutil
 from pathlib import Path
-
-import pytest as _pytest_pkg
 
 from agentmeter.paths import cache_dir
 from agentmeter.sandbox.rootfs import file_lock
@@ -68,7 +67,9 @@ def toolkit_dir() -> Path:
             return root
         tmp = root.with_name(root.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        site_packages = Path(_pytest_pkg.__file__).resolve().parent.parent
+        spec = importlib.util.find_spec("pytest")  # located, not imported
+        assert spec is not None and spec.origin is not None, "pytest is a dependency"
+        site_packages = Path(spec.origin).resolve().parent.parent
         for name in PACKAGES:
             src = site_packages / name
             if src.is_dir():

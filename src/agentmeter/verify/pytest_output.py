@@ -1,17 +1,29 @@
-"""Reward from pytest's ``-rA`` short test summary (Terminal-Bench's verifier contract).
+"""The ``pytest`` kind: reward from pytest's ``-rA`` short test summary (Terminal-Bench v1).
+
+The task's test command (``run-tests.sh``) runs pytest with the offline toolkit first on its PATH
+(see ``offline_pytest``); the reward is read from the summary in its stdout, not from a file.
 
 The summary lines look like ``PASSED tests/test_x.py::test_a``,
 ``FAILED tests/test_x.py::test_b - AssertionError: ...``, ``ERROR tests/test_x.py - ImportError``,
 ``SKIPPED [1] tests/test_x.py:10: reason``, ``XFAIL ...``, ``XPASS ...``.
-The task passes (reward 1.0) iff at least one test ran and none failed or errored.
+The reward is 1.0 iff at least one test passed and none failed or errored; ``fraction`` is the
+passed share.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
+
+from agentmeter.sandbox.protocol import Sandbox
+from agentmeter.verify import offline_pytest
+from agentmeter.verify.command import Score, run_test_command, verdict_of
+from agentmeter.verify.protocol import SandboxNeeds, Verdict, VerifierContext
+
+if TYPE_CHECKING:
+    from agentmeter.tasks.models import Task
 
 TestOutcome = Literal["passed", "failed", "error", "xfailed", "xpassed"]
 
@@ -94,3 +106,23 @@ def parse_pytest_output(output: str) -> PytestResults:
         if previous is None or _SEVERITY[outcome] > _SEVERITY[previous]:
             outcomes[name] = outcome
     return PytestResults(outcomes=outcomes, skipped=skipped, found_summary=found)
+
+
+def score_pytest_output(output: str) -> Score:
+    """Reward (all passed: 1.0) and the passed fraction, from the test command's stdout."""
+    results = parse_pytest_output(output)
+    if not results.outcomes:
+        return Score(None, {}, "the pytest output had no test results")
+    return Score(results.reward, {"fraction": results.fraction}, None)
+
+
+class PytestOutputVerifier:
+    """Runs the task's test command with the offline pytest toolkit and reads pytest's summary."""
+
+    def sandbox_needs(self, task: Task) -> SandboxNeeds:
+        return SandboxNeeds(mounts=(offline_pytest.toolkit_mount(),))
+
+    async def verify(self, task: Task, sandbox: Sandbox, ctx: VerifierContext) -> Verdict:
+        run = await run_test_command(task, sandbox, ctx, env=offline_pytest.verifier_env(),
+                                     prepare=offline_pytest.PREPARE_HOME)
+        return verdict_of(task, ctx, run, score_pytest_output(run.result.stdout))

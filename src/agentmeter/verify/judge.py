@@ -1,0 +1,58 @@
+"""Model access for judges: the interface the harness provides to verifiers that grade with a model.
+
+A judge (rubric items, semantic equivalence of two outputs, a screenshot's look) is called by the
+harness on the host, through the gateway, under the run's judge model: its calls are metered and
+priced as evaluation cost, apart from the agent's, and no model is ever reachable from inside the
+sandbox for grading. A verifier gets a :class:`JudgeClient` in its context, or ``None`` when the
+run has no judge model (a kind that needs one then reports its judged keys as missing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+
+class JudgeImage(BaseModel):
+    """An image on the host given to a vision judge (e.g. a screenshot artifact)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: Path
+    media_type: str = "image/png"
+
+
+class JudgeMessage(BaseModel):
+    """One message of a judge prompt: text and images in order."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    role: Literal["system", "user", "assistant"]
+    content: tuple[str | JudgeImage, ...]
+
+
+class JudgeReply(BaseModel):
+    """The judge model's answer."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    text: str
+    model: str
+
+
+class JudgeClient(Protocol):
+    """Calls the run's judge model through the gateway, from the host.
+
+    Each call is metered by the gateway as evaluation cost of the trial being verified. A call
+    that cannot be completed (the upstream still failing after the gateway's retries) raises
+    ``agentmeter.verify.protocol.VerificationError``: the evaluation is infra, never a zero.
+    """
+
+    @property
+    def model(self) -> str: ...
+
+    async def complete(self, messages: Sequence[JudgeMessage], *, temperature: float = 0.0,
+                       max_tokens: int | None = None) -> JudgeReply: ...

@@ -1,0 +1,35 @@
+"""Verifier kinds by name: the name a task gives (``[verifier] kind`` in task.toml) → its verifier.
+
+A new kind is one module implementing ``agentmeter.verify.protocol.Verifier`` plus one line here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from agentmeter.verify.protocol import Verifier
+from agentmeter.verify.pytest_output import PytestOutputVerifier
+from agentmeter.verify.reward_file import RewardFileVerifier
+
+VerifierFactory = Callable[[], Verifier]
+
+_FACTORIES: dict[str, VerifierFactory] = {
+    "reward-file": RewardFileVerifier,
+    "pytest": PytestOutputVerifier,
+}
+
+
+def verifier_kinds() -> list[str]:
+    return sorted(_FACTORIES)
+
+
+class UnknownVerifierError(ValueError):
+    pass
+
+
+def make_verifier(kind: str) -> Verifier:
+    factory = _FACTORIES.get(kind)
+    if factory is None:
+        raise UnknownVerifierError(
+            f"unknown verifier kind {kind!r} (known: {', '.join(verifier_kinds())})")
+    return factory()
