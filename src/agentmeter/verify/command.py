@@ -1,9 +1,10 @@
 """Running a task's test command in the sandbox: the step the built-in verifier kinds share.
 
 Harbor's contract: the task's verifier files are placed under ``/tests``, ``/logs/verifier`` is
-emptied, and the test command runs (as root, or as the task's ``[verifier] user``) with ``TEST_DIR=/tests`` and the task's verifier
-environment. Its output is kept as the trial's ``verifier.log`` artifact. The kinds differ only
-in what they read afterwards (reward files, pytest's summary).
+emptied, and the test command runs (as root, or as the task's ``[verifier] user``) with
+``TEST_DIR=/tests`` and the task's verifier environment. Its output is kept as the trial's
+``verifier.log`` artifact. The kinds differ only in what they read afterwards (reward files,
+pytest's summary).
 """
 
 from __future__ import annotations
