@@ -24,7 +24,8 @@ class _Record(BaseModel):
 
 
 class TrialStatus(StrEnum):
-    """The status taxonomy (DESIGN.md). ``pending``/``running`` are not final."""
+    """The status taxonomy (README "Concepts", docs/architecture.md). ``pending``/``running``
+    are not final."""
 
     PENDING = "pending"
     RUNNING = "running"
