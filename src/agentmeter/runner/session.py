@@ -18,8 +18,9 @@ from agentmeter.pricing import PriceBook
 from agentmeter.records import ConfigRecord, RunRecord
 from agentmeter.runner.executor import PrepareCallback, ProgressCallback, RunProgress, execute
 from agentmeter.runner.plan import PlannedConfig, build_configs, build_plan
-from agentmeter.runner.trial import TrialContext
+from agentmeter.runner.trial import TrialContext, base_image
 from agentmeter.sandbox import registry as sandbox_registry
+from agentmeter.sandbox.layers import image_refusal
 from agentmeter.sandbox.protocol import SandboxBackend
 from agentmeter.sandbox.spec import SandboxError
 from agentmeter.store.db import Store
@@ -93,6 +94,8 @@ def prepare(request: RunRequest) -> PreparedRun:
         raise RunSetupError(str(e)) from e
     if not tasks:
         raise RunSetupError("no tasks selected")
+    if request.backend == "local":
+        _refuse_prebuilt_images(tasks)
     try:
         configs = build_configs(request.agents, request.models, request.agent_options,
                                 request.pairs)
@@ -113,6 +116,15 @@ def prepare(request: RunRequest) -> PreparedRun:
             resolved.append(c)
         configs = resolved
     return PreparedRun(request, tasks, configs, suite.name)
+
+
+def _refuse_prebuilt_images(tasks: list[Task]) -> None:
+    """The local backend never pulls: a task whose environment is only a prebuilt image cannot
+    run on it (see runner/trial.py: base_image)."""
+    refused = [image_refusal(image) for t in tasks
+               if (image := base_image(t)) is not None and image.recipe is None]
+    if refused:
+        raise RunSetupError("\n".join(refused))
 
 
 def models_and_prices(request: RunRequest) -> tuple[ModelRegistry, PriceBook]:

@@ -28,7 +28,10 @@ from agentmeter.records import (
 )
 from agentmeter.sandbox.protocol import Sandbox, SandboxBackend
 from agentmeter.sandbox.spec import (
+    AGENT_GID,
+    AGENT_UID,
     AGENT_USER,
+    BaseImage,
     ExposedSocket,
     LayerSpec,
     Limits,
@@ -77,6 +80,19 @@ def task_environment(task: Task) -> list[LayerSpec]:
     return []
 
 
+def base_image(task: Task) -> BaseImage | None:
+    """A task's prebuilt image as the sandbox's base (Harbor's semantics): with an environment
+    recipe too (Dockerfile or setup script), the image is the recipe's prebuilt form: the docker
+    backend uses the image when it has or can pull it, else builds the recipe; the local backend
+    always builds the recipe. With no recipe the image is the environment: the docker backend
+    pulls it, the local backend refuses the task (it never pulls)."""
+    if task.docker_image is None:
+        return None
+    recipe = task_environment(task)
+    return BaseImage(ref=task.docker_image, origin=task.docker_image_origin or str(task.path),
+                     recipe=recipe[0] if recipe else None)
+
+
 async def _finish_despite_cancellation(aw: Awaitable[None]) -> None:
     """Await cleanup to its end even if this task is cancelled again meanwhile."""
     job = asyncio.ensure_future(aw)
@@ -91,10 +107,13 @@ def sandbox_spec(task: Task, agent: Agent, gateway: Gateway | None) -> SandboxSp
     if gateway is not None and agent.uses_model and gateway.unix_socket is not None:
         sockets = (ExposedSocket(host_path=gateway.unix_socket, port=GATEWAY_PORT),)
     needs = make_verifier(task.verifier_kind).sandbox_needs(task)
+    image = base_image(task)
+    environment = [] if image is not None else task_environment(task)  # else: image.recipe
     return SandboxSpec(
         base=task.base,
+        image=image,
         mounts=needs.mounts,
-        layers=tuple(task_environment(task) + agent.layers()),
+        layers=tuple(environment + agent.layers()),
         workdir=task.workdir,
         env=dict(task.environment_env),
         user=AGENT_USER,
@@ -139,7 +158,7 @@ class TrialRunner:
             t0 = time.monotonic()
             try:
                 sandbox = await self.ctx.backend.start(sandbox_spec(self.task, self.agent, self.ctx.gateway))
-                await sandbox.exec(["chown", "-R", f"{AGENT_USER}:{AGENT_USER}", sandbox.workdir],
+                await sandbox.exec(["chown", "-R", f"{AGENT_UID}:{AGENT_GID}", sandbox.workdir],
                                    user="root")
             except SandboxError as e:
                 raise InfraError(f"environment: {e}") from e

@@ -4,6 +4,8 @@ A sandbox is a container whose pid 1 is a tiny bash loop that only reaps orphans
 is a ``docker exec``. Each exec carries a random marker in its environment, which its children
 inherit (daemonized ones too), so on timeout or cancellation every process holding the marker
 is stopped and killed from inside, while other execs of the same sandbox keep running.
+The image is agentmeter's Debian base, or the task's own prebuilt image (images.py), plus the
+task's and the agent's layers.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
+from agentmeter.sandbox import images
 from agentmeter.sandbox.archive import check_size, extract_safely, tar_out_argv
 from agentmeter.sandbox.bridge import BridgeProcess, start_bridge
 from agentmeter.sandbox.dockerd import (
@@ -27,7 +30,6 @@ from agentmeter.sandbox.dockerd import (
     LABEL,
     OWNER_LABEL,
     ImageConfig,
-    base_digest,
     build_layer,
     chain_digest,
     docker,
@@ -57,6 +59,7 @@ from agentmeter.sandbox.spec import (
     ExecResult,
     FsDiff,
     FsSnapshot,
+    LayerBuildError,
     SandboxError,
     SandboxSpec,
 )
@@ -91,6 +94,7 @@ class DockerBackend:
 
     def __init__(self) -> None:
         self._prepared: dict[str, ImageConfig] = {}
+        self._roots = images.RootCache()
         self._locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}  # a Lock serves one loop
         self._disk_quota: bool | None = None  # unknown until tried
 
@@ -100,23 +104,32 @@ class DockerBackend:
     async def prepare(self, spec: SandboxSpec) -> None:
         await self._image_for(spec)
 
+    def _lock(self) -> asyncio.Lock:
+        return self._locks.setdefault(asyncio.get_running_loop(), asyncio.Lock())
+
     async def _image_for(self, spec: SandboxSpec) -> ImageConfig:
         if spec.base != "debian":
             raise SandboxError(f"the docker backend has no {spec.base!r} base (only 'debian')")
-        digest = base_digest()
-        for layer in spec.layers:
+        root = await self._roots.root(spec.image, self._labels(), self._lock())
+        layers = (*root.layers, *spec.layers)
+        digest = root.digest
+        for layer in layers:
             digest = chain_digest(digest, layer)
         if digest in self._prepared:
             return self._prepared[digest]
-        lock = self._locks.setdefault(asyncio.get_running_loop(), asyncio.Lock())
-        async with lock:
-            parent = await ensure_base_image()
-            digest = base_digest()
-            for layer in spec.layers:
+        async with self._lock():
+            parent = root.tag or await ensure_base_image()
+            digest = root.digest
+            for layer in layers:
                 digest = chain_digest(digest, layer)
                 tag = layer_tag(digest)
                 if not await image_exists(tag):
-                    await build_layer(layer, parent, tag, self._labels())
+                    try:
+                        await build_layer(layer, parent, tag, self._labels())
+                    except LayerBuildError as e:
+                        if root.foreign and layer.independent:
+                            raise images.foreign_install_error(root, layer, e) from e
+                        raise
                 parent = tag
             cfg = self._prepared[digest] = await image_config(parent)
         return cfg

@@ -2,10 +2,11 @@
 containers with their owner, build the images the docker backend runs (the imported Debian base
 and one cached image per layer), and unpack ``docker cp`` archives safely.
 
-Images are never pulled from a registry. The base is the debootstrap tree of
-:func:`~agentmeter.sandbox.rootfs.ensure_debian_base` imported with ``docker import``; each layer
-is an image on top of the previous one, tagged by a digest of the whole chain, so a layer that
-was built once is found again by tag and never rebuilt.
+agentmeter's own images are never pulled from a registry. The base is the debootstrap tree of
+:func:`~agentmeter.sandbox.rootfs.ensure_debian_base` imported with ``docker import`` (a
+Dockerfile's FROM is mapped onto it); each layer is an image on top of the previous one, tagged
+by a digest of the whole chain, so a layer that was built once is found again by tag and never
+rebuilt. Only a task's own prebuilt image is pulled, and used as the base instead: images.py.
 """
 
 from __future__ import annotations

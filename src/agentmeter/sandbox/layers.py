@@ -6,6 +6,9 @@ the digest of everything below it plus the step itself, so tasks whose Dockerfil
 share those layers, as Docker's build cache does. ENV/ARG/USER only change the metadata carried
 into later steps (and into the key). A step runs in a sandbox whose upper dir becomes the layer;
 it is renamed into the cache only when the step succeeded, so a broken layer is never cached.
+
+A task's prebuilt image (``SandboxSpec.image``) is never pulled: its recipe (the task's
+Dockerfile) is built instead, and an image without one is refused (see ``local_layers``).
 """
 
 from __future__ import annotations
@@ -26,7 +29,15 @@ from pydantic import BaseModel, Field
 from agentmeter.paths import cache_dir
 from agentmeter.sandbox import rootfs
 from agentmeter.sandbox.dockerfile import DockerStep, image_emulation, parse_dockerfile
-from agentmeter.sandbox.spec import AGENT_USER, LayerBuildError, LayerSpec, SandboxSpec
+from agentmeter.sandbox.spec import (
+    AGENT_USER,
+    RECIPE_HINT,
+    BaseImage,
+    LayerBuildError,
+    LayerSpec,
+    SandboxError,
+    SandboxSpec,
+)
 
 if TYPE_CHECKING:
     from agentmeter.sandbox.local import LocalBackend
@@ -94,6 +105,23 @@ def _warn_from(image: str, origin: str, line: int, log: BuildLog | None) -> None
         print(msg)
 
 
+def image_refusal(image: BaseImage) -> str:
+    """Why the local backend cannot run a task that gives only a prebuilt image."""
+    return (f"{image.origin}: the local backend cannot use the prebuilt image {image.ref!r}: "
+            f"it does not pull images (it runs offline on agentmeter's Debian base) and the task "
+            f"gives no Dockerfile to build it from. Run it with --backend docker, or add "
+            f"{RECIPE_HINT}")
+
+
+def local_layers(spec: SandboxSpec) -> tuple[LayerSpec, ...]:
+    """The layers the local backend builds: a base image's recipe first, then the spec's own."""
+    if spec.image is None:
+        return spec.layers
+    if spec.image.recipe is None:
+        raise SandboxError(image_refusal(spec.image))
+    return (spec.image.recipe, *spec.layers)
+
+
 class LocalLayerCache:
     def __init__(self, backend: LocalBackend) -> None:
         self.backend = backend
@@ -151,7 +179,7 @@ class LocalLayerCache:
         names: dict[bool, list[str]] = {False: [], True: []}
         metas = {False: LayerMeta(), True: LayerMeta()}
         args: dict[str, str] = {}
-        for layer in spec.layers:
+        for layer in local_layers(spec):
             ind = layer.independent
             deadline = None if layer.build_timeout_s is None else time.monotonic() + layer.build_timeout_s
             for step in self._steps(layer):

@@ -9,7 +9,7 @@ import hashlib
 from pathlib import Path
 from typing import Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 BaseName = Literal["debian", "host"]
 NetworkPolicy = Literal["none", "full"]
@@ -89,10 +89,32 @@ class LayerSpec(_Frozen):
         return h.hexdigest()
 
 
+#: what a task adds so that its image can be built instead of pulled (for messages)
+RECIPE_HINT = ("the Dockerfile the image is built from (environment/Dockerfile in a Harbor task, "
+               "'build:' in a Terminal-Bench docker-compose.yaml)")
+
+
+class BaseImage(_Frozen):
+    """An OCI image a sandbox starts from instead of agentmeter's Debian base: a task's prebuilt
+    environment (Harbor's ``environment.docker_image``, a Terminal-Bench compose ``image:``).
+
+    The docker backend uses the image (the local copy, else pulled) and builds ``recipe`` on the
+    Debian base only when the image cannot be had; the local backend never pulls: it builds
+    ``recipe`` and refuses an image without one."""
+
+    ref: str = Field(min_length=1, description="e.g. 'ubuntu:24.04', '127.0.0.1:5000/env:1'")
+    origin: str = Field(default="<inline>", description="file and key that named it, for errors")
+    recipe: LayerSpec | None = Field(
+        default=None, description="the Dockerfile (or setup script) the image is the prebuilt "
+                                  "form of; the first layer when the image itself is not used")
+
+
 class SandboxSpec(_Frozen):
     """Everything needed to start a sandbox."""
 
     base: BaseName = "debian"
+    #: start from this image (then the ``debian`` base is only the recipe's base)
+    image: BaseImage | None = None
     layers: tuple[LayerSpec, ...] = ()
     mounts: tuple[Mount, ...] = ()
     workdir: str | None = Field(default=None, description="default cwd; a layer's WORKDIR, else /workspace")
@@ -102,6 +124,13 @@ class SandboxSpec(_Frozen):
     network: NetworkPolicy = "none"
     exposed_sockets: tuple[ExposedSocket, ...] = ()
     hostname: str = "sandbox"
+
+    @model_validator(mode="after")
+    def _image_replaces_debian(self) -> SandboxSpec:
+        if self.image is not None and self.base != "debian":
+            raise ValueError(f"a base image ({self.image.ref}) replaces the 'debian' base; "
+                             f"it cannot be combined with base {self.base!r}")
+        return self
 
 
 class ExecResult(_Frozen):

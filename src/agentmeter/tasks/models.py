@@ -68,7 +68,11 @@ class Task(BaseModel):
     environment_dir: Path = Field(description="build context of the Dockerfile / setup script")
     dockerfile: Path | None = None
     setup_script: Path | None = None
-    docker_image: str | None = Field(default=None, description="pre-built image, if any")
+    #: a prebuilt image: the environment itself, or the prebuilt form of the Dockerfile (see
+    #: runner/trial.py: base_image for what each sandbox backend does with it)
+    docker_image: str | None = None
+    docker_image_origin: str | None = Field(
+        default=None, description="the file and key that named docker_image, for messages")
     base: BaseName = "debian"
     workdir: str | None = None
     environment_env: dict[str, str] = Field(default_factory=dict)

@@ -9,6 +9,19 @@ so a task never runs differently from what it asks for. ``[metadata]`` is free-f
 keys we do not interpret are kept in ``Task.metadata_extra``. Every other section is strict.
 agentmeter's own keys: ``environment.base``, ``verifier.kind`` (default ``reward-file``, Harbor's
 reward files) and ``verifier.pass_threshold`` (default 1.0).
+
+Phases: the agent always runs as the unprivileged ``agent`` (``agent.user`` may say so; ``root``
+is refused); ``verifier.user`` may be ``root`` (default) or ``agent``; both phases share one
+sandbox and so one network policy, and per-phase networks that differ are refused.
+``build_timeout_sec`` bounds the environment build; ``artifacts`` are copied out after the trial.
+
+``environment.docker_image`` names a prebuilt image, used as Harbor does (see
+``runner/trial.py: base_image``): with ``environment/Dockerfile`` too, the Dockerfile is the
+recipe and the image its prebuilt form; the docker backend runs on the image (the daemon's copy,
+else pulled) and builds the Dockerfile only when the image cannot be had; the local backend,
+which never pulls, builds the Dockerfile. With only ``docker_image`` the image is the
+environment: the docker backend pulls it, and a run on the local backend is refused before it
+starts, naming this file and key.
 """
 
 from __future__ import annotations
@@ -99,7 +112,7 @@ class _VerifierSection(_PhaseNetwork):
 
 class _EnvironmentSection(_Section):
     build_timeout_sec: float = Field(default=600.0, gt=0)
-    docker_image: str | None = None
+    docker_image: str | None = Field(default=None, min_length=1)
     os: Literal["linux", "windows"] = "linux"
     cpus: float | None = Field(default=None, gt=0)
     memory_mb: int | None = Field(default=None, gt=0)
@@ -285,6 +298,10 @@ def read_task_toml(file: Path) -> TaskToml:
                 _size_to_mb(raw)
             except ValueError as exc:
                 problems.append(TaskProblem(file, str(exc), f"environment.{name}"))
+    if config.environment.docker_image and config.environment.base != "debian":
+        problems.append(TaskProblem(file, "a docker_image replaces the 'debian' base; it cannot "
+                                    f"be combined with base = {config.environment.base!r}",
+                                    "environment.base"))
     if problems:
         raise TaskError(problems)
     return config
@@ -364,6 +381,8 @@ def _build_task(directory: Path, config: TaskToml, instruction: str, dockerfile:
         dockerfile=dockerfile,
         setup_script=setup_script,
         docker_image=env.docker_image,
+        docker_image_origin=(f"{directory / TASK_TOML}: environment.docker_image"
+                             if env.docker_image else None),
         base=env.base,
         workdir=env.workdir,
         environment_env=env.env,

@@ -3,9 +3,10 @@
 Mapped onto the native contract the way Terminal-Bench runs them: ``tests/`` plus
 ``run-tests.sh`` are placed under ``/tests``, the verifier runs ``bash /tests/run-tests.sh`` with
 ``TEST_DIR=/tests``, and the reward comes from pytest's ``-rA`` summary. Only single-service
-``docker-compose.yaml`` files are accepted; the harness plumbing in them (image and container
-names, the keep-alive command, log volumes, ``T_BENCH_*`` variables) is ignored, and whatever
-else is ignored is listed in ``Task.loader_notes``.
+``docker-compose.yaml`` files are accepted; the harness plumbing in them (generated image and
+container names, the keep-alive command, log volumes, ``T_BENCH_*`` variables) is ignored, and
+whatever else is ignored is listed in ``Task.loader_notes``. A literal ``image:`` is the task's
+prebuilt image (``Task.docker_image``, with ``build:`` as its recipe; see native.py).
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ class _ComposeEnvironment(BaseModel):
     dockerfile: Path | None
     context: Path
     image: str | None
+    image_origin: str | None
     env: dict[str, str]
     notes: tuple[str, ...]
 
@@ -124,7 +126,8 @@ def read_compose(directory: Path) -> _ComposeEnvironment:
     default = directory / "Dockerfile"
     if file is None:
         return _ComposeEnvironment(dockerfile=default if default.is_file() else None,
-                                   context=directory, image=None, env={}, notes=())
+                                   context=directory, image=None, image_origin=None, env={},
+                                   notes=())
     data = _read_yaml(file)
     services = data.get("services") if isinstance(data, dict) else None
     if not isinstance(services, dict) or not services:
@@ -166,7 +169,9 @@ def read_compose(directory: Path) -> _ComposeEnvironment:
         env[key] = value
     return _ComposeEnvironment(
         dockerfile=dockerfile if build is not None else None, context=context,
-        image=image if isinstance(image, str) else None, env=env, notes=tuple(notes))
+        image=image if isinstance(image, str) else None,
+        image_origin=f"{file}: services.{name}.image" if isinstance(image, str) else None,
+        env=env, notes=tuple(notes))
 
 
 def load_terminal_bench_task(directory: Path) -> Task:
@@ -222,6 +227,7 @@ def load_terminal_bench_task(directory: Path) -> Task:
         environment_dir=compose.context,
         dockerfile=compose.dockerfile,
         docker_image=compose.image,
+        docker_image_origin=compose.image_origin,
         environment_env=compose.env,
         # Terminal-Bench containers have network access; the sandbox may still deny it.
         allow_internet=True,

@@ -1,0 +1,102 @@
+"""A real OCI registry (Docker's ``registry``, Debian package ``docker-registry``) on
+127.0.0.1:<free port>, started by the test setup and stopped after; its storage is a temporary
+directory. dockerd treats 127.0.0.0/8 registries as insecure, so plain HTTP works.
+
+When the registry is not installed and we are root it is installed with apt first, as a fresh
+Debian machine would need. (Where the system's policy allows, the package also enables its own
+service on port 5000; the fixture neither uses nor stops that one.)
+
+Use: ``from registry_fixtures import registry_fixture`` in a test module; the fixture is named
+``registry`` and gives the ``host:port`` to prefix image names with.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+CONFIG = """\
+version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: {root}
+  delete:
+    enabled: true
+http:
+  addr: 127.0.0.1:{port}
+"""
+
+
+def _binary() -> str | None:
+    return shutil.which("docker-registry") or shutil.which("registry")
+
+
+def _ensure_installed() -> str:
+    found = _binary()
+    if found is None and os.geteuid() == 0:
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update"], check=False, capture_output=True, env=env)
+        r = subprocess.run(["apt-get", "install", "-y", "--no-install-recommends",
+                            "docker-registry"], capture_output=True, text=True, env=env)
+        assert r.returncode == 0, f"apt-get install docker-registry failed:\n{r.stderr[-2000:]}"
+        found = _binary()
+    if found is None:
+        pytest.fail("the OCI registry (Debian package docker-registry) is not installed and "
+                    "cannot be installed (needs root and apt)")
+    return found
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+@pytest.fixture(scope="session", name="registry")
+def registry_fixture() -> Iterator[str]:
+    """``127.0.0.1:PORT`` of an empty registry this fixture owns."""
+    binary = _ensure_installed()
+    root = Path(tempfile.mkdtemp(prefix="agentmeter-registry-"))
+    port = _free_port()
+    config = root / "config.yml"
+    config.write_text(CONFIG.format(root=root / "storage", port=port))
+    log = (root / "registry.log").open("w")
+    server = subprocess.Popen([binary, "serve", str(config)], stdout=log,
+                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not _answers(f"http://127.0.0.1:{port}/v2/"):
+            assert server.poll() is None, (root / "registry.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, "the registry did not answer in 60 s"
+            time.sleep(0.1)
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+        shutil.rmtree(root, ignore_errors=True)
