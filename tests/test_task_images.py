@@ -69,7 +69,7 @@ class Images:
     def build(self, ref: str, dockerfile: str) -> str:
         with tempfile.TemporaryDirectory() as ctx:
             (Path(ctx) / "Dockerfile").write_text(dockerfile)
-            r = _docker("build", "--network", "none", "-t", ref, ctx)
+            r = _docker("build", "--force-rm", "--network", "none", "-t", ref, ctx)
         assert r.returncode == 0, r.stderr.decode()[-2000:]
         return self.track(ref)
 
