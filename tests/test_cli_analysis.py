@@ -97,6 +97,36 @@ def _reward_run(store: Store, run: str, day: int, rewards: dict[str, float]) -> 
                                          cost_usd=0.0))
 
 
+def test_a_registered_metric_is_scored_and_shown(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new metric is one function plus one registry line: ``score`` computes it by name,
+    puts it in the JSON under its key, shows it in the terminal and includes it in ``all``."""
+    from pydantic import BaseModel
+
+    from agentmeter.metrics import registry
+
+    class Counts(BaseModel):
+        trials: int
+        passed: int
+
+    def counts(m: registry.MetricInputs) -> Counts:
+        data = m.trials()
+        return Counts(trials=len(data.selected),
+                      passed=sum(t.status is S.PASSED for t in data.selected))
+
+    monkeypatch.setitem(registry.METRICS, "counts", registry.Metric("trial_counts", counts))
+    populate(tmp_path).close()
+    code, out, err = cli("score", "r1", "--store", str(tmp_path), "--metric", "counts", "--json")
+    assert code == 0, err
+    data = json.loads(out)["trial_counts"]
+    assert data["trials"] > 0 and 0 < data["passed"] <= data["trials"]
+    code, out, _ = cli("score", "r1", "--store", str(tmp_path), "--metric", "counts")
+    assert code == 0 and "counts: r1" in out and '"passed"' in out
+    code, out, _ = cli("score", "r1", "--store", str(tmp_path), "--tiers", "stored",
+                       "--budgets", "table1", "--metric", "all", "--json")
+    assert code == 0 and {"scorecard", "pass_k", "trial_counts"} <= set(json.loads(out))
+
+
 def test_compare_hand_made(tmp_path: Path) -> None:
     with Store.open(tmp_path) as store:
         _reward_run(store, "ra", 0, {"c1": 0.9, "c2": 0.6, "c3": 0.3, "c4": 0.0})

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import tomllib
@@ -15,28 +16,19 @@ from agentmeter.cli.common import JsonOpt, StoreOpt, console, err, fail, open_st
 from agentmeter.metrics import (
     BudgetError,
     BudgetSpec,
-    EffortAllocation,
-    PassK,
     Scorecard,
     ScoringSpec,
     TrialFrame,
     compare_scorecards,
-    effort_allocation,
     load_frame,
-    pass_k_by_config,
     prepare,
     score,
     select_core,
     table1,
 )
-from agentmeter.metrics.from_store import (
-    AgencyReport,
-    FunnelReport,
-    agency_report,
-    funnel_report,
-    has_agency_data,
-    load_trials,
-)
+from agentmeter.metrics.from_store import StoredTrials, load_trials
+from agentmeter.metrics.registry import METRICS, MetricError, MetricInputs, metric_names
+from agentmeter.metrics.registry import compute as compute_metrics
 from agentmeter.pricing import PriceBook, PricingError, PricingSnapshot
 from agentmeter.pricing.reprice import RepriceError, reprice_run
 from agentmeter.report import scorecard_table as view
@@ -165,8 +157,8 @@ def score_cmd(
     """Score runs: the AgentMeter leaderboard (Pass, Tok/Pass, USD/Pass, tier scores, AMS with
     CIs, Δbest, winners), pass@k, effort allocation, the CLI-Tool-Bench funnel and the
     AgencyBench metrics (docs/metrics.md)."""
-    if metric not in _METRICS:
-        raise fail(f"--metric {metric!r}: use {', '.join(_METRICS[:-1])} or all")
+    if metric not in (*metric_names(), "all"):
+        raise fail(f"--metric {metric!r}: use {', '.join(metric_names())} or all")
     if alpha is not None and not 0 <= alpha <= 1:
         raise fail("--alpha must be in [0, 1]")
     if resamples < 0:
@@ -175,71 +167,33 @@ def score_cmd(
     frame, pool, mode = _frames(st, runs, subset, suite, tiers)
     spec = _spec(mode, alpha, resamples, bool(prices))
     book, fixed = _book(prices), _budgets(budgets)
-    out: dict[str, Any] = {"runs": runs, "subset": subset}
-    card: Scorecard | None = None
-    passk: list[PassK] | None = None
-    alloc: EffortAllocation | None = None
-    if metric in ("ams", "all"):
-        card = score(frame, spec, prices=book, budgets=fixed, calibration_frame=pool)
-        out["scorecard"] = card.model_dump(mode="json")
-    if metric in ("passk", "all"):
-        kk = k if k is not None else (int(frame.attempt.max()) + 1 if len(frame) else 1)
-        if kk < 1:
-            raise fail("--k must be >= 1")
-        passk = pass_k_by_config(frame, kk, resamples)
-        out["pass_k"] = [p.model_dump(mode="json") for p in passk]
-    if metric in ("allocation", "all"):
-        p = prepare(frame, spec, prices=book, budgets=fixed, calibration_frame=pool)
-        alloc = effort_allocation(p.frame)
-        out["allocation"] = alloc.model_dump(mode="json")
-    fun, agency = _funnel_agency(st, runs, frame, metric, prices=book if prices else None, k=k,
-                                 resamples=resamples)
-    if fun is not None:
-        out["funnel"] = fun.model_dump(mode="json")
-    if agency is not None:
-        out["agency"] = agency.model_dump(mode="json")
+
+    @functools.cache
+    def trials() -> StoredTrials:
+        try:
+            return load_trials(st, runs, set(frame.task_ids))
+        except StoreError as e:
+            raise fail(str(e)) from None
+
+    def inputs(asked: bool) -> MetricInputs:
+        return MetricInputs(frame=frame, pool=pool, spec=spec, prices=book, repriced=bool(prices),
+                            budgets=fixed, k=k, resamples=resamples, trials=trials, asked=asked)
+
+    try:
+        reports = compute_metrics([metric], inputs)
+    except MetricError as e:
+        raise fail(str(e)) from None
     if as_json:
+        out: dict[str, Any] = {"runs": runs, "subset": subset}
+        for name, report in reports.items():
+            out[METRICS[name].key] = report.model_dump(mode="json")
         print(json.dumps(out, indent=1))
         return
     what = ", ".join(runs) + (f" (subset {subset})" if subset else "")
-    if card is not None:
-        console.print(view.leaderboard(card, f"AgentMeter leaderboard: {what} "
-                                             f"({card.n_tasks} tasks)"))
-        console.print(view.details(card))
-    if passk is not None:
-        console.print(view.passk_table(passk, {c.id: c.label for c in frame.configs}))
-    if alloc is not None:
-        console.print(view.allocation_table(alloc))
-    if fun is not None:
-        console.print(view.funnel_table(fun, f"CLI-Tool-Bench funnel: {what}"))
-    if agency is not None:
-        console.print(view.agency_table(agency, f"AgencyBench metrics: {what}"))
-
-
-_METRICS = ("ams", "passk", "allocation", "funnel", "agency", "all")
-
-
-def _funnel_agency(st: Store, runs: list[str], frame: TrialFrame, metric: str, *,
-                   prices: PriceBook | None, k: int | None, resamples: int = 0
-                   ) -> tuple[FunnelReport | None, AgencyReport | None]:
-    """The funnel and AgencyBench reports the --metric asks for; with ``all`` only those the
-    run has data for (funnel keys in a reward.json; recorded rounds or task categories)."""
-    if metric not in ("funnel", "agency", "all"):
-        return None, None
-    try:
-        data = load_trials(st, runs, set(frame.task_ids))
-    except StoreError as e:
-        raise fail(str(e)) from None
-    fun = agency = None
-    if metric in ("funnel", "all"):
-        fun = funnel_report(data, prices, resamples)
-        if metric == "all" and not fun.tasks:
-            fun = None
-    if metric == "agency" or (metric == "all" and has_agency_data(data)):
-        if k is not None and k < 1:
-            raise fail("--k must be >= 1")
-        agency = agency_report(data, sorted({1, 2} | ({k} if k else set())), resamples)
-    return fun, agency
+    labels = {c.id: c.label for c in frame.configs}
+    for name, report in reports.items():
+        for part in view.metric_view(name, report, what, labels):
+            console.print(part)
 
 
 # --- compare -------------------------------------------------------------------------------

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pydantic import BaseModel
 from rich.console import Group, RenderableType
+from rich.json import JSON
 from rich.table import Table
 from rich.text import Text
 
 from agentmeter.metrics import TIERS, ConfigRow, PassK, RankAgreement, Scorecard
 from agentmeter.metrics.allocation import EffortAllocation, PassFailSplit
 from agentmeter.metrics.from_store import FUNNEL_DIMENSIONS, AgencyReport, FunnelReport
+from agentmeter.metrics.registry import PassKReport
 from agentmeter.metrics.scorecard import Interval
 
 NA = "n/a"
@@ -272,3 +275,21 @@ def agency_table(report: AgencyReport, title: str) -> RenderableType:
                       "E_tok = S_avg/Tok", style="dim"))
     parts += [Text(f"note: {n}", style="yellow") for n in report.notes]
     return Group(*parts)
+
+
+def metric_view(name: str, report: BaseModel, what: str, labels: dict[str, str]
+                ) -> list[RenderableType]:
+    """The terminal view of one ``score --metric`` report: its own table where one exists here,
+    else the report as JSON (a newly registered metric shows at once)."""
+    if isinstance(report, Scorecard):
+        return [leaderboard(report, f"AgentMeter leaderboard: {what} ({report.n_tasks} tasks)"),
+                details(report)]
+    if isinstance(report, PassKReport):
+        return [passk_table(report.root, labels)]
+    if isinstance(report, EffortAllocation):
+        return [allocation_table(report)]
+    if isinstance(report, FunnelReport):
+        return [funnel_table(report, f"CLI-Tool-Bench funnel: {what}")]
+    if isinstance(report, AgencyReport):
+        return [agency_table(report, f"AgencyBench metrics: {what}")]
+    return [Text(f"{name}: {what}", style="bold"), JSON(report.model_dump_json())]
