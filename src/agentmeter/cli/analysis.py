@@ -35,12 +35,12 @@ from agentmeter.metrics.from_store import (
     agency_report,
     funnel_report,
     has_agency_data,
-    load_trials,
 )
 from agentmeter.pricing import PriceBook, PricingError, PricingSnapshot
 from agentmeter.pricing.reprice import RepriceError, reprice_run
 from agentmeter.report import scorecard_table as view
 from agentmeter.store.db import Store, StoreError
+from agentmeter.store.queries import selected_trials
 from agentmeter.tasks.errors import TaskError
 from agentmeter.tasks.suite import SUITE_TOML, load_suite, load_suites
 
@@ -227,7 +227,7 @@ def _funnel_agency(st: Store, runs: list[str], frame: TrialFrame, metric: str, *
     if metric not in ("funnel", "agency", "all"):
         return None, None
     try:
-        data = load_trials(st, runs, set(frame.task_ids))
+        data = selected_trials(st, runs, set(frame.task_ids))
     except StoreError as e:
         raise fail(str(e)) from None
     fun = agency = None
