@@ -9,6 +9,10 @@ writers. Methods are synchronous and short; the runner may call them from its ev
 Trials are keyed by (run id, trial id, try number): trial ids ('{config}:{task}:{attempt}')
 repeat across runs, and every try of a retried trial is kept. Model calls and artifacts carry
 the same key, so spending of abandoned tries stays accountable.
+
+:class:`Store` writes and reads single records; the reads over runs (the selection rule, the
+columns metrics load, aggregates) are :mod:`agentmeter.store.queries`, the viewer's and the
+report's paged reads :mod:`agentmeter.store.browse`.
 """
 
 from __future__ import annotations
@@ -78,7 +82,8 @@ class Store:
     @property
     def engine(self) -> sa.Engine:
         """The database engine, for the store's own read modules (``queries``, ``browse``) and
-        for tests; nothing outside ``agentmeter.store`` builds SQL on the tables."""
+        for tests and benchmarks that set up data in bulk; nothing else in the package builds
+        SQL on the tables."""
         return self._engine
 
     def schema_version(self) -> int:
