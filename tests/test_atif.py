@@ -20,7 +20,7 @@ from test_agents_cli import _install
 from typer.testing import CliRunner
 
 from agentmeter.cli import app
-from agentmeter.importers.atif import SCHEMA_VERSION, atif_export
+from agentmeter.exporters.atif import SCHEMA_VERSION, atif_export
 from agentmeter.records import TrialRecord, TrialStatus
 from agentmeter.runner.session import RunRequest, prepare, run
 from agentmeter.sandbox.local import LocalBackend

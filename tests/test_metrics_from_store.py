@@ -15,7 +15,7 @@ from test_metrics_store import populate
 from typer.testing import CliRunner
 
 from agentmeter.cli import app
-from agentmeter.metrics.from_store import agency_report, funnel_report, load_trials
+from agentmeter.metrics.from_store import agency_report, funnel_report
 from agentmeter.records import (
     AgentSpec,
     ConfigRecord,
@@ -27,6 +27,7 @@ from agentmeter.records import (
     TrialStatus,
 )
 from agentmeter.store.db import Store
+from agentmeter.store.queries import selected_trials
 
 S = TrialStatus
 T0 = datetime(2026, 6, 4, tzinfo=UTC)
@@ -100,7 +101,7 @@ def funnel_store(root: Path) -> Store:
 
 def test_funnel_from_stored_rewards_by_hand(tmp_path: Path) -> None:
     with funnel_store(tmp_path) as store:
-        report = funnel_report(load_trials(store, ["f1"]))
+        report = funnel_report(selected_trials(store, ["f1"]))
     assert report.tasks == ["cli1", "cli2"] and report.n_other_tasks == 1
     rows = {r.config_id: r for r in report.rows}
     a, b = rows["A"].summary, rows["B"].summary
@@ -155,7 +156,7 @@ def test_funnel_breakdowns_by_language_difficulty_and_domain(tmp_path: Path) -> 
                                      tags=["language:Python", "cli"]), "f1")
         store.upsert_task(TaskRecord(id="cli2", digest="d1", tier="hard", category="text",
                                      tags=["language:go"]), "f1")
-        report = funnel_report(load_trials(store, ["f1"]))
+        report = funnel_report(selected_trials(store, ["f1"]))
     rows = {r.config_id: r.breakdowns for r in report.rows}
     a_cli1_fm = (0.75 + 0.5) / 2  # A's cli1 macro FM; A's cli2 build failed (all zero)
     a = rows["A"]
@@ -197,7 +198,7 @@ def test_bad_funnel_values_are_left_out_with_a_note(tmp_path: Path) -> None:
                                 rewards={"build": 0.5, "reward": 0.5}))
         store.save_trial(_trial("f1", "A", "cli2", reward=1.0, rewards=good))
         store.save_trial(_trial("f1", "B", "cli1", reward=1.0, rewards=good))
-        report = funnel_report(load_trials(store, ["f1"]))
+        report = funnel_report(selected_trials(store, ["f1"]))
     assert report.tasks == ["cli1", "cli2"]
     assert any("list.exec = 1.5" in n for n in report.notes)
     assert any("build = 0.5" in n for n in report.notes)
@@ -241,7 +242,7 @@ def agency_store(root: Path) -> Store:
 
 def test_agency_from_attempts_by_hand(tmp_path: Path) -> None:
     with agency_store(tmp_path) as store:
-        report = agency_report(load_trials(store, ["a1"]))
+        report = agency_report(selected_trials(store, ["a1"]))
     assert report.rounds_source == "attempts" and report.ks == [1, 2]
     rows = {r.config_id: r for r in report.rows}
     a = rows["A"].summary
@@ -281,7 +282,7 @@ def test_agency_from_recorded_rounds(tmp_path: Path) -> None:
         store.save_trial(_trial("a1", "A", "t2", S.FAILED, reward=0.4,
                                 extra={"rounds": 3}, tokens=(1000, 0)))
         store.save_trial(_trial("a1", "B", "t3", reward=1.0, extra={"rounds": 0.5}))
-        report = agency_report(load_trials(store, ["a1"]))
+        report = agency_report(selected_trials(store, ["a1"]))
     assert report.rounds_source == "mixed"  # B's bad count fell back to attempts
     assert any("rounds = 0.5" in n for n in report.notes)
     a = report.rows[0].summary
@@ -328,7 +329,7 @@ def test_bootstrap_intervals_for_funnel_agency_and_passk(tmp_path: Path) -> None
     assert 0.2 <= lo < 0.5 < hi <= 0.8  # ≈ 0.5 ± 1.96·0.5/√20 = [0.28, 0.72], on a grid of 0.05
     assert mean_interval([1.0], 100) is None and mean_interval([1.0, math.nan], 100) is None
     with funnel_store(tmp_path) as store:
-        data = load_trials(store, ["f1"])
+        data = selected_trials(store, ["f1"])
         fun = {r.config_id: r for r in funnel_report(data, resamples=300).rows}
         ag = {r.config_id: r for r in agency_report(data, resamples=300).rows}
         pk = pass_k_by_config(load_frame(store, ["f1"]), 1, resamples=300)

@@ -46,10 +46,24 @@ class TrialStatus(StrEnum):
         return self.final and self is not TrialStatus.INFRA_INVALID
 
 
+#: the final statuses, in the order metrics code them (``FINAL_STATUSES[code]``)
+FINAL_STATUSES: tuple[TrialStatus, ...] = tuple(s for s in TrialStatus if s.final)
+
 WireApi = Literal["chat", "responses", "messages"]
 
 #: the model name of configurations whose agent uses no model (oracle, nop)
 NO_MODEL = "none"
+
+#: model-name prefixes of the scripted test double (``scripted/<policy>``, and
+#: ``scripted-chat/<policy>`` for its Chat-Completions-only variant)
+SCRIPTED_PREFIXES = ("scripted/", "scripted-chat/")
+
+
+def is_scripted(model_name: str) -> bool:
+    """Whether a configuration's model is the scripted test double: its figures test the
+    harness, they say nothing about a real model, and every output labels them so."""
+    return model_name.startswith(SCRIPTED_PREFIXES)
+
 
 #: artifact names the agents write and the exporters read
 NATIVE_TRANSCRIPT = "native-transcript.json"
@@ -80,9 +94,22 @@ class TokenUsage(_Record):
         )
 
     @property
-    def total(self) -> int:
-        """Raw tokens T_i: input (incl. cached) + output."""
+    def raw_tokens(self) -> int | None:
+        """Raw tokens T_i: input (incl. cached) + output; None when neither is exposed.
+        The store computes the same in SQL (``store.expressions.raw_tokens``) and the metrics
+        on columns (``TrialFrame.raw_tokens``)."""
+        if self.input is None and self.output is None:
+            return None
         return (self.input or 0) + (self.output or 0)
+
+    @property
+    def total(self) -> int:
+        """Raw tokens with nothing exposed counted as 0 (what token budgets compare with)."""
+        return self.raw_tokens or 0
+
+
+#: the store's and the exported tables' column name of each usage field
+USAGE_COLUMNS: dict[str, str] = {name: f"{name}_tokens" for name in TokenUsage.model_fields}
 
 
 class ModelSpec(_Record):

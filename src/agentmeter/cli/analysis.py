@@ -26,13 +26,13 @@ from agentmeter.metrics import (
     select_core,
     table1,
 )
-from agentmeter.metrics.from_store import StoredTrials, load_trials
 from agentmeter.metrics.registry import METRICS, MetricError, MetricInputs, metric_names
 from agentmeter.metrics.registry import compute as compute_metrics
 from agentmeter.pricing import PriceBook, PricingError, PricingSnapshot
 from agentmeter.pricing.reprice import RepriceError, reprice_run
 from agentmeter.report import scorecard_table as view
 from agentmeter.store.db import Store, StoreError
+from agentmeter.store.queries import StoredTrials, selected_trials
 from agentmeter.tasks.errors import TaskError
 from agentmeter.tasks.suite import SUITE_TOML, load_suite, load_suites
 
@@ -171,7 +171,7 @@ def score_cmd(
     @functools.cache
     def trials() -> StoredTrials:
         try:
-            return load_trials(st, runs, set(frame.task_ids))
+            return selected_trials(st, runs, set(frame.task_ids))
         except StoreError as e:
             raise fail(str(e)) from None
 

@@ -1,5 +1,5 @@
 """Data commands: ``import`` (Harbor jobs, Terminal-Bench runs, tables) and ``export``
-(CSV, JSONL, Parquet, ATIF trajectories). Thin: parse, call importers/store, print."""
+(CSV, JSONL, Parquet, ATIF trajectories). Thin: parse, call importers/exporters/store, print."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Annotated
 import typer
 
 from agentmeter.cli.common import JsonOpt, StoreOpt, console, err, fail, open_store
+from agentmeter.exporters.atif import atif_export, write_atif
+from agentmeter.exporters.table import export_rows, write_table
 from agentmeter.importers import ImportFormatError, Mapping, load_import, save_import
-from agentmeter.importers.atif import atif_export, write_atif
-from agentmeter.importers.export import export_rows, write_table
 from agentmeter.store.db import Store, StoreError
 
 # --- import / export -----------------------------------------------------------------------

@@ -1,9 +1,9 @@
-"""agentmeter.importers: trial data in and out of the store.
+"""agentmeter.importers: other harnesses' trial data into the store.
 
-In: Harbor job directories, Terminal-Bench v1 run directories, and generic per-trial tables
+Harbor job directories, Terminal-Bench v1 run directories, and generic per-trial tables
 (CSV / JSON Lines / Parquet) with a TOML column mapping. An imported run lives in the store like
 a native one (``RunRecord.source`` = the importer's name, status "imported") and scores the same
-way. Out: :mod:`agentmeter.importers.export` writes a run as a per-try table.
+way. Exports (the other direction) are :mod:`agentmeter.exporters`.
 """
 
 from __future__ import annotations

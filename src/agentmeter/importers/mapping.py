@@ -13,13 +13,14 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agentmeter.importers.common import STATUS_NAMES, ImportFormatError
+from agentmeter.records import USAGE_COLUMNS
 from agentmeter.tomlfile import read_toml, validate_toml
 
-FIELDS = ("config", "config_id", "model", "price_key", "agent", "agent_version", "task", "tier", "category",
-          "attempt", "try_number", "status", "reward", "passed", "error", "input_tokens",
-          "output_tokens", "cache_creation_tokens", "cache_read_tokens", "reasoning_tokens",
-          "cost_usd", "model_calls", "tool_calls", "turns", "started_at", "finished_at",
-          "environment_s", "agent_setup_s", "agent_run_s", "verification_s")
+FIELDS = ("config", "config_id", "model", "price_key", "agent", "agent_version", "task", "tier",
+          "category", "attempt", "try_number", "status", "reward", "passed", "error",
+          *USAGE_COLUMNS.values(), "cost_usd", "model_calls", "tool_calls", "turns",
+          "started_at", "finished_at", "environment_s", "agent_setup_s", "agent_run_s",
+          "verification_s")
 
 StatusName = Literal["passed", "failed", "agent_error", "timeout", "budget_exceeded",
                      "infra_invalid"]

@@ -22,7 +22,7 @@ from agentmeter.importers.common import (
     status_from_reward,
 )
 from agentmeter.importers.mapping import FIELDS, Mapping
-from agentmeter.records import PhaseTimings, TokenUsage, TrialStatus
+from agentmeter.records import USAGE_COLUMNS, PhaseTimings, TokenUsage, TrialStatus
 
 TABLE_SUFFIXES = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
 _NULLS = {"", "n/a", "na", "nan", "null", "none"}
@@ -190,10 +190,7 @@ def _draft(r: _Row) -> TrialDraft:
         label=label, tier=tier, category=r.text("category"), attempt=r.integer("attempt"),
         try_number=r.integer("try_number") or 0, reward=reward, passed=passed,
         error=r.text("error"),
-        usage=TokenUsage(input=r.integer("input_tokens"), output=r.integer("output_tokens"),
-                         cache_creation=r.integer("cache_creation_tokens"),
-                         cache_read=r.integer("cache_read_tokens"),
-                         reasoning=r.integer("reasoning_tokens")),
+        usage=TokenUsage(**{name: r.integer(col) for name, col in USAGE_COLUMNS.items()}),
         cost_usd=r.number("cost_usd"), model_calls=r.integer("model_calls") or 0,
         tool_calls={"total": tools} if tools else {}, turns=r.integer("turns"),
         started_at=r.time("started_at"), finished_at=r.time("finished_at"),

@@ -4,12 +4,14 @@ A :class:`TrialFrame` holds one row per *completed try* (final status) of a tria
 columns, plus small dimension tables for configurations and tasks. It is built by the store
 loader (:mod:`agentmeter.metrics.loader`) or directly from arrays (imported data, benchmarks).
 
-Selection rule (DESIGN.md, AgentMeter §3.5): per (config, task, attempt) the *latest completed
-try* is the selected trial; the other tries (infra_invalid tries that were retried) are kept as
-rows because their spending stays in cost accounting. :func:`cell_matrix` then picks, per
-(config, task), the latest attempt whose selected try counts towards quality (falling back to the
-latest attempt when every attempt is infra_invalid) and lays the figures out as dense
-config × task matrices.
+Selection rule (DESIGN.md, AgentMeter §3.5; defined in :mod:`agentmeter.store.queries`): per
+(config, task, attempt) the *latest completed try* is the selected trial — the one with the
+highest ``try_order``, which the store computes (run creation order, then try number);
+:func:`selected_mask` applies it on columns. The other tries (infra_invalid tries that were
+retried) are kept as rows because their spending stays in cost accounting. :func:`cell_matrix`
+then picks, per (config, task), the latest attempt whose selected try counts towards quality
+(``TrialStatus.scored``; falling back to the latest attempt when every attempt is infra_invalid)
+and lays the figures out as dense config × task matrices.
 
 Unknown values are NaN, never zero: a token count the upstream did not expose, a cost that could
 not be priced, a reward that was not recorded.
@@ -24,16 +26,19 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from agentmeter.records import FINAL_STATUSES, TrialStatus
+
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 CodeArray = NDArray[np.integer[Any]]
 BoolArray = NDArray[np.bool_]
 
-#: status codes used in :attr:`TrialFrame.status` (index into this tuple)
-STATUSES = ("passed", "failed", "agent_error", "timeout", "budget_exceeded", "infra_invalid")
+#: status codes used in :attr:`TrialFrame.status` (index into this tuple): the final statuses
+STATUSES = tuple(st.value for st in FINAL_STATUSES)
 STATUS_CODE = {name: code for code, name in enumerate(STATUSES)}
-PASSED = STATUS_CODE["passed"]
-INFRA_INVALID = STATUS_CODE["infra_invalid"]
+PASSED = STATUS_CODE[TrialStatus.PASSED.value]
+#: per status code: does a try with that status count towards quality (``TrialStatus.scored``)
+SCORED_STATUS = np.array([st.scored for st in FINAL_STATUSES], dtype=np.bool_)
 
 Tier = Literal["easy", "medium", "hard"]
 TIERS: tuple[Tier, Tier, Tier] = ("easy", "medium", "hard")
@@ -102,7 +107,8 @@ class TrialFrame:
 
     @property
     def raw_tokens(self) -> FloatArray:
-        """T_i = input (incl. cached) + output; NaN when neither is exposed."""
+        """T_i = input (incl. cached) + output; NaN when neither is exposed
+        (``TokenUsage.raw_tokens`` on columns)."""
         return _nan_sum(self.input, self.output)
 
     def with_costs(self, cost_usd: FloatArray) -> TrialFrame:
@@ -225,7 +231,7 @@ def cell_matrix(frame: TrialFrame) -> CellMatrix:
     spend_tok[all_nan_tok] = np.nan
     sel = order[ends]
     sel_cell = cta[ends]
-    sel_scored = frame.status[sel] != INFRA_INVALID
+    sel_scored = SCORED_STATUS[frame.status[sel]]
     # choose per cell: prefer scored attempts, then the latest attempt
     pick_order = np.lexsort((frame.attempt[sel], sel_scored, sel_cell))
     cells_sorted = sel_cell[pick_order]

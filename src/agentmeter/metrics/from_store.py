@@ -1,11 +1,12 @@
 """The CLI-Tool-Bench funnel and the AgencyBench metrics from a run's stored trials.
 
 Both need what the columnar :class:`~agentmeter.metrics.frame.TrialFrame` leaves out (named
-rewards, ``extra``, tool calls by name), so they read :class:`TrialRecord` rows through the
-Store API. Selection is the same as everywhere else: per (config, task, attempt) the latest
-completed try, and with several runs the most recently created run's; infra_invalid tries are
-not the configuration's fault and are left out of quality (their spending is the AMS's
-business). Conventions are in docs/metrics.md.
+rewards, ``extra``, tool calls by name), so they read :class:`TrialRecord` rows: the selected
+tries of :func:`agentmeter.store.queries.selected_trials` (the selection rule's home: per
+(config, task, attempt) the latest completed try, and with several runs the most recently
+created run's). infra_invalid tries are not the configuration's fault and are left out of
+quality (``TrialStatus.scored``; their spending is the AMS's business). Conventions are in
+docs/metrics.md.
 
 Funnel: a trial's ``rewards`` (the verifier's reward.json) carry ``build`` (0/1) and per
 command class ``<class>.exec``, ``<class>.side_effects``, ``<class>.em``, ``<class>.fm``,
@@ -23,8 +24,7 @@ attempt's count is used. The scenario is ``extra["scenario"]``, else the task it
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
@@ -33,38 +33,9 @@ from agentmeter.metrics.scorecard import Interval
 from agentmeter.metrics.uncertainty import intervals
 from agentmeter.pricing import PriceBook
 from agentmeter.records import ConfigRecord, TaskRecord, TrialRecord, TrialStatus
-from agentmeter.store.db import Store
+from agentmeter.store.queries import StoredTrials
 
 NO_CATEGORY = "(none)"
-
-
-@dataclass(frozen=True)
-class StoredTrials:
-    configs: list[ConfigRecord]
-    tasks: dict[str, TaskRecord]
-    #: latest completed try per (config, task, attempt), the latest run's
-    selected: list[TrialRecord]
-
-
-def load_trials(store: Store, run_ids: Sequence[str],
-                task_ids: Collection[str] | None = None) -> StoredTrials:
-    runs = [store.require_run(rid) for rid in run_ids]
-    runs.sort(key=lambda r: (r.created_at, r.id))
-    configs: dict[str, ConfigRecord] = {}
-    tasks: dict[str, TaskRecord] = {}
-    chosen: dict[tuple[str, str, int], TrialRecord] = {}
-    for run in runs:  # later runs overwrite
-        configs.update({c.id: c for c in store.run_configs(run.id)})
-        tasks.update({t.id: t for t in store.run_tasks(run.id)})
-        for t in store.latest_completed_trials(run.id):
-            if task_ids is None or t.task_id in task_ids:
-                chosen[(t.config_id, t.task_id, t.attempt)] = t
-    return StoredTrials(configs=[configs[c] for c in sorted(configs)], tasks=tasks,
-                        selected=[chosen[k] for k in sorted(chosen)])
-
-
-def _raw_tokens(t: TrialRecord) -> int | None:
-    return None if t.usage.input is None and t.usage.output is None else t.usage.total
 
 
 def _mean(vals: Sequence[float | None]) -> float | None:
@@ -350,11 +321,11 @@ def agency_report(data: StoredTrials, ks: Sequence[int] = (1, 2),
                 o = agency.TaskOutcome(
                     scenario=scenario, task=task, final_score=score, rounds_used=int(rounds),
                     passed_round=int(rounds) if agency.passes(score) else None,
-                    tokens=_raw_tokens(ts[-1]))
+                    tokens=ts[-1].usage.raw_tokens)
             else:
                 sources.add("attempts")
                 o = agency.outcome(scenario, task, [10.0 * r for r in rewards],
-                                   [_raw_tokens(t) for t in ts])
+                                   [t.usage.raw_tokens for t in ts])
                 used = ts[:o.rounds_used]
             outcomes.append(o)
             rec = data.tasks.get(task)

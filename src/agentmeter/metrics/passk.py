@@ -14,7 +14,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from agentmeter.metrics.frame import (
-    INFRA_INVALID,
+    SCORED_STATUS,
     FloatArray,
     IntArray,
     TrialFrame,
@@ -68,7 +68,7 @@ class PassK(BaseModel):
 
 def attempt_counts(frame: TrialFrame) -> tuple[IntArray, IntArray]:
     """(n, c) of shape (configs, tasks): scored attempts and passed ones (selected tries)."""
-    sel = selected_mask(frame) & (frame.status != INFRA_INVALID)
+    sel = selected_mask(frame) & SCORED_STATUS[frame.status]
     _, y = quality(frame)
     shape = (len(frame.configs), len(frame.task_ids))
     n = np.zeros(shape, dtype=np.int64)

@@ -25,7 +25,7 @@ from agentmeter.pricing import PriceBook
 
 if TYPE_CHECKING:
     from agentmeter.metrics.frame import TrialFrame
-    from agentmeter.metrics.from_store import StoredTrials
+    from agentmeter.store.queries import StoredTrials
 
 
 class MetricError(ValueError):

@@ -84,6 +84,10 @@ class BootstrapInfo(BaseModel):
     strata: str = "tier"
 
 
+#: what a leaderboard can be ordered by (:meth:`Scorecard.ranked`)
+LEADERBOARD_SORTS = ("ams", "pass", "usd", "tok")
+
+
 class Scorecard(BaseModel):
     rows: list[ConfigRow]
     models: list[ModelSummary]
@@ -96,6 +100,24 @@ class Scorecard(BaseModel):
     n_tasks: int
     bootstrap: BootstrapInfo | None = None
     notes: list[str] = Field(default_factory=list)
+
+    def ranked(self, by: str = "ams") -> list[int]:
+        """Positions of :attr:`rows` in leaderboard order, the one order every leaderboard
+        (terminal, HTML, viewer) shows: by AMS or pass rate high first, by USD or tokens per
+        pass low first; n/a last; AMS ties go to the higher pass rate, remaining ties by label.
+        """
+        if by not in LEADERBOARD_SORTS:
+            raise ValueError(f"unknown leaderboard order {by!r} ({', '.join(LEADERBOARD_SORTS)})")
+
+        def key(k: int) -> tuple[bool, float, float, str]:
+            r = self.rows[k]
+            value = {"ams": r.ams, "pass": r.pass_rate, "usd": r.usd_per_pass,
+                     "tok": r.tok_per_pass}[by]
+            high_first = by in ("ams", "pass")
+            tie = -(r.pass_rate or 0.0) if by == "ams" else 0.0
+            return value is None, -(value or 0.0) if high_first else (value or 0.0), tie, r.label
+
+        return sorted(range(len(self.rows)), key=key)
 
     def row(self, config_id: str) -> ConfigRow:
         for r in self.rows:

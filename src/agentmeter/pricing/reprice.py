@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from agentmeter.pricing.book import PriceBook
 from agentmeter.pricing.snapshot import PricingSnapshot
 from agentmeter.records import NO_MODEL, ConfigRecord, TrialRecord
+from agentmeter.store import queries
 from agentmeter.store.db import Store
 
 
@@ -70,7 +71,7 @@ def reprice_run(store: Store, run_id: str, snapshots: Sequence[PricingSnapshot],
     trial_costs: dict[tuple[str, int], float | None] = {}
     before: dict[str, float | None] = {}
     after: dict[str, float | None] = {}
-    stored_calls = store.call_usage_by_try(run_id)
+    stored_calls = queries.call_usage_by_try(store, run_id)
     for t in trials:
         key = _price_key(configs.get(t.config_id))
         priced = key is not None and book.quote(key) is not None

@@ -4,7 +4,7 @@ that could not be computed; nothing unknown is shown as zero."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from pydantic import BaseModel
 from rich.console import Group, RenderableType
@@ -17,6 +17,7 @@ from agentmeter.metrics.allocation import EffortAllocation, PassFailSplit
 from agentmeter.metrics.from_store import FUNNEL_DIMENSIONS, AgencyReport, FunnelReport
 from agentmeter.metrics.registry import PassKReport
 from agentmeter.metrics.scorecard import Interval
+from agentmeter.records import is_scripted
 
 NA = "n/a"
 
@@ -40,40 +41,38 @@ def _ci(row: ConfigRow, name: str, fmt: str = ".3f") -> str:
     return "" if ci is None else f" [{ci.low:{fmt}}, {ci.high:{fmt}}]"
 
 
-def _ranked(card: Scorecard) -> list[ConfigRow]:
-    return sorted(card.rows, key=lambda r: (r.ams is None, -(r.ams or 0.0),
-                                            -(r.pass_rate or 0.0), r.label))
+def _scripted_mark(label: str, scripted: bool) -> str:
+    return label + (" [dim](scripted test model)[/dim]" if scripted else "")
 
 
-def leaderboard(card: Scorecard, title: str) -> Table:
-    cis = card.bootstrap is not None
+def leaderboard(card: Scorecard, title: str, *, by: str = "ams",
+                scripted: Collection[str] | None = None, pass_interval: bool = True) -> Table:
+    """The terminal leaderboard (``score`` and ``report``): Pass, passes per tier, Tok/Pass,
+    USD/Pass, tier scores, AMS with its interval, Δbest; winners by AMS in bold. Rows in
+    :meth:`Scorecard.ranked` order ``by``. ``scripted`` names the configurations driven by the
+    scripted test model (default: by model name); ``pass_interval`` shows the pass rate's
+    bootstrap interval next to it."""
+    marked = (set(scripted) if scripted is not None
+              else {r.config_id for r in card.rows if is_scripted(r.model)})
     table = Table(title=title, title_justify="left")
-    table.add_column("#", justify="right")
-    table.add_column("configuration")
-    table.add_column("Pass", justify="right")
-    for g in TIERS:
-        table.add_column(f"{g} pass", justify="right")
-    for col in ("Tok/Pass", "USD/Pass"):
-        table.add_column(col, justify="right")
-    for g in TIERS:
-        table.add_column(f"S_{g}", justify="right")
-    table.add_column("AMS" + (f" [{card.bootstrap.level:.0%} CI]" if card.bootstrap else ""),
-                     justify="right")
-    table.add_column("Δbest", justify="right")
+    level = f" [{card.bootstrap.level:.0%} CI]" if card.bootstrap else ""
+    for name in ("#", "configuration", "Pass", *(f"{g} pass" for g in TIERS), "Tok/Pass",
+                 "USD/Pass", *(f"S_{g}" for g in TIERS), f"AMS{level}", "Δbest"):
+        table.add_column(name, justify="left" if name == "configuration" else "right")
     winners = set(card.winners.ams)
-    for i, r in enumerate(_ranked(card), start=1):
-        rate = NA if r.pass_rate is None else f"{r.pass_rate:.0%}"
-        cells = [str(i), r.label + (" [dim](scripted test model)[/dim]"
-                                    if r.model.startswith("scripted") else ""),
-                 f"{r.passes}/{r.n_tasks} {rate}" + (_ci(r, "pass_rate", ".0%") if cis else "")]
+    for i, k in enumerate(card.ranked(by), start=1):
+        r = card.rows[k]
+        passes = (NA if not r.n_scored else f"{r.passes}/{r.n_tasks} {_f(r.pass_rate, '.0%')}"
+                  + (_ci(r, "pass_rate", ".0%") if pass_interval else ""))
+        cells = [str(i), _scripted_mark(r.label, r.config_id in marked), passes]
         for g in TIERS:
             t = r.tiers.get(g)
-            cells.append(NA if t is None or t.n_tasks == 0 else f"{t.passes}/{t.n_counted}")
+            cells.append(NA if t is None or not t.n_counted else f"{t.passes}/{t.n_counted}")
         cells += [_tok(r.tok_per_pass), _usd(r.usd_per_pass)]
         for g in TIERS:
             t = r.tiers.get(g)
             cells.append(_f(t.score if t else None))
-        ams = _f(r.ams) + (_ci(r, "ams") if cis else "")
+        ams = _f(r.ams) + _ci(r, "ams")
         cells.append(f"[bold]{ams}[/bold]" if r.config_id in winners else ams)
         cells.append(_f(r.delta_best))
         table.add_row(*cells)
@@ -166,7 +165,8 @@ def ams_side_by_side(ref: Scorecard, other: Scorecard, ref_name: str,
     table = Table("configuration", f"AMS {ref_name}", f"AMS {other_name}", "Δ",
                   title="AMS per configuration", title_justify="left")
     others = {r.config_id: r for r in other.rows}
-    for r in _ranked(ref):
+    for k in ref.ranked():
+        r = ref.rows[k]
         o = others.get(r.config_id)
         delta = None if (o is None or o.ams is None or r.ams is None) else o.ams - r.ams
         table.add_row(r.label, _f(r.ams), _f(o.ams if o else None),
@@ -179,7 +179,7 @@ def _pct(v: float | None) -> str:
 
 
 def _label(label: str, model: str) -> str:
-    return label + (" [dim](scripted test model)[/dim]" if model.startswith("scripted") else "")
+    return _scripted_mark(label, is_scripted(model))
 
 
 def funnel_table(report: FunnelReport, title: str) -> RenderableType:

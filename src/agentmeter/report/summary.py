@@ -1,5 +1,6 @@
 """The results table printed at the end of a run (and by ``show``): per configuration, the
-latest completed try of every trial, with status counts, tokens and cost. Reads only the store."""
+selected try of every trial (``Store.latest_completed_trials``), with status counts, and the
+tokens and cost of every try (infra_invalid ones included). Reads only the store."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from statistics import median
 from pydantic import BaseModel, Field
 from rich.table import Table
 
-from agentmeter.records import TokenUsage, TrialRecord, TrialStatus
+from agentmeter.records import TokenUsage, TrialRecord, TrialStatus, is_scripted
 from agentmeter.store.db import Store
 
 
@@ -56,7 +57,7 @@ def summarize(store: Store, run_id: str) -> list[ConfigSummary]:
             statuses=dict(Counter(t.status.value for t in trials)), usage=usage,
             cost_usd=sum(costs) if costs else None, model_calls=sum(t.model_calls for t in tries),
             median_trial_s=median(durations) if durations else None,
-            scripted=cfg.model.name.startswith(("scripted/", "scripted-chat/"))))
+            scripted=is_scripted(cfg.model.name)))
     return sorted(out, key=lambda s: (-(s.pass_rate or 0), s.label))
 
 

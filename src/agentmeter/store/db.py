@@ -9,6 +9,10 @@ writers. Methods are synchronous and short; the runner may call them from its ev
 Trials are keyed by (run id, trial id, try number): trial ids ('{config}:{task}:{attempt}')
 repeat across runs, and every try of a retried trial is kept. Model calls and artifacts carry
 the same key, so spending of abandoned tries stays accountable.
+
+:class:`Store` writes and reads single records; the reads over runs (the selection rule, the
+columns metrics load, aggregates) are :mod:`agentmeter.store.queries`, the viewer's and the
+report's paged reads :mod:`agentmeter.store.browse`.
 """
 
 from __future__ import annotations
@@ -29,22 +33,19 @@ from agentmeter.records import (
     ModelCallRecord,
     RunRecord,
     TaskRecord,
-    TokenUsage,
     TrialRecord,
     TrialStatus,
     utcnow,
 )
+from agentmeter.store import queries
 from agentmeter.store import schema as s
 from agentmeter.store.artifacts import RUN_ID_PATTERN, run_dir, trial_dir
 from agentmeter.store.engine import StoreError as StoreError  # re-exported: callers catch it here
 from agentmeter.store.engine import open_engine
+from agentmeter.store.expressions import NOT_FINAL
 from agentmeter.store.migrations import current_version
 
 RunStatus = Literal["running", "finished", "interrupted", "imported"]
-_FINAL = [st.value for st in TrialStatus if st.final]
-_NOT_FINAL = [st.value for st in TrialStatus if not st.final]
-
-
 
 
 class Store:
@@ -80,7 +81,9 @@ class Store:
 
     @property
     def engine(self) -> sa.Engine:
-        """For read-only SQL (metrics) against the tables in ``agentmeter.store.schema``."""
+        """The database engine, for the store's own read modules (``queries``, ``browse``) and
+        for tests and benchmarks that set up data in bulk; nothing else in the package builds
+        SQL on the tables."""
         return self._engine
 
     def schema_version(self) -> int:
@@ -245,19 +248,10 @@ class Store:
         return [s.trial_from_row(r) for r in self._read(stmt)]
 
     def latest_completed_trials(self, run_id: str) -> list[TrialRecord]:
-        """Per (config, task, attempt): the completed (final-status) try with the highest try
-        number. This is the selection rule metrics use."""
-        t = s.trials
-        cell = (t.c.config_id, t.c.task_id, t.c.attempt)
-        latest = (sa.select(*cell, sa.func.max(t.c.try_number).label("try_number"))
-                  .where(t.c.run_id == run_id, t.c.status.in_(_FINAL))
-                  .group_by(*cell).subquery())
-        stmt = (sa.select(t).join(latest, sa.and_(
-                    t.c.config_id == latest.c.config_id, t.c.task_id == latest.c.task_id,
-                    t.c.attempt == latest.c.attempt, t.c.try_number == latest.c.try_number))
-                .where(t.c.run_id == run_id)
-                .order_by(*cell))
-        return [s.trial_from_row(r) for r in self._read(stmt)]
+        """The run's selected tries: per (config, task, attempt) the completed try with the
+        highest try number (the selection rule, :func:`agentmeter.store.queries.latest_completed`)."""
+        run = self.get_run(run_id)
+        return [] if run is None else queries.latest_completed(self, [run])
 
     def incomplete_trials(self, run_id: str) -> list[TrialRecord]:
         """Tries left pending/running (e.g. by a runner that died)."""
@@ -273,7 +267,7 @@ class Store:
         with self._write(f"incomplete trials of run {run_id!r}") as conn:
             t = s.trials
             rows = conn.execute(sa.select(t).where(t.c.run_id == run_id,
-                                                   t.c.status.in_(_NOT_FINAL))).mappings()
+                                                   t.c.status.in_(NOT_FINAL))).mappings()
             for row in list(rows):
                 trial = s.trial_from_row(row).model_copy(update={
                     "status": TrialStatus.INFRA_INVALID, "error": error, "passed": None,
@@ -288,7 +282,7 @@ class Store:
         t, mc, ar = s.trials, s.model_calls, s.artifacts
         with self._write(f"incomplete trials of run {run_id!r}") as conn:
             keys = conn.execute(sa.select(t.c.id, t.c.try_number).where(
-                t.c.run_id == run_id, t.c.status.in_(_NOT_FINAL))).all()
+                t.c.run_id == run_id, t.c.status.in_(NOT_FINAL))).all()
             for trial_id, try_number in keys:
                 for table, id_col in ((mc, mc.c.trial_id), (ar, ar.c.trial_id),
                                       (t, t.c.id)):
@@ -316,18 +310,6 @@ class Store:
             stmt = stmt.where(mc.c.try_number == try_number)
         stmt = stmt.order_by(mc.c.trial_id, mc.c.try_number, mc.c.seq)
         return [s.model_call_from_row(r) for r in self._read(stmt)]
-
-    def call_usage_by_try(self, run_id: str) -> dict[tuple[str, int], list[tuple[int, TokenUsage]]]:
-        """(trial id, try number) -> [(seq, usage)] of a run's model calls (for repricing)."""
-        mc = s.model_calls
-        out: dict[tuple[str, int], list[tuple[int, TokenUsage]]] = {}
-        stmt = sa.select(mc).where(mc.c.run_id == run_id).order_by(mc.c.trial_id,
-                                                                    mc.c.try_number, mc.c.seq)
-        for row in self._read(stmt):
-            call = s.model_call_from_row(row)
-            out.setdefault((row["trial_id"], row["try_number"]), []).append((call.seq,
-                                                                             call.usage))
-        return out
 
     # --- artifacts -----------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect, RowMapping
 
 from agentmeter.records import (
+    USAGE_COLUMNS,
     AgentSpec,
     ArtifactRecord,
     ConfigRecord,
@@ -112,11 +113,8 @@ run_tasks = sa.Table(
     sa.ForeignKeyConstraint(["task_id", "task_digest"], ["tasks.id", "tasks.digest"]),
 )
 
-_USAGE_COLUMNS = ("input_tokens", "output_tokens", "cache_creation_tokens", "cache_read_tokens",
-                  "reasoning_tokens")
-_USAGE_FIELDS = ("input", "output", "cache_creation", "cache_read", "reasoning")
-_TIMING_FIELDS = ("environment", "agent_setup", "agent_run", "verification", "agent_command",
-                  "verifier_command")
+#: the phases of ``PhaseTimings``; the trials table has a ``<phase>_s`` column for each
+TIMING_FIELDS = tuple(PhaseTimings.model_fields)
 
 trials = sa.Table(
     "trials", metadata,
@@ -132,14 +130,14 @@ trials = sa.Table(
     sa.Column("rewards", sa.JSON, nullable=False),
     sa.Column("passed", sa.Boolean),
     sa.Column("error", sa.Text),
-    *(sa.Column(name, sa.Integer) for name in _USAGE_COLUMNS),
+    *(sa.Column(name, sa.Integer) for name in USAGE_COLUMNS.values()),
     sa.Column("cost_usd", sa.Float),
     sa.Column("model_calls", sa.Integer, nullable=False),
     sa.Column("tool_calls", sa.JSON, nullable=False),
     sa.Column("turns", sa.Integer),
     sa.Column("started_at", UtcDateTime),
     sa.Column("finished_at", UtcDateTime),
-    *(sa.Column(f"{name}_s", sa.Float) for name in _TIMING_FIELDS),
+    *(sa.Column(f"{name}_s", sa.Float) for name in TIMING_FIELDS),
     sa.Column("owner_pid", sa.Integer),
     sa.Column("extra", sa.JSON, nullable=False),
     sa.Column("updated_at", UtcDateTime, nullable=False),
@@ -161,7 +159,7 @@ model_calls = sa.Table(
     sa.Column("started_at", UtcDateTime, nullable=False),
     sa.Column("latency_s", sa.Float, nullable=False),
     sa.Column("ttft_s", sa.Float),
-    *(sa.Column(name, sa.Integer) for name in _USAGE_COLUMNS),
+    *(sa.Column(name, sa.Integer) for name in USAGE_COLUMNS.values()),
     sa.Column("cost_usd", sa.Float),
     sa.Column("bytes_in", sa.Integer, nullable=False),
     sa.Column("bytes_out", sa.Integer, nullable=False),
@@ -185,13 +183,14 @@ artifacts = sa.Table(
 # --- conversions ---------------------------------------------------------------------------
 
 
-def _usage_to_columns(usage: TokenUsage) -> dict[str, int | None]:
-    return {col: getattr(usage, f) for col, f in zip(_USAGE_COLUMNS, _USAGE_FIELDS, strict=True)}
+def usage_to_columns(usage: TokenUsage) -> dict[str, int | None]:
+    """A usage as the values of its columns in the trials and model_calls tables."""
+    return {col: getattr(usage, f) for f, col in USAGE_COLUMNS.items()}
 
 
-def _usage_from_row(row: RowMapping) -> TokenUsage:
-    return TokenUsage(**{f: row[col] for col, f in zip(_USAGE_COLUMNS, _USAGE_FIELDS,
-                                                        strict=True)})
+def usage_from_row(row: RowMapping) -> TokenUsage:
+    """The usage held in a trials or model_calls row."""
+    return TokenUsage(**{f: row[col] for f, col in USAGE_COLUMNS.items()})
 
 
 def run_to_row(run: RunRecord) -> dict[str, Any]:
@@ -233,8 +232,8 @@ def task_from_row(row: RowMapping) -> TaskRecord:
 def trial_to_row(trial: TrialRecord, updated_at: datetime) -> dict[str, Any]:
     row = trial.model_dump(mode="python", exclude={"usage", "timings"})
     row["status"] = trial.status.value
-    row.update(_usage_to_columns(trial.usage))
-    row.update({f"{name}_s": getattr(trial.timings, name) for name in _TIMING_FIELDS})
+    row.update(usage_to_columns(trial.usage))
+    row.update({f"{name}_s": getattr(trial.timings, name) for name in TIMING_FIELDS})
     row["updated_at"] = updated_at
     return row
 
@@ -245,14 +244,14 @@ def trial_from_row(row: RowMapping) -> TrialRecord:
     data["status"] = TrialStatus(row["status"])
     return TrialRecord(
         **data,
-        usage=_usage_from_row(row),
-        timings=PhaseTimings(**{name: row[f"{name}_s"] for name in _TIMING_FIELDS}),
+        usage=usage_from_row(row),
+        timings=PhaseTimings(**{name: row[f"{name}_s"] for name in TIMING_FIELDS}),
     )
 
 
 def model_call_to_row(run_id: str, try_number: int, call: ModelCallRecord) -> dict[str, Any]:
     row = call.model_dump(mode="python", exclude={"usage"})
-    row.update(_usage_to_columns(call.usage))
+    row.update(usage_to_columns(call.usage))
     row["run_id"] = run_id
     row["try_number"] = try_number
     return row
@@ -260,7 +259,7 @@ def model_call_to_row(run_id: str, try_number: int, call: ModelCallRecord) -> di
 
 def model_call_from_row(row: RowMapping) -> ModelCallRecord:
     data = {name: row[name] for name in ModelCallRecord.model_fields if name != "usage"}
-    return ModelCallRecord(**data, usage=_usage_from_row(row))
+    return ModelCallRecord(**data, usage=usage_from_row(row))
 
 
 def artifact_to_row(run_id: str, try_number: int, artifact: ArtifactRecord) -> dict[str, Any]:

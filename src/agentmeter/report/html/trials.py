@@ -1,5 +1,6 @@
 """Trial listing and per-trial drill-down data, shared by the HTML report (every trial, fetched
-in bulk) and the viewer (one page or one trial at a time, LIMIT/OFFSET in SQL).
+in bulk) and the viewer (one page or one trial at a time, LIMIT/OFFSET in SQL); the reads are
+:mod:`agentmeter.store.browse`'s.
 
 Rows and details are plain JSON-able lists/dicts: the report embeds them and the viewer serves
 them, and the same inline JavaScript renders both.
@@ -15,20 +16,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import sqlalchemy as sa
-
-from agentmeter.store import schema as s
+from agentmeter.records import USAGE_COLUMNS
+from agentmeter.store import browse
+from agentmeter.store.browse import ArtifactRow, CallRow, TrialDetail, TrialQuery, TrialRow
 from agentmeter.store.db import Store
 
 #: columns of a trial row as sent to the page (``ROW_COLUMNS[i]`` names ``row[i]``)
 ROW_COLUMNS = ("run", "id", "try", "config", "task", "attempt", "status", "reward", "tokens",
                "cost", "calls", "tools", "seconds", "error")
-CALL_COLUMNS = ("seq", "model", "api", "status", "latency_s", "ttft_s", "input", "output",
-                "cache_creation", "cache_read", "reasoning", "cost", "error", "scripted")
-_USAGE = ("input_tokens", "output_tokens", "cache_creation_tokens", "cache_read_tokens",
-          "reasoning_tokens")
-_TIMINGS = ("environment", "agent_setup", "agent_run", "verification", "agent_command",
-            "verifier_command")
+CALL_COLUMNS = ("seq", "model", "api", "status", "latency_s", "ttft_s", *USAGE_COLUMNS, "cost",
+                "error", "scripted")
 TEXT_KINDS = ("verifier_output", "fs_diff", "agent_log", "transcript", "other")
 TEXT_SUFFIXES = (".txt", ".log", ".json", ".jsonl", ".md", ".diff", ".patch", ".out", ".err",
                  ".yaml", ".yml", ".toml", ".csv", ".py", ".sh", "")
@@ -54,95 +51,32 @@ class TextBudget:
         return n
 
 
-@dataclass(frozen=True)
-class TrialQuery:
-    status: str | None = None
-    config: str | None = None
-    search: str | None = None  # substring of the trial id (config:task:attempt)
-    sort: str = "config"
-    desc: bool = False
-
-
-def _tokens_expr() -> sa.ColumnElement[Any]:
-    t = s.trials
-    return sa.case((sa.and_(t.c.input_tokens.is_(None), t.c.output_tokens.is_(None)), None),
-                   else_=sa.func.coalesce(t.c.input_tokens, 0)
-                   + sa.func.coalesce(t.c.output_tokens, 0))
-
-
-def _tools_expr(dialect: str) -> sa.ColumnElement[Any]:
-    if dialect == "postgresql":
-        return sa.literal_column("(SELECT COALESCE(SUM(value::bigint), 0) "
-                                 "FROM json_each_text(trials.tool_calls::json))")
-    return sa.literal_column("(SELECT COALESCE(SUM(value), 0) FROM json_each(trials.tool_calls))")
-
-
-def _sort_columns(query: TrialQuery) -> list[Any]:
-    t = s.trials
-    natural: list[Any] = [t.c.config_id, t.c.task_id, t.c.attempt, t.c.try_number, t.c.run_id]
-    keys: dict[str, list[Any]] = {
-        "task": [t.c.task_id, t.c.config_id], "status": [t.c.status], "reward": [t.c.reward],
-        "cost": [t.c.cost_usd], "tokens": [_tokens_expr()], "calls": [t.c.model_calls],
-           "run": [t.c.run_id]}
-    key = keys.get(query.sort, [])
-    ordered = [(k.desc() if query.desc else k.asc()).nulls_last() for k in key]
-    if query.sort == "config" and query.desc:
-        natural = [c.desc() for c in natural]
-    return ordered + natural
-
-
-def _where(run_ids: Sequence[str], query: TrialQuery) -> list[Any]:
-    t = s.trials
-    cond: list[Any] = [t.c.run_id.in_(list(run_ids))]
-    if query.status:
-        cond.append(t.c.status == query.status)
-    if query.config:
-        cond.append(t.c.config_id == query.config)
-    if query.search:
-        cond.append(t.c.id.contains(query.search, autoescape=True))
-    return cond
-
-
 def _seconds(start: datetime | None, end: datetime | None) -> float | None:
     return round((end - start).total_seconds(), 2) if start and end else None
 
 
-def _row(r: Any) -> list[Any]:
+def _row(r: TrialRow) -> list[Any]:
     err = r.error.strip().splitlines()[0][:160] if r.error and r.error.strip() else None
     return [r.run_id, r.id, r.try_number, r.config_id, r.task_id, r.attempt, r.status, r.reward,
-            r.tokens, r.cost_usd, r.model_calls, r.tools, _seconds(r.started_at, r.finished_at),
-            err]
-
-
-def _row_select(dialect: str, *extra: Any) -> sa.Select[Any]:
-    t = s.trials
-    return sa.select(t.c.run_id, t.c.id, t.c.try_number, t.c.config_id, t.c.task_id,
-                     t.c.attempt, t.c.status, t.c.reward, _tokens_expr().label("tokens"),
-                     t.c.cost_usd, t.c.model_calls, _tools_expr(dialect).label("tools"),
-                     t.c.started_at, t.c.finished_at, t.c.error, *extra)
+            r.tokens, r.cost_usd, r.model_calls, r.tool_calls,
+            _seconds(r.started_at, r.finished_at), err]
 
 
 def trial_page(store: Store, run_ids: Sequence[str], query: TrialQuery, offset: int,
                limit: int) -> tuple[int, list[list[Any]]]:
     """(matching tries, one page of rows): every try of every trial, filtered and sorted in SQL."""
-    t = s.trials
-    cond = _where(run_ids, query)
-    with store.engine.connect() as conn:
-        total = conn.execute(sa.select(sa.func.count()).select_from(t).where(*cond)).scalar_one()
-        stmt = (_row_select(conn.dialect.name).where(*cond).order_by(*_sort_columns(query))
-                .limit(limit).offset(offset))
-        rows = [_row(r) for r in conn.execute(stmt)]
-    return int(total), rows
+    total, rows = browse.trial_page(store, run_ids, query, offset, limit)
+    return total, [_row(r) for r in rows]
 
 
 # --- drill-down ----------------------------------------------------------------------------
 
 
-def _call(r: Any) -> list[Any]:
+def _call(r: CallRow) -> list[Any]:
     api = r.client_api if r.client_api == r.wire_api else f"{r.client_api}→{r.wire_api}"
     return [r.seq, r.upstream_model, api, r.status_code, round(r.latency_s, 3),
-            None if r.ttft_s is None else round(r.ttft_s, 3),
-            *(getattr(r, c) for c in _USAGE), r.cost_usd, (r.error or "")[:300] or None, bool(r.scripted)]
+            None if r.ttft_s is None else round(r.ttft_s, 3), *r.usage.values(), r.cost_usd,
+            (r.error or "")[:300] or None, r.scripted]
 
 
 def _read_text(path: Path, size: int, budget: TextBudget) -> tuple[str | None, bool]:
@@ -166,7 +100,7 @@ def _is_text(name: str, kind: str) -> bool:
     return kind in TEXT_KINDS and (kind != "other" or suffix in TEXT_SUFFIXES)
 
 
-def artifact_entries(rows: Sequence[Any], run_dir: Path | None, run_id: str, trial_id: str,
+def artifact_entries(rows: Sequence[ArtifactRow], run_dir: Path | None, run_id: str, trial_id: str,
                      try_number: int, budget: TextBudget, link: ArtifactLink
                      ) -> list[dict[str, Any]]:
     """Artifacts of one try: text ones embedded (truncated), small images embedded when the
@@ -213,18 +147,18 @@ def _image_data(path: Path, size: int, suffix: str, budget: TextBudget) -> str |
     return f"data:{kind};base64," + base64.b64encode(raw).decode()
 
 
-def _detail(r: Any, calls: list[list[Any]], artifacts: list[dict[str, Any]],
-            max_calls: int) -> dict[str, Any]:
+def _detail(d: TrialDetail, artifacts: list[dict[str, Any]], max_calls: int) -> dict[str, Any]:
+    r = d.row
     return {
         "run": r.run_id, "id": r.id, "try": r.try_number, "config": r.config_id,
         "task": r.task_id, "attempt": r.attempt, "status": r.status, "reward": r.reward,
-        "rewards": r.rewards, "passed": r.passed, "error": (r.error or "")[:4000] or None,
-        "usage": {c.removesuffix("_tokens"): getattr(r, c) for c in _USAGE}, "cost": r.cost_usd,
-        "model_calls": r.model_calls, "turns": r.turns, "tool_calls": r.tool_calls,
-        "timings": {k: getattr(r, f"{k}_s") for k in _TIMINGS},
+        "rewards": d.rewards, "passed": d.passed, "error": (r.error or "")[:4000] or None,
+        "usage": d.usage, "cost": r.cost_usd, "model_calls": r.model_calls, "turns": d.turns,
+        "tool_calls": d.tool_calls, "timings": d.timings,
         "started": r.started_at.isoformat() if r.started_at else None,
         "finished": r.finished_at.isoformat() if r.finished_at else None,
-        "calls": calls[:max_calls], "calls_omitted": max(0, len(calls) - max_calls),
+        "calls": [_call(c) for c in d.calls[:max_calls]],
+        "calls_omitted": max(0, len(d.calls) - max_calls),
         "artifacts": artifacts,
     }
 
@@ -233,55 +167,28 @@ def trial_detail(store: Store, run_id: str, trial_id: str, try_number: int | Non
                  link: ArtifactLink, budget: TextBudget | None = None,
                  max_calls: int = 2000) -> dict[str, Any] | None:
     """One try (the latest when ``try_number`` is None) with calls and artifacts."""
-    t, mc, ar = s.trials, s.model_calls, s.artifacts
-    with store.engine.connect() as conn:
-        stmt = sa.select(t).where(t.c.run_id == run_id, t.c.id == trial_id)
-        if try_number is not None:
-            stmt = stmt.where(t.c.try_number == try_number)
-        row = conn.execute(stmt.order_by(t.c.try_number.desc()).limit(1)).first()
-        if row is None:
-            return None
-        key = (mc.c.run_id == run_id, mc.c.trial_id == trial_id,
-               mc.c.try_number == row.try_number)
-        calls = [_call(r) for r in conn.execute(sa.select(mc).where(*key).order_by(mc.c.seq))]
-        arts = list(conn.execute(sa.select(ar).where(
-            ar.c.run_id == run_id, ar.c.trial_id == trial_id,
-            ar.c.try_number == row.try_number)))
+    d = browse.trial_detail(store, run_id, trial_id, try_number)
+    if d is None:
+        return None
     run_dir = store.run_dir(run_id) if store.runs_dir is not None else None
-    entries = artifact_entries(arts, run_dir, run_id, trial_id, row.try_number,
+    entries = artifact_entries(d.artifacts, run_dir, run_id, trial_id, d.row.try_number,
                                budget or TextBudget(2_000_000, 60_000), link)
-    return _detail(row, calls, entries, max_calls)
+    return _detail(d, entries, max_calls)
 
 
 def all_trials(store: Store, run_ids: Sequence[str], link: ArtifactLink, budget: TextBudget,
                max_calls: int = 200) -> tuple[list[list[Any]], list[dict[str, Any]]]:
-    """Every try of the runs as rows plus a parallel list of details (three queries)."""
-    t, mc, ar = s.trials, s.model_calls, s.artifacts
+    """Every try of the runs as rows plus a parallel list of details."""
     ids = list(run_ids)
-    with store.engine.connect() as conn:
-        trials = list(conn.execute(
-            _row_select(conn.dialect.name, t.c.rewards, t.c.passed, t.c.turns, t.c.tool_calls,
-                        *(t.c[c] for c in _USAGE), *(t.c[f"{k}_s"] for k in _TIMINGS))
-            .where(t.c.run_id.in_(ids)).order_by(*_sort_columns(TrialQuery()))))
-        calls: dict[tuple[str, str, int], list[list[Any]]] = {}
-        for r in conn.execute(sa.select(mc).where(mc.c.run_id.in_(ids))
-                              .order_by(mc.c.run_id, mc.c.trial_id, mc.c.try_number, mc.c.seq)):
-            calls.setdefault((r.run_id, r.trial_id, r.try_number), []).append(_call(r))
-        arts: dict[tuple[str, str, int], list[Any]] = {}
-        for r in conn.execute(sa.select(ar).where(ar.c.run_id.in_(ids))):
-            arts.setdefault((r.run_id, r.trial_id, r.try_number), []).append(r)
+    trials = browse.all_trial_details(store, ids)
     run_dirs = {rid: store.run_dir(rid) if store.runs_dir is not None else None for rid in ids}
-    rows, details = [], []
     # failed tries first get their verifier output embedded when the budget is tight
-    priority = sorted(range(len(trials)), key=lambda i: trials[i].status == "passed")
+    priority = sorted(range(len(trials)), key=lambda i: trials[i].row.status == "passed")
     entries: dict[int, list[dict[str, Any]]] = {}
     for i in priority:
-        r = trials[i]
-        key = (r.run_id, r.id, r.try_number)
-        entries[i] = artifact_entries(arts.get(key, []), run_dirs[r.run_id], r.run_id, r.id,
+        r = trials[i].row
+        entries[i] = artifact_entries(trials[i].artifacts, run_dirs[r.run_id], r.run_id, r.id,
                                       r.try_number, budget, link)
-    for i, r in enumerate(trials):
-        rows.append(_row(r))
-        details.append(_detail(r, calls.get((r.run_id, r.id, r.try_number), []),
-                               entries[i], max_calls))
+    rows = [_row(d.row) for d in trials]
+    details = [_detail(d, entries[i], max_calls) for i, d in enumerate(trials)]
     return rows, details

@@ -1,10 +1,10 @@
 """The local viewer: an aiohttp server over a store showing the same pages as the HTML report,
 listing runs, and updating live while a run is in progress (the page polls /api/progress).
 
-Pages and JSON endpoints page through the store in SQL (runs, trials: LIMIT/OFFSET; counts and
-sums: GROUP BY). A report page scores its runs once per change of the runs' progress
-fingerprint; the result is cached. Database work runs in worker threads so the server stays
-responsive while a runner writes.
+Pages and JSON endpoints page through the store in SQL (:mod:`agentmeter.store.browse`: runs,
+trials: LIMIT/OFFSET; counts and sums: GROUP BY). A report page scores its runs once per change
+of the runs' progress fingerprint; the result is cached. Database work runs in worker threads
+so the server stays responsive while a runner writes.
 """
 
 from __future__ import annotations
@@ -19,16 +19,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-import sqlalchemy as sa
 from aiohttp import web
 
 from agentmeter.report.html import report_title
 from agentmeter.report.html.collect import ReportData, collect
 from agentmeter.report.html.fmt import esc
 from agentmeter.report.html.page import main_content, render_page
-from agentmeter.report.html.trials import TrialQuery, trial_detail, trial_page
-from agentmeter.report.viewer import pages, queries
-from agentmeter.store import schema as s
+from agentmeter.report.html.trials import trial_detail, trial_page
+from agentmeter.report.viewer import pages
+from agentmeter.store import browse
+from agentmeter.store.browse import TrialQuery
 from agentmeter.store.db import Store, StoreError
 
 RUNS_PER_PAGE = 50
@@ -83,7 +83,7 @@ class Viewer:
         return ids
 
     async def _report_data(self, run_ids: list[str]) -> tuple[ReportData, str]:
-        prog = await self._db(queries.progress, self.store, run_ids)
+        prog = await self._db(browse.progress, self.store, run_ids)
         key = (tuple(run_ids), prog["fingerprint"])
         async with self._lock:
             data = self._cache.get(key)
@@ -102,9 +102,9 @@ class Viewer:
 
     async def index(self, request: web.Request) -> web.Response:
         offset = _int(request, "offset", 0)
-        total = await self._db(queries.count_runs, self.store)
-        rows = await self._db(queries.runs_page, self.store, offset, RUNS_PER_PAGE)
-        fp = await self._db(queries.store_fingerprint, self.store)
+        total = await self._db(browse.count_runs, self.store)
+        rows = await self._db(browse.runs_page, self.store, offset, RUNS_PER_PAGE)
+        fp = await self._db(browse.store_fingerprint, self.store)
         html = pages.runs_page(rows, total, offset, RUNS_PER_PAGE, self.store.where, fp,
                                self.interval_ms)
         return web.Response(text=html, content_type="text/html")
@@ -136,8 +136,8 @@ class Viewer:
     async def api_runs(self, request: web.Request) -> web.Response:
         offset = _int(request, "offset", 0)
         limit = _int(request, "limit", RUNS_PER_PAGE, 1, 500)
-        total = await self._db(queries.count_runs, self.store)
-        rows = await self._db(queries.runs_page, self.store, offset, limit)
+        total = await self._db(browse.count_runs, self.store)
+        rows = await self._db(browse.runs_page, self.store, offset, limit)
         return web.json_response({"total": total, "runs": [
             {**r.__dict__, "created_at": r.created_at.isoformat(),
              "finished_at": r.finished_at.isoformat() if r.finished_at else None,
@@ -145,10 +145,10 @@ class Viewer:
 
     async def api_fingerprint(self, request: web.Request) -> web.Response:
         return web.json_response(
-            {"fingerprint": await self._db(queries.store_fingerprint, self.store)})
+            {"fingerprint": await self._db(browse.store_fingerprint, self.store)})
 
     async def api_progress(self, request: web.Request) -> web.Response:
-        return web.json_response(await self._db(queries.progress, self.store,
+        return web.json_response(await self._db(browse.progress, self.store,
                                                 self._runs(request)))
 
     async def api_trials(self, request: web.Request) -> web.Response:
@@ -161,20 +161,13 @@ class Viewer:
                                      _int(request, "limit", 50, 1, MAX_TRIALS_PER_PAGE))
         return web.json_response({"total": total, "rows": rows})
 
-    def _latest_run_with(self, run_ids: list[str], trial_id: str) -> str | None:
-        t, r = s.trials, s.runs
-        stmt = (sa.select(t.c.run_id).join(r, r.c.id == t.c.run_id)
-                .where(t.c.run_id.in_(run_ids), t.c.id == trial_id)
-                .order_by(r.c.created_at.desc(), r.c.id.desc()).limit(1))
-        with self.store.engine.connect() as conn:
-            return conn.execute(stmt).scalar()
-
     async def api_trial(self, request: web.Request) -> web.Response:
         trial_id = request.query.get("id")
         if not trial_id:
             raise web.HTTPBadRequest(text="id: missing")
         try_number = _int(request, "try", -1, -1)
-        run_id = await self._db(self._latest_run_with, self._runs(request), trial_id)
+        run_id = await self._db(browse.latest_run_with, self.store, self._runs(request),
+                                trial_id)
         detail = None if run_id is None else await self._db(
             trial_detail, self.store, run_id, trial_id,
             None if try_number < 0 else try_number, artifact_link)
@@ -186,13 +179,9 @@ class Viewer:
         q = request.query
         run_id, trial_id, name = q.get("run", ""), q.get("trial", ""), q.get("name", "")
         try_number = _int(request, "try", 0)
-        ar = s.artifacts
 
         def find() -> Path | None:
-            with self.store.engine.connect() as conn:
-                rel = conn.execute(sa.select(ar.c.relpath).where(
-                    ar.c.run_id == run_id, ar.c.trial_id == trial_id,
-                    ar.c.try_number == try_number, ar.c.name == name)).scalar()
+            rel = browse.artifact_relpath(self.store, run_id, trial_id, try_number, name)
             if rel is None or self.store.runs_dir is None:
                 return None
             base = self.store.run_dir(run_id).resolve()

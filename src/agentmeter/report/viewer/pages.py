@@ -6,7 +6,7 @@ from urllib.parse import urlencode
 
 from agentmeter.report.html.fmt import esc, usd
 from agentmeter.report.html.page import asset
-from agentmeter.report.viewer.queries import RunRow
+from agentmeter.store.browse import RunRow
 
 _RUNS_SCRIPT = """
 (() => {

@@ -1,5 +1,6 @@
 """Export a run as a per-trial-try table (CSV, JSON Lines, Parquet): the same columns the table
-importer reads by default, plus identifiers, so an exported run imports back unchanged."""
+importer reads by default (:data:`agentmeter.importers.mapping.FIELDS`), plus identifiers, so an
+exported run imports back unchanged."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ from typing import Any
 
 from agentmeter.importers.common import ImportFormatError, seconds
 from agentmeter.importers.table import require_pyarrow
-from agentmeter.records import TrialStatus
+from agentmeter.records import USAGE_COLUMNS, TrialStatus
+from agentmeter.store import queries
 from agentmeter.store.db import Store
 
 EXPORT_COLUMNS = ("run_id", "trial_id", "config_id", "config", "model", "price_key", "agent",
                   "agent_version", "task", "tier", "category", "attempt", "try_number",
-                  "selected", "status", "reward", "passed", "input_tokens", "output_tokens",
-                  "cache_creation_tokens", "cache_read_tokens", "reasoning_tokens", "cost_usd",
+                  "selected", "status", "reward", "passed", *USAGE_COLUMNS.values(), "cost_usd",
                   "model_calls", "tool_calls", "turns", "started_at", "finished_at",
                   "duration_s", "environment_s", "agent_setup_s", "agent_run_s",
                   "verification_s", "error")
@@ -28,10 +29,10 @@ FORMATS = ("csv", "jsonl", "parquet")
 def export_rows(store: Store, run_id: str) -> list[dict[str, Any]]:
     """One row per stored try (pending/running ones too: their status says so). ``selected``
     marks the latest completed try of each (config, task, attempt), the one metrics use."""
-    store.require_run(run_id)
+    run = store.require_run(run_id)
     configs = {c.id: c for c in store.run_configs(run_id)}
     tasks = {t.id: t for t in store.run_tasks(run_id)}
-    selected = {(t.id, t.try_number) for t in store.latest_completed_trials(run_id)}
+    selected = {(t.id, t.try_number) for t in queries.latest_completed(store, [run])}
     rows = []
     for t in store.trials(run_id):
         c = configs.get(t.config_id)
@@ -45,9 +46,7 @@ def export_rows(store: Store, run_id: str) -> list[dict[str, Any]]:
             "attempt": t.attempt, "try_number": t.try_number,
             "selected": (t.id, t.try_number) in selected, "status": t.status.value,
             "reward": t.reward, "passed": t.passed,
-            "input_tokens": t.usage.input, "output_tokens": t.usage.output,
-            "cache_creation_tokens": t.usage.cache_creation,
-            "cache_read_tokens": t.usage.cache_read, "reasoning_tokens": t.usage.reasoning,
+            **{col: getattr(t.usage, name) for name, col in USAGE_COLUMNS.items()},
             "cost_usd": t.cost_usd, "model_calls": t.model_calls,
             "tool_calls": sum(t.tool_calls.values()), "turns": t.turns,
             "started_at": t.started_at.isoformat() if t.started_at else None,
