@@ -4,7 +4,7 @@ A :class:`TrialFrame` holds one row per *completed try* (final status) of a tria
 columns, plus small dimension tables for configurations and tasks. It is built by the store
 loader (:mod:`agentmeter.metrics.loader`) or directly from arrays (imported data, benchmarks).
 
-Selection rule (DESIGN.md, AgentMeter §3.5; defined in :mod:`agentmeter.store.queries`): per
+Selection rule (docs/architecture.md, AgentMeter §3.5; defined in :mod:`agentmeter.store.queries`): per
 (config, task, attempt) the *latest completed try* is the selected trial — the one with the
 highest ``try_order``, which the store computes (run creation order, then try number);
 :func:`selected_mask` applies it on columns. The other tries (infra_invalid tries that were

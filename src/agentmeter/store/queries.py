@@ -3,7 +3,7 @@ their configurations and task versions, the selected trials, the trial columns t
 load, per-agent tool use, the scripted configurations and the model-call usage of a run.
 
 Runs are read oldest first (creation time, then id), and where they overlap the latest run
-wins: a task's version, and — the **selection rule** (DESIGN.md, AgentMeter §3.5) — the try
+wins: a task's version, and — the **selection rule** (docs/architecture.md, AgentMeter §3.5) — the try
 that counts for a (config, task, attempt): its latest *completed* try, from the most recently
 created run that has one (:func:`~agentmeter.store.expressions.try_order`). Metrics that work
 on columns get every completed try with its order (:func:`trial_columns`) and apply the rule
