@@ -20,9 +20,11 @@ from agentmeter.report.summary import summarize, summary_table
 from agentmeter.runner.executor import RunProgress
 from agentmeter.runner.session import (
     PreparedRun,
-    RunRequest,
     RunSetupError,
+    check_run_id,
     load_grid,
+    make_backend,
+    make_request,
     prepare,
     request_of,
     run,
@@ -32,7 +34,8 @@ from agentmeter.store.db import Store
 
 def execute_run(prepared: PreparedRun, store_dir: Path | None, run_id: str | None,
              as_json: bool) -> tuple[Store, str, RunProgress]:
-    store = open_store(store_dir)
+    """Run ``prepared``; nothing is written (not even an empty store) when the run id or the
+    backend is refused."""
     started = time.monotonic()
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("passed {task.fields[passed]}  spend ${task.fields[spend]:.4f}"),
@@ -58,13 +61,21 @@ def execute_run(prepared: PreparedRun, store_dir: Path | None, run_id: str | Non
         def log(line: str) -> None:
             bar.console.print(f"[dim]{line}[/dim]")
 
+        try:
+            if run_id is not None:
+                check_run_id(run_id)
+            backend = make_backend(prepared.request.backend, log)
+        except RunSetupError as e:
+            raise fail(str(e)) from None
+        store = open_store(store_dir)
+
         async def main() -> tuple[str, RunProgress]:
             # SIGTERM (a scheduler stopping us) ends the run as cleanly as Ctrl-C does
             task = asyncio.current_task()
             assert task is not None
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
-            return await run(store, prepared, run_id, on_progress=on_progress,
-                             on_prepare=on_prepare, log=log)
+            return await run(store, prepared, run_id, backend=backend, on_progress=on_progress,
+                             on_prepare=on_prepare)
 
         try:
             run_id, progress = asyncio.run(main())
@@ -78,6 +89,15 @@ def execute_run(prepared: PreparedRun, store_dir: Path | None, run_id: str | Non
         err.print(f"[dim]{progress.done} trials ({progress.skipped} already complete) in "
                   f"{time.monotonic() - started:.1f}s[/dim]")
     return store, run_id, progress
+
+
+def exit_on_build_failures(progress: RunProgress) -> None:
+    """A run whose environments did not build exits 1 (after its results are printed)."""
+    if progress.build_failures:
+        n = len(progress.build_failures)
+        err.print(f"[red]error:[/red] {n} environment{'s' if n > 1 else ''} failed to build; "
+                  "their trials are infra_invalid (see above)")
+        raise typer.Exit(1)
 
 
 def print_results(store: Store, run_id: str, as_json: bool) -> None:
@@ -127,7 +147,7 @@ def run_cmd(
             agent, model = agent + g.agents, (model or []) + g.models
             pairs += [(p["agent"], p["model"]) for p in g.pairs]
             options = g.agent_options
-        req = RunRequest(suites=suite, subset=subset, task_ids=task or [], agents=agent,
+        req = make_request(suites=suite, subset=subset, task_ids=task or [], agents=agent,
                          models=model or [], pairs=pairs, agent_options=options,
                          attempts=attempts, concurrency=concurrency,
                          backend=backend, max_infra_retries=max_infra_retries,
@@ -136,8 +156,9 @@ def run_cmd(
         prepared = prepare(req)
     except (RunSetupError, ValueError) as e:
         raise fail(str(e)) from None
-    st, rid, _ = execute_run(prepared, store, run_id, as_json)
+    st, rid, progress = execute_run(prepared, store, run_id, as_json)
     print_results(st, rid, as_json)
+    exit_on_build_failures(progress)
 
 
 def resume(run_id: str, store: StoreOpt = None, concurrency: int | None = None,
@@ -145,14 +166,16 @@ def resume(run_id: str, store: StoreOpt = None, concurrency: int | None = None,
     """Continue a run: completed trials are kept, incomplete ones run again."""
     st = open_store(store)
     try:
+        check_run_id(run_id)
         req = request_of(st, run_id)
-        if concurrency:
-            req = req.model_copy(update={"concurrency": concurrency})
+        if concurrency is not None:
+            req = make_request(**{**req.model_dump(), "concurrency": concurrency})
         prepared = prepare(req)
     except RunSetupError as e:
         raise fail(str(e)) from None
-    st, rid, _ = execute_run(prepared, store, run_id, as_json)
+    st, rid, progress = execute_run(prepared, store, run_id, as_json)
     print_results(st, rid, as_json)
+    exit_on_build_failures(progress)
 
 
 def runs(store: StoreOpt = None, as_json: JsonOpt = False) -> None:

@@ -27,6 +27,8 @@ class RunProgress:
     infra: int = 0
     skipped: int = 0
     results: list[TrialRecord] = field(default_factory=list)
+    #: environments (or agent installs) that failed to build, each error once
+    build_failures: list[str] = field(default_factory=list)
 
 
 ProgressCallback = Callable[[RunProgress, TrialRecord | None], None]
@@ -119,6 +121,7 @@ async def execute(ctx: TrialContext, plan: list[PlannedTrial], *, concurrency: i
     if on_progress:
         on_progress(progress, None)
     build_errors = await prepare_environments(ctx, [t[0] for t in todo], on_prepare)
+    progress.build_failures = sorted(set(build_errors.values()))
 
     sem = asyncio.Semaphore(max(1, concurrency))
 

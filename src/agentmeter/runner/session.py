@@ -11,18 +11,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentmeter.gateway import Gateway, ModelRegistry
 from agentmeter.pricing import PriceBook
 from agentmeter.records import ConfigRecord, RunRecord
 from agentmeter.runner.executor import PrepareCallback, ProgressCallback, RunProgress, execute
+from agentmeter.runner.lock import RunLock, RunLockedError
 from agentmeter.runner.plan import PlannedConfig, build_configs, build_plan
 from agentmeter.runner.trial import TrialContext, base_image
 from agentmeter.sandbox import registry as sandbox_registry
+from agentmeter.sandbox.dockerfile import parse_dockerfile
 from agentmeter.sandbox.layers import image_refusal
 from agentmeter.sandbox.protocol import SandboxBackend
-from agentmeter.sandbox.spec import SandboxError
+from agentmeter.sandbox.spec import LayerBuildError, SandboxError
+from agentmeter.store.artifacts import RUN_ID_PATTERN
 from agentmeter.store.db import Store
 from agentmeter.tasks.models import Task
 from agentmeter.tasks.suite import load_suites
@@ -52,6 +55,16 @@ class RunRequest(BaseModel):
 
 class RunSetupError(Exception):
     """The request cannot run (bad task, agent, model or store); nothing was written."""
+
+
+def make_request(**fields: Any) -> RunRequest:
+    """A RunRequest from command-line values; a bad value is one line naming its option."""
+    try:
+        return RunRequest.model_validate(fields)
+    except ValidationError as e:
+        first = e.errors()[0]
+        option = "--" + "-".join(str(p) for p in first["loc"]).replace("_", "-")
+        raise RunSetupError(f"{option}: {first['msg'].lower()} (got {first.get('input')!r})") from None
 
 
 @dataclass
@@ -94,8 +107,12 @@ def prepare(request: RunRequest) -> PreparedRun:
         raise RunSetupError(str(e)) from e
     if not tasks:
         raise RunSetupError("no tasks selected")
+    if request.backend not in sandbox_registry.backend_names():
+        raise RunSetupError(f"unknown sandbox backend {request.backend!r} "
+                            f"(known: {', '.join(sandbox_registry.backend_names())})")
     if request.backend == "local":
         _refuse_prebuilt_images(tasks)
+        _check_dockerfiles(tasks)
     try:
         configs = build_configs(request.agents, request.models, request.agent_options,
                                 request.pairs)
@@ -127,6 +144,20 @@ def _refuse_prebuilt_images(tasks: list[Task]) -> None:
         raise RunSetupError("\n".join(refused))
 
 
+def _check_dockerfiles(tasks: list[Task]) -> None:
+    """What the local backend cannot build is refused before the run, naming file and line
+    (a failing RUN step can only be found by building: see executor.prepare_environments)."""
+    problems = []
+    for t in tasks:
+        if t.dockerfile is not None:
+            try:
+                parse_dockerfile(t.dockerfile.read_text(), str(t.dockerfile))
+            except (LayerBuildError, OSError, UnicodeDecodeError) as e:
+                problems.append(f"task {t.id}: {e}")
+    if problems:
+        raise RunSetupError("\n".join(problems))
+
+
 def models_and_prices(request: RunRequest) -> tuple[ModelRegistry, PriceBook]:
     try:
         registry = ModelRegistry.load(Path(request.models_file)) if request.models_file else ModelRegistry()
@@ -151,14 +182,35 @@ def new_run_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
+def check_run_id(run_id: str) -> str:
+    """A run id names a directory: refuse one that could leave the runs directory."""
+    if not RUN_ID_PATTERN.match(run_id):
+        raise RunSetupError(f"--run-id {run_id!r}: use letters, digits, '.', '_' and '-', "
+                            "starting with a letter or digit (it names a directory)")
+    return run_id
+
+
 async def run(store: Store, prepared: PreparedRun, run_id: str | None = None, *,
+              backend: SandboxBackend | None = None,
               on_progress: ProgressCallback | None = None,
               on_prepare: PrepareCallback | None = None,
               log: Callable[[str], None] | None = None) -> tuple[str, RunProgress]:
-    """Create (or continue) the run ``run_id`` and execute its plan."""
+    """Create (or continue) the run ``run_id`` and execute its plan, holding the run's lock
+    (a run already running in a live process is refused with RunSetupError)."""
+    run_id = check_run_id(run_id or new_run_id())
+    if backend is None:
+        backend = make_backend(prepared.request.backend, log)  # before anything is written
+    try:
+        with RunLock(store.run_dir(run_id), run_id):
+            return await _run_locked(store, prepared, run_id, backend, on_progress, on_prepare)
+    except RunLockedError as e:
+        raise RunSetupError(str(e)) from None
+
+
+async def _run_locked(store: Store, prepared: PreparedRun, run_id: str, backend: SandboxBackend,
+                      on_progress: ProgressCallback | None,
+                      on_prepare: PrepareCallback | None) -> tuple[str, RunProgress]:
     req = prepared.request
-    backend = make_backend(req.backend, log)  # before anything is written
-    run_id = run_id or new_run_id()
     existing = store.get_run(run_id)
     if existing is None:
         store.create_run(RunRecord(id=run_id, backend=req.backend, attempts=req.attempts,
