@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from docker_fixtures import docker_daemon_fixture  # noqa: F401
 from taskgen import make_task
 
 from agentmeter.records import TrialStatus
@@ -26,10 +28,11 @@ from agentmeter.agents.base import AgentContext
 from agentmeter.agents.registry import make_agent
 from agentmeter.sandbox.archive import CopyTooLarge
 from agentmeter.sandbox.local import LocalBackend
+from agentmeter.sandbox.docker import DockerBackend
 from agentmeter.sandbox.spec import SandboxSpec
 
 async def main(out: Path) -> dict:
-    sb = await LocalBackend().start(SandboxSpec())
+    sb = await (DockerBackend() if sys.argv[2] == "docker" else LocalBackend()).start(SandboxSpec())
     try:
         r = await sb.exec("d=/home/agent/.claude/projects/p && mkdir -p $d /logs/verifier && "
                           "truncate -s 2G $d/big.jsonl && echo '{}' > $d/small.jsonl && "
@@ -60,10 +63,14 @@ print("RESULT " + json.dumps(asyncio.run(main(Path(sys.argv[1])))))
 """
 
 
-def test_sparse_2gib_in_session_folder_and_reward_file_costs_no_host_memory(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["local", "docker"])
+def test_sparse_2gib_in_session_folder_and_reward_file_costs_no_host_memory(
+        tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
+    if backend == "docker":
+        request.getfixturevalue("docker_daemon")
     out = tmp_path / "logs"
     out.mkdir()
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(out)], capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(out), backend], capture_output=True,
                           text=True, timeout=600)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
     assert line is not None, proc.stderr[-3000:]
