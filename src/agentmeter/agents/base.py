@@ -45,6 +45,8 @@ class AgentRun:
     final_message: str | None = None
     #: host files written by the agent run (logs, transcripts): name -> (path, kind)
     artifacts: dict[str, tuple[Path, str]] = field(default_factory=dict)
+    #: what the harness left out of the run's record and why (e.g. a transcript over its cap)
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -160,6 +160,8 @@ class TrialRunner:
                 sandbox = await self.ctx.backend.start(sandbox_spec(self.task, self.agent, self.ctx.gateway))
                 await sandbox.exec(["chown", "-R", f"{AGENT_UID}:{AGENT_GID}", sandbox.workdir],
                                    user="root")
+                # before the agent runs: hidden from it, and a disk it fills cannot stop it
+                await make_verifier(self.task.verifier_kind).stage(self.task, sandbox)
             except SandboxError as e:
                 raise InfraError(f"environment: {e}") from e
             timings.environment = time.monotonic() - t0
@@ -251,6 +253,8 @@ class TrialRunner:
         for name, (path, kind) in run.artifacts.items():
             if path.is_file():
                 self._artifact(name, path, kind)
+        if run.notes:
+            self.rec.extra["agent_notes"] = list(run.notes)
         return run
 
     async def _with_budget_watch(self, agent_run: Coroutine[Any, Any, AgentRun],

@@ -1,52 +1,146 @@
-"""Safe extraction of tar streams that came out of a sandbox (copy_out)."""
+"""Bounded copies out of a sandbox: the commands run inside, the byte-counting sinks on the host,
+and safe extraction of the tar streams (copy_out) and file reads (read_file).
+
+Sandbox-controlled data never reaches the host unbounded: the command inside stops its stream
+one byte past the cap (``head -c``), and the host counts what arrives, stops (the backend kills
+the exec) once the cap is crossed and writes nothing. A copy is streamed to a temporary host
+file, never held whole in memory, and is extracted only when complete and under its cap.
+"""
 
 from __future__ import annotations
 
-import io
+import os
 import shlex
+import shutil
 import tarfile
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 from agentmeter.sandbox.spec import SandboxError
 
+#: the default cap of ``read_file`` (a reward file's is smaller still)
+READ_FILE_MAX_BYTES = 1 << 20
+#: the default cap of ``copy_out`` (its tar stream)
+COPY_OUT_MAX_BYTES = 64 << 20
+#: exit status of the in-sandbox read command when the file does not exist
+NO_SUCH_FILE = 44
 
-def tar_out_argv(src: str, exclude: Sequence[str] = (), max_bytes: int | None = None) -> list[str]:
+
+class CopyTooLarge(SandboxError):
+    """A copy or read out of a sandbox crossed its byte cap; nothing was written."""
+
+
+def tar_out_argv(src: str, exclude: Sequence[str], max_bytes: int) -> list[str]:
     """A command run inside a sandbox that writes a tar of ``src`` to stdout: a directory's
-    contents, or a file under its own name; ``exclude`` are tar ``--exclude`` patterns. With
-    ``max_bytes`` the stream stops after ``max_bytes + 1`` bytes (see ``check_size``), so a
-    huge or sparse file costs the host no more than that."""
+    contents, or a file under its own name; ``exclude`` are tar ``--exclude`` patterns. The
+    stream stops after ``max_bytes + 1`` bytes, so a huge or sparse file costs no more."""
     excludes = " ".join(f"--exclude={shlex.quote(p)}" for p in exclude)
     tar = (f'if [ -d "$1" ]; then tar -c {excludes} -C "$1" .; '
            f'else tar -c {excludes} -C "$(dirname -- "$1")" -- "$(basename -- "$1")"; fi')
-    if max_bytes is not None:
-        tar = f"{{ {tar}; }} | head -c {max_bytes + 1}"
+    tar = f"{{ {tar}; }} | head -c {max_bytes + 1}"
     return ["sh", "-c", f'[ -e "$1" ] || {{ echo "no such file or directory" >&2; exit 1; }}; {tar}',
             "sh", src]
 
 
-def check_size(data: bytes, src: str, max_bytes: int | None) -> None:
-    """Refuse a copy that reached its cap (``tar_out_argv``'s stream was cut)."""
-    if max_bytes is not None and len(data) > max_bytes:
-        raise SandboxError(f"copy_out {src}: larger than the {max_bytes} bytes allowed")
-    if not data:
-        raise SandboxError(f"copy_out {src}: tar wrote nothing")
+def read_argv(path: str, max_bytes: int) -> list[str]:
+    """A command run inside a sandbox that writes at most ``max_bytes + 1`` bytes of the regular
+    file ``path`` to stdout, or exits ``NO_SUCH_FILE``."""
+    return ["sh", "-c", f'[ -f "$1" ] || exit {NO_SUCH_FILE}; exec head -c {max_bytes + 1} -- "$1"',
+            "sh", path]
 
 
-def extract_safely(data: bytes, dest: Path) -> list[str]:
-    """Extract ``data`` into ``dest``. Members that would land or point outside ``dest``
-    (absolute or escaping links, device files, ``..`` paths) are skipped, not followed;
-    returns their names."""
+class CappedBytes:
+    """An ``on_stdout`` sink keeping at most ``max_bytes`` in memory; raises CopyTooLarge past it
+    (raised inside the exec's reader, so the backend kills the exec)."""
+
+    def __init__(self, what: str, max_bytes: int) -> None:
+        self.what, self.max_bytes = what, max_bytes
+        self.data = bytearray()
+
+    def __call__(self, chunk: bytes) -> None:
+        if len(self.data) + len(chunk) > self.max_bytes:
+            raise CopyTooLarge(f"{self.what}: larger than the {self.max_bytes} bytes allowed")
+        self.data += chunk
+
+
+class CappedFile:
+    """An ``on_stdout`` sink streaming to a temporary host file while counting; raises
+    CopyTooLarge once past ``max_bytes``. Close it (or use it as a context manager) to delete
+    the file."""
+
+    def __init__(self, what: str, max_bytes: int) -> None:
+        self.what, self.max_bytes = what, max_bytes
+        self.size = 0
+        self.file: BinaryIO = tempfile.TemporaryFile(prefix="agentmeter-copy-")  # noqa: SIM115
+
+    def __call__(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        if self.size > self.max_bytes:
+            raise CopyTooLarge(f"{self.what}: larger than the {self.max_bytes} bytes allowed")
+        self.file.write(chunk)
+
+    def close(self) -> None:
+        self.file.close()
+
+    def __enter__(self) -> CappedFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def extract_capped(sink: CappedFile, dest: Path) -> list[str]:
+    """Extract the complete tar stream in ``sink`` into the directory ``dest`` (see
+    ``extract_safely``); an empty stream is an error."""
+    if sink.size == 0:
+        raise SandboxError(f"{sink.what}: tar wrote nothing")
+    sink.file.flush()
+    sink.file.seek(0)
+    return extract_safely(sink.file, dest, sink.what, sink.max_bytes)
+
+
+def extract_safely(fileobj: BinaryIO, dest: Path, what: str, max_bytes: int) -> list[str]:
+    """Extract a tar stream into ``dest``. Members that would land or point outside ``dest``
+    (absolute or escaping links, device files, ``..`` paths) are skipped, not followed; returns
+    their names. Members whose sizes add up past ``max_bytes`` (sparse entries) refuse the whole
+    copy. Extraction goes to a scratch directory first: on any failure nothing is written."""
     skipped: list[str] = []
-    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        with tarfile.open(fileobj=fileobj, mode="r:") as tar:
+            members = tar.getmembers()
+            if sum(m.size for m in members if m.isfile()) > max_bytes:
+                raise CopyTooLarge(f"{what}: its files hold more than the {max_bytes} bytes "
+                                   "allowed")
 
-    def keep(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
-        try:
-            return tarfile.data_filter(member, path)
-        except tarfile.FilterError:
-            skipped.append(member.name)
-            return None
+            def keep(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
+                try:
+                    return tarfile.data_filter(member, path)
+                except tarfile.FilterError:
+                    skipped.append(member.name)
+                    return None
 
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
-        tar.extractall(dest, filter=keep)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            scratch = Path(tempfile.mkdtemp(prefix=".agentmeter-extract-", dir=dest.parent))
+            try:
+                tar.extractall(scratch, members=members, filter=keep)
+                _merge(scratch, dest)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+    except (tarfile.TarError, EOFError) as e:
+        raise SandboxError(f"{what}: not a readable tar stream: {e}") from e
     return skipped
+
+
+def _merge(src: Path, dest: Path) -> None:
+    """Move ``src``'s content into ``dest`` (created), replacing what is there."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for entry in os.scandir(src):
+        target = dest / entry.name
+        if entry.is_dir(follow_symlinks=False) and target.is_dir() and not target.is_symlink():
+            _merge(Path(entry.path), target)
+        else:
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            os.replace(entry.path, target)

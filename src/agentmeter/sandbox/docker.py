@@ -11,6 +11,7 @@ task's and the agent's layers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import posixpath
 import subprocess
@@ -23,7 +24,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agentmeter.sandbox import images
-from agentmeter.sandbox.archive import check_size, extract_safely, tar_out_argv
+from agentmeter.sandbox.archive import (
+    COPY_OUT_MAX_BYTES,
+    NO_SUCH_FILE,
+    READ_FILE_MAX_BYTES,
+    CappedBytes,
+    CappedFile,
+    extract_capped,
+    read_argv,
+    tar_out_argv,
+)
 from agentmeter.sandbox.bridge import BridgeProcess, start_bridge
 from agentmeter.sandbox.dockerd import (
     KILL_MARKED,
@@ -34,7 +44,6 @@ from agentmeter.sandbox.dockerd import (
     chain_digest,
     docker,
     ensure_base_image,
-    extract_copy,
     image_config,
     image_exists,
     kill_marked_on_host,
@@ -290,15 +299,10 @@ class DockerSandbox:
         if res.returncode != 0:
             raise SandboxError(f"write_file {path} in {self.id}: {res.text()}")
 
-    async def read_file(self, path: str) -> bytes:
-        res = await docker("exec", "-u", "0:0", self.id, "bash", "-c",
-                           '[ -f "$1" ] || exit 44; exec cat -- "$1"', "read", self._abs(path),
-                           check=False)
-        if res.returncode == 44:
-            raise SandboxError(f"read_file {path}: no such file in sandbox {self.id}")
-        if res.returncode != 0:
-            raise SandboxError(f"read_file {path} in {self.id}: {res.text()}")
-        return res.stdout
+    async def read_file(self, path: str, *, max_bytes: int = READ_FILE_MAX_BYTES) -> bytes:
+        sink = CappedBytes(f"read_file {path}", max_bytes)
+        await self._exec_bytes(read_argv(self._abs(path), max_bytes), sink, what=sink.what)
+        return bytes(sink.data)
 
     async def copy_in(self, host_src: Path, dst: str, *, user: str | None = None) -> None:
         target = self._abs(dst)
@@ -327,26 +331,30 @@ class DockerSandbox:
             raise SandboxError(f"copy_in {host_src} -> {dst} in {self.id}: {res.text()}")
 
     async def copy_out(self, src: str, host_dst: Path, *, exclude: Sequence[str] = (),
-                       max_bytes: int | None = None) -> None:
-        source = self._abs(src)
-        if exclude or max_bytes is not None:  # tar inside, the stream cut at the cap
-            res = await docker("exec", "-u", "0:0", self.id,
-                               *tar_out_argv(source, exclude, max_bytes), check=False)
-            if res.returncode != 0:
-                raise SandboxError(f"copy_out {src} from {self.id}: {res.text().strip()}")
-            check_size(res.stdout, src, max_bytes)
-            await asyncio.to_thread(extract_safely, res.stdout, host_dst)
-            return
-        host_dst.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=host_dst, prefix=".agentmeter-copy-") as tmp:
-            tar_path = Path(tmp) / "out.tar"
-            with open(tar_path, "wb") as fh:
-                proc = await asyncio.create_subprocess_exec(
-                    "docker", "cp", f"{self.id}:{source}", "-", stdout=fh, stderr=subprocess.PIPE)
-                _, err = await proc.communicate()
-            if proc.returncode != 0:
-                raise SandboxError(f"copy_out {src} from {self.id}: {err.decode(errors='replace')}")
-            await asyncio.to_thread(extract_copy, tar_path, Path(tmp) / "x", host_dst)
+                       max_bytes: int = COPY_OUT_MAX_BYTES) -> None:
+        with CappedFile(f"copy_out {src}", max_bytes) as sink:
+            await self._exec_bytes(tar_out_argv(self._abs(src), exclude, max_bytes), sink,
+                                   what=sink.what)
+            await asyncio.to_thread(extract_capped, sink, host_dst)
+
+    async def _exec_bytes(self, argv: list[str], sink: OutputCallback, what: str) -> None:
+        """Run ``argv`` as root with its stdout streamed into ``sink``; when the sink raises (its
+        cap crossed) the ``docker exec`` is killed and the error raised."""
+        proc = await asyncio.create_subprocess_exec(
+            "docker", "exec", "-u", "0:0", self.id, *argv, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        err = CappedBuffer(8192)
+        try:
+            await collect_output(proc, None, CappedBuffer(0), err, sink)
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            raise
+        if proc.returncode == NO_SUCH_FILE:
+            raise SandboxError(f"{what}: no such file in sandbox {self.id}")
+        if proc.returncode != 0:
+            raise SandboxError(f"{what} in {self.id}: {err.text().strip() or 'failed'}")
 
     async def snapshot(self, root: str | None = None,
                        ignore: Sequence[str] = DEFAULT_IGNORE) -> FsSnapshot:

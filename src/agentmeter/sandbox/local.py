@@ -33,7 +33,16 @@ from pathlib import Path
 
 from agentmeter.paths import cache_dir
 from agentmeter.sandbox import cgroups, rootfs
-from agentmeter.sandbox.archive import check_size, extract_safely, tar_out_argv
+from agentmeter.sandbox.archive import (
+    COPY_OUT_MAX_BYTES,
+    NO_SUCH_FILE,
+    READ_FILE_MAX_BYTES,
+    CappedBytes,
+    CappedFile,
+    extract_capped,
+    read_argv,
+    tar_out_argv,
+)
 from agentmeter.sandbox.bridge import BridgeProcess, start_bridge
 from agentmeter.sandbox.fsdiff import diff_host_tree, snapshot_host_tree
 from agentmeter.sandbox.hosttools import LOCAL_TOOLS, ensure_tools
@@ -329,9 +338,10 @@ class LocalSandbox:
         if r.exit_code != 0:
             raise SandboxError(f"write_file {path}: {r.stderr.strip()}")
 
-    async def read_file(self, path: str) -> bytes:
-        return await self._exec_bytes(["sh", "-c", 'test -f "$1" && cat -- "$1"', "sh", path],
-                                      what=f"read_file {path}")
+    async def read_file(self, path: str, *, max_bytes: int = READ_FILE_MAX_BYTES) -> bytes:
+        sink = CappedBytes(f"read_file {path}", max_bytes)
+        await self._exec_bytes(read_argv(path, max_bytes), sink, what=sink.what)
+        return bytes(sink.data)
 
     async def copy_in(self, host_src: Path, dst: str, *, user: str | None = None) -> None:
         user = user or "root"
@@ -352,17 +362,19 @@ class LocalSandbox:
             raise SandboxError(f"copy_in {host_src} -> {dst}: {r.stderr.strip()}")
 
     async def copy_out(self, src: str, host_dst: Path, *, exclude: Sequence[str] = (),
-                       max_bytes: int | None = None) -> None:
-        data = await self._exec_bytes(tar_out_argv(src, exclude, max_bytes), what=f"copy_out {src}")
-        check_size(data, src, max_bytes)
-        extract_safely(data, host_dst)
+                       max_bytes: int = COPY_OUT_MAX_BYTES) -> None:
+        with CappedFile(f"copy_out {src}", max_bytes) as sink:
+            await self._exec_bytes(tar_out_argv(src, exclude, max_bytes), sink, what=sink.what)
+            await asyncio.to_thread(extract_capped, sink, host_dst)
 
-    async def _exec_bytes(self, argv: list[str], what: str) -> bytes:
-        chunks: list[bytes] = []
-        r = await self.exec(argv, user="root", cwd="/", output_limit=0, on_stdout=chunks.append)
+    async def _exec_bytes(self, argv: list[str], sink: OutputCallback, what: str) -> None:
+        """Run ``argv`` as root, its stdout into ``sink``; a sink that raises (its cap crossed)
+        ends the exec, which kills it."""
+        r = await self.exec(argv, user="root", cwd="/", output_limit=0, on_stdout=sink)
+        if r.exit_code == NO_SUCH_FILE:
+            raise SandboxError(f"{what}: no such file in sandbox {self.id}")
         if r.exit_code != 0:
             raise SandboxError(f"{what}: {r.stderr.strip() or 'failed'}")
-        return b"".join(chunks)
 
     # -- snapshots -----------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from agentmeter.sandbox.archive import COPY_OUT_MAX_BYTES, READ_FILE_MAX_BYTES
 from agentmeter.sandbox.spec import DEFAULT_OUTPUT_LIMIT, ExecResult, FsDiff, FsSnapshot, SandboxSpec
 
 #: Paths a snapshot/diff ignores by default: any component starting with a dot.
@@ -43,17 +44,21 @@ class Sandbox(Protocol):
     async def write_file(self, path: str, data: bytes | str, *, mode: int = 0o644,
                          user: str | None = None) -> None: ...
 
-    async def read_file(self, path: str) -> bytes: ...
+    async def read_file(self, path: str, *, max_bytes: int = READ_FILE_MAX_BYTES) -> bytes:
+        """A regular file's bytes. A missing file, or one larger than ``max_bytes`` (then
+        ``archive.CopyTooLarge``), raises SandboxError; no more than the cap is ever read."""
+        ...
 
     async def copy_in(self, host_src: Path, dst: str, *, user: str | None = None) -> None:
         """Copy a host file or directory tree to ``dst`` inside (created, owned by ``user``)."""
         ...
 
     async def copy_out(self, src: str, host_dst: Path, *, exclude: Sequence[str] = (),
-                       max_bytes: int | None = None) -> None:
+                       max_bytes: int = COPY_OUT_MAX_BYTES) -> None:
         """Copy a file or tree out into the directory ``host_dst``. Links never resolve outside
-        ``host_dst``; ``exclude`` are glob patterns left out; a copy whose archive exceeds
-        ``max_bytes`` raises SandboxError and writes nothing."""
+        ``host_dst``; ``exclude`` are glob patterns left out. The copy is streamed through a
+        temporary host file: one whose archive exceeds ``max_bytes`` is stopped there, raises
+        ``archive.CopyTooLarge`` and writes nothing."""
         ...
 
     async def snapshot(self, root: str | None = None,

@@ -1,28 +1,98 @@
 """Running a task's test command in the sandbox: the step the built-in verifier kinds share.
 
-Harbor's contract: the task's verifier files are placed under ``/tests``, ``/logs/verifier`` is
-emptied, and the test command runs (as root, or as the task's ``[verifier] user``) with
-``TEST_DIR=/tests`` and the task's verifier environment. Its output is kept as the trial's
-``verifier.log`` artifact. The kinds differ only in what they read afterwards (reward files,
-pytest's summary).
+Harbor's contract, hardened so agent code cannot decide its own reward (docs/verifiers.md):
+
+- **Staged before the agent runs** (``stage_verifier``): the task's verifier files and the
+  ``as-agent`` tool go into ``STAGE_DIR``, a root-only (0700) directory the agent cannot list or
+  read, and ``/logs/verifier`` is made root's. Nothing is written at verification time, so an
+  agent that fills its disk makes its own task fail, never the trial ``infra_invalid``.
+- **At verification** the staged tests are renamed to ``/tests`` (no space needed),
+  ``/logs/verifier`` is emptied and root's again, and the test command runs as root (or the
+  task's ``[verifier] user``) with ``TEST_DIR=/tests`` and ``AS_AGENT``: the path of a tool that
+  runs agent-written code as the unprivileged agent user (no capabilities, no new privileges) and
+  then kills whatever that user left running. Agent code so run cannot write ``/logs/verifier``,
+  read ``/tests`` or signal the test script.
+- **A test command killed by a signal** (exit code above 128 or negative) has no trusted reward:
+  the verdict is a fail with that problem, never a pass and never ``infra_invalid``.
+
+The command's output is kept as the trial's ``verifier.log`` artifact. The kinds differ only in
+what they read afterwards (reward files, pytest's summary).
 """
 
 from __future__ import annotations
 
+import io
+import tarfile
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
 from agentmeter.sandbox.protocol import Sandbox
-from agentmeter.sandbox.spec import ExecResult
+from agentmeter.sandbox.spec import AGENT_GID, AGENT_UID, AGENT_USER, ExecResult, SandboxError
 from agentmeter.verify.protocol import Verdict, VerifierArtifact, VerifierContext
 
 if TYPE_CHECKING:
     from agentmeter.tasks.models import Task
 
-#: where the task's verifier files are placed inside the sandbox
+#: where the task's verifier files are placed inside the sandbox (at verification time)
 TESTS_MOUNT = "/tests"
 #: where a test script writes its reward and logs inside the sandbox
 VERIFIER_LOGS_DIR = "/logs/verifier"
+#: root-only directory holding the staged tests and the as-agent tool from the sandbox's start
+STAGE_DIR = "/.agentmeter-verifier"
+#: the tool a test script runs agent-written code with (its path is in the test's $AS_AGENT)
+AS_AGENT = f"{STAGE_DIR}/as-agent"
+
+AS_AGENT_SCRIPT = r"""#!/bin/sh
+# as-agent (agentmeter's verifier tool; docs/verifiers.md)
+#   as-agent CMD [ARG...]   run CMD as the unprivileged agent user (uid @UID@): no capabilities,
+#                           no new privileges; afterwards every process of that user still
+#                           running here is killed, so agent code cannot outlive its call.
+#                           Calls must not overlap. The exit status is CMD's.
+#   as-agent --own PATH...  give PATH (recursively, links not followed) to the agent user, for
+#                           scratch files the agent's program must write.
+uid=@UID@; gid=@GID@
+if [ "${1-}" = --own ]; then shift; exec chown -R -P -h "$uid:$gid" -- "$@"; fi
+if [ $# -eq 0 ]; then echo "usage: as-agent CMD [ARG...] | as-agent --own PATH..." >&2; exit 2; fi
+export HOME=/home/@USER@ USER=@USER@ LOGNAME=@USER@
+if [ "$(id -u)" != 0 ]; then exec "$@"; fi  # a [verifier] user = agent: already unprivileged
+mapped=no
+while read -r inside _outside count; do
+    if [ "$uid" -ge "$inside" ] && [ "$uid" -lt $((inside + count)) ]; then mapped=yes; fi
+done < /proc/self/uid_map
+if [ $mapped = no ]; then
+    # a rootless local sandbox maps only root: the agent user exists in a nested namespace
+    exec unshare --user --map-user="$uid" --map-group="$gid" -- \
+        setpriv --no-new-privs --inh-caps=-all --bounding-set=-all -- "$@"
+fi
+drop="setpriv --reuid=$uid --regid=$gid --clear-groups --inh-caps=-all --bounding-set=-all --no-new-privs"
+$drop -- "$@"
+rc=$?
+$drop -- sh -c 'kill -KILL -1' 2>/dev/null
+exit $rc
+"""
+
+_STAGE = f"""set -e
+S={STAGE_DIR}
+rm -rf "$S"
+mkdir -m 0700 "$S"
+tar -x --no-same-owner -C "$S"
+chown -R 0:0 "$S"
+chmod 0700 "$S" "$S/tests"
+mkdir -p {VERIFIER_LOGS_DIR}
+chown 0:0 /logs {VERIFIER_LOGS_DIR}
+chmod go-w /logs {VERIFIER_LOGS_DIR}
+"""
+
+#: exit status of the verification's first step when the tests were never staged
+_NOT_STAGED = 75
+_UNSTAGE = f"""S={STAGE_DIR}
+[ -d "$S/tests" ] || exit {_NOT_STAGED}
+rm -rf {TESTS_MOUNT} && mv "$S/tests" {TESTS_MOUNT} || exit 1
+rm -rf {VERIFIER_LOGS_DIR}
+mkdir -p {VERIFIER_LOGS_DIR}
+chown 0:0 /logs {VERIFIER_LOGS_DIR}
+chmod go-w /logs {VERIFIER_LOGS_DIR}
+"""
 
 
 class CommandRun(NamedTuple):
@@ -40,26 +110,62 @@ class Score(NamedTuple):
     problem: str | None
 
 
+def _stage_archive(task: Task) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        def add(name: str, data: bytes, mode: int) -> None:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+
+        top = tarfile.TarInfo("tests")
+        top.type, top.mode = tarfile.DIRTYPE, 0o700
+        tar.addfile(top)
+        for rel, host in sorted(task.verifier_files().items()):
+            add(f"tests/{rel}", host.read_bytes(), 0o755 if host.stat().st_mode & 0o111 else 0o644)
+        script = (AS_AGENT_SCRIPT.replace("@UID@", str(AGENT_UID))
+                  .replace("@GID@", str(AGENT_GID)).replace("@USER@", AGENT_USER))
+        add("as-agent", script.encode(), 0o755)
+    return buf.getvalue()
+
+
+async def stage_verifier(task: Task, sandbox: Sandbox) -> None:
+    """Place the task's verifier files and the as-agent tool where only root can see them, and
+    make ``/logs/verifier`` root's. Called when the sandbox starts, before the agent runs."""
+    r = await sandbox.exec(["sh", "-c", _STAGE], stdin=_stage_archive(task), user="root", cwd="/")
+    if r.exit_code != 0:
+        raise SandboxError(f"staging the verifier files: {r.stderr.strip()[-500:]}")
+
+
+async def _unstage(task: Task, sandbox: Sandbox, prepare: str | None) -> None:
+    steps = _UNSTAGE
+    if task.verifier_user != "root":  # the task's [verifier] user must read /tests, write rewards
+        steps += (f"chmod -R a+rX {TESTS_MOUNT}\n"
+                  f"chown -R {task.verifier_user}:{task.verifier_user} {VERIFIER_LOGS_DIR}\n")
+    if prepare:
+        steps += f"{prepare} || true\n"
+    steps += "exit 0\n"
+    r = await sandbox.exec(["sh", "-c", steps], user="root", cwd="/")
+    if r.exit_code == _NOT_STAGED:  # a caller that did not stage at start: stage now
+        await stage_verifier(task, sandbox)
+        r = await sandbox.exec(["sh", "-c", steps], user="root", cwd="/")
+    if r.exit_code != 0:
+        raise SandboxError(f"placing the verifier files: {r.stderr.strip()[-500:]}")
+
+
 async def run_test_command(task: Task, sandbox: Sandbox, ctx: VerifierContext, *,
                            env: Mapping[str, str] | None = None,
                            prepare: str | None = None) -> CommandRun:
-    """Place the task's verifier files, run its test command as the task's verifier user (root
-    unless ``[verifier] user`` says ``agent``) and store its output.
+    """Move the staged verifier files to ``/tests``, run the test command as the task's verifier
+    user (root unless ``[verifier] user`` says ``agent``) and store its output.
 
     ``env`` is the kind's own environment (the task's verifier environment overrides it);
     ``prepare`` is a kind's extra shell step, run as root after ``/logs/verifier`` is emptied.
     """
-    for rel, host in task.verifier_files().items():
-        await sandbox.write_file(f"{TESTS_MOUNT}/{rel}", host.read_bytes(),
-                                 mode=0o755 if host.stat().st_mode & 0o111 else 0o644)
-    steps = f"rm -rf {VERIFIER_LOGS_DIR} && mkdir -p {VERIFIER_LOGS_DIR}"
-    if prepare:
-        steps += f" && {prepare}"
-    if task.verifier_user != "root":  # the task's [verifier] user must be able to write its reward
-        steps += f" && chown -R {task.verifier_user}:{task.verifier_user} {VERIFIER_LOGS_DIR}"
-    await sandbox.exec(["sh", "-c", steps], user="root")
+    await _unstage(task, sandbox, prepare)
     r = await sandbox.exec(task.test_command, user=task.verifier_user, timeout=ctx.timeout_s,
-                           env={**(env or {}), **task.verifier_env, "TEST_DIR": TESTS_MOUNT})
+                           env={**(env or {}), **task.verifier_env, "TEST_DIR": TESTS_MOUNT,
+                                "AS_AGENT": AS_AGENT})
     out = ctx.artifact_dir / "verifier.log"
     out.write_text(f"$ {task.test_command}\n--- exit {r.exit_code}"
                    f"{' (timed out)' if r.timed_out else ''}\n--- stdout\n{r.stdout}\n"
@@ -67,10 +173,28 @@ async def run_test_command(task: Task, sandbox: Sandbox, ctx: VerifierContext, *
     return CommandRun(result=r, log=ctx.add_artifact("verifier.log", out, "verifier_output"))
 
 
+def killed_by_signal(result: ExecResult) -> int | None:
+    """The signal that ended the test command (its shell's 128+N, or a negative status), if any."""
+    if result.timed_out:
+        return None
+    if result.exit_code < 0:
+        return -result.exit_code
+    if result.exit_code > 128:
+        return result.exit_code - 128
+    return None
+
+
 def verdict_of(task: Task, ctx: VerifierContext, run: CommandRun, score: Score) -> Verdict:
-    """The verdict of a test run: a timed-out command without a reward says so."""
-    problem = score.problem
-    if run.result.timed_out and score.reward is None:
+    """The verdict of a test run. A timed-out command without a reward says so; a command killed
+    by a signal has no reward at all (whatever it left behind is not trusted): a fail with a
+    stated problem."""
+    reward, rewards, problem = score
+    signal = killed_by_signal(run.result)
+    if signal is not None:
+        reward, rewards = None, {}
+        problem = (f"the verifier was killed by signal {signal} (exit status "
+                   f"{run.result.exit_code}): its reward is not trusted")
+    elif run.result.timed_out and reward is None:
         problem = f"the verifier timed out after {ctx.timeout_s:.0f}s"
-    return Verdict(reward=score.reward, rewards=score.rewards, pass_threshold=task.pass_threshold,
+    return Verdict(reward=reward, rewards=rewards, pass_threshold=task.pass_threshold,
                    problem=problem, artifacts=(run.log,), command_s=run.result.duration_s)

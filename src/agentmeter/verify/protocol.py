@@ -107,6 +107,12 @@ class Verifier(Protocol):
         """Mounts the kind needs in ``task``'s sandbox, added when the runner builds its spec."""
         ...
 
+    async def stage(self, task: Task, sandbox: Sandbox) -> None:
+        """Place what verification needs in ``sandbox`` when it starts, before the agent runs,
+        where the agent can neither read nor change it (a full disk later cannot stop it). A
+        failure raises ``SandboxError`` (infra)."""
+        ...
+
     async def verify(self, task: Task, sandbox: Sandbox, ctx: VerifierContext) -> Verdict:
         """Verify the agent's work in ``sandbox``. A missing or unreadable reward is a verdict
         with ``reward=None`` and a ``problem``; a failure of the harness raises

@@ -7,7 +7,10 @@ The summary lines look like ``PASSED tests/test_x.py::test_a``,
 ``FAILED tests/test_x.py::test_b - AssertionError: ...``, ``ERROR tests/test_x.py - ImportError``,
 ``SKIPPED [1] tests/test_x.py:10: reason``, ``XFAIL ...``, ``XPASS ...``.
 The reward is 1.0 iff at least one test passed and none failed or errored; ``fraction`` is the
-passed share.
+passed share. Only a finished run counts: the short summary must be followed by pytest's closing
+counts line (``==== 3 passed in 0.1s ====``), so a test process that exits early (``os._exit(0)``
+from agent code) is no pass whatever its exit status. Tests that import agent code in the test
+process can still forge that output: see docs/verifiers.md.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pydantic import BaseModel, ConfigDict
 
 from agentmeter.sandbox.protocol import Sandbox
 from agentmeter.verify import offline_pytest
-from agentmeter.verify.command import Score, run_test_command, verdict_of
+from agentmeter.verify.command import Score, run_test_command, stage_verifier, verdict_of
 from agentmeter.verify.protocol import SandboxNeeds, Verdict, VerifierContext
 
 if TYPE_CHECKING:
@@ -29,6 +32,8 @@ TestOutcome = Literal["passed", "failed", "error", "xfailed", "xpassed"]
 
 _SUMMARY_HEADER = re.compile(r"^=+ short test summary info =+\s*$")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+#: pytest's last line: "==== 1 failed, 3 passed, 1 error in 0.10s ====" (counts, time optional)
+_STATS = re.compile(r"^=+ (\d+ [a-z]+(?:, \d+ [a-z]+)*)(?: in [0-9.]+s.*?)? =+$")
 _LINE = re.compile(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS|SKIPPED)\s+(.*)$")
 _PARAMETRIZED = re.compile(r"^(\S*?\[.*?\])(?:\s+-\s+.*)?$")
 _WORD_TO_OUTCOME: dict[str, TestOutcome] = {
@@ -49,6 +54,14 @@ class PytestResults(BaseModel):
     outcomes: dict[str, TestOutcome]
     skipped: int = 0
     found_summary: bool = False
+    #: pytest's own closing counts ("failed", "passed", "error", …), when its last line was seen
+    stats: dict[str, int] | None = None
+
+    @property
+    def finished(self) -> bool:
+        """pytest printed its short summary and its closing counts line after it: it ran to
+        its end (a test process that exits early, e.g. ``os._exit(0)``, prints neither)."""
+        return self.found_summary and self.stats is not None
 
     def count(self, *outcomes: TestOutcome) -> int:
         return sum(1 for o in self.outcomes.values() if o in outcomes)
@@ -69,8 +82,11 @@ class PytestResults(BaseModel):
 
     @property
     def reward(self) -> float:
-        """1.0 iff at least one test passed and none failed or errored."""
-        return 1.0 if self.passed >= 1 and self.failed == 0 else 0.0
+        """1.0 iff at least one test passed and none failed or errored (by the summary lines
+        and by pytest's closing counts)."""
+        stats = self.stats or {}
+        bad = stats.get("failed", 0) + stats.get("error", 0) + stats.get("errors", 0)
+        return 1.0 if self.passed >= 1 and self.failed == 0 and bad == 0 else 0.0
 
 
 def _test_name(rest: str) -> str:
@@ -88,8 +104,13 @@ def parse_pytest_output(output: str) -> PytestResults:
     body = lines[headers[-1] + 1:] if headers else lines
     outcomes: dict[str, TestOutcome] = {}
     skipped = 0
+    stats: dict[str, int] | None = None
     for line in body:
         if found and line.startswith("="):
+            counts = _STATS.match(line)
+            if counts:
+                stats = {word: int(n) for n, word in
+                         (part.split(" ", 1) for part in counts.group(1).split(", "))}
             break
         match = _LINE.match(line)
         if match is None:
@@ -105,7 +126,7 @@ def parse_pytest_output(output: str) -> PytestResults:
         previous = outcomes.get(name)
         if previous is None or _SEVERITY[outcome] > _SEVERITY[previous]:
             outcomes[name] = outcome
-    return PytestResults(outcomes=outcomes, skipped=skipped, found_summary=found)
+    return PytestResults(outcomes=outcomes, skipped=skipped, found_summary=found, stats=stats)
 
 
 def score_pytest_output(output: str) -> Score:
@@ -113,6 +134,9 @@ def score_pytest_output(output: str) -> Score:
     results = parse_pytest_output(output)
     if not results.outcomes:
         return Score(None, {}, "the pytest output had no test results")
+    if not results.finished:
+        return Score(None, {}, "pytest did not finish: no short test summary followed by its "
+                     "closing counts line (a test process that exited early?)")
     return Score(results.reward, {"fraction": results.fraction}, None)
 
 
@@ -121,6 +145,9 @@ class PytestOutputVerifier:
 
     def sandbox_needs(self, task: Task) -> SandboxNeeds:
         return SandboxNeeds(mounts=(offline_pytest.toolkit_mount(),))
+
+    async def stage(self, task: Task, sandbox: Sandbox) -> None:
+        await stage_verifier(task, sandbox)
 
     async def verify(self, task: Task, sandbox: Sandbox, ctx: VerifierContext) -> Verdict:
         run = await run_test_command(task, sandbox, ctx, env=offline_pytest.verifier_env(),

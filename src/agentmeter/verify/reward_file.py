@@ -1,9 +1,9 @@
 """The ``reward-file`` kind: Harbor's test-script reward contract.
 
-The task's ``tests/test.sh`` runs as root after the agent and writes its reward to
+The task's ``tests/test.sh`` runs as root after the agent (see ``command``) and writes its reward to
 ``/logs/verifier/reward.txt`` (one number) or ``/logs/verifier/reward.json`` (an object of named
 numbers; ``reward`` is its ``"reward"`` key, else the mean of its values). ``reward.txt`` wins
-when both exist.
+when both exist. Each is read up to ``REWARD_MAX_BYTES``; a larger one gives no reward.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import json
 import math
 from typing import TYPE_CHECKING
 
+from agentmeter.sandbox.archive import CopyTooLarge
 from agentmeter.sandbox.protocol import Sandbox
 from agentmeter.sandbox.spec import SandboxError
-from agentmeter.verify.command import VERIFIER_LOGS_DIR, Score, run_test_command, verdict_of
+from agentmeter.verify.command import VERIFIER_LOGS_DIR, Score, run_test_command, stage_verifier, verdict_of
 from agentmeter.verify.protocol import SandboxNeeds, Verdict, VerifierContext
 
 if TYPE_CHECKING:
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
 
 REWARD_TXT = f"{VERIFIER_LOGS_DIR}/reward.txt"
 REWARD_JSON = f"{VERIFIER_LOGS_DIR}/reward.json"
+#: the most of a reward file that is read; a larger one is a problem, not a reward
+REWARD_MAX_BYTES = 64 << 10
 
 
 def parse_reward_files(reward_txt: bytes | None, reward_json: bytes | None) -> Score:
@@ -45,9 +48,12 @@ def parse_reward_files(reward_txt: bytes | None, reward_json: bytes | None) -> S
     return Score(None, {}, f"the verifier wrote neither {REWARD_TXT} nor {REWARD_JSON}")
 
 
-async def _read_if_present(sandbox: Sandbox, path: str) -> bytes | None:
+async def _read_if_present(sandbox: Sandbox, path: str, problems: list[str]) -> bytes | None:
     try:
-        return await sandbox.read_file(path)
+        return await sandbox.read_file(path, max_bytes=REWARD_MAX_BYTES)
+    except CopyTooLarge as e:
+        problems.append(str(e))
+        return None
     except SandboxError:
         return None
 
@@ -58,8 +64,14 @@ class RewardFileVerifier:
     def sandbox_needs(self, task: Task) -> SandboxNeeds:
         return SandboxNeeds()
 
+    async def stage(self, task: Task, sandbox: Sandbox) -> None:
+        await stage_verifier(task, sandbox)
+
     async def verify(self, task: Task, sandbox: Sandbox, ctx: VerifierContext) -> Verdict:
         run = await run_test_command(task, sandbox, ctx)
-        score = parse_reward_files(await _read_if_present(sandbox, REWARD_TXT),
-                                   await _read_if_present(sandbox, REWARD_JSON))
+        problems: list[str] = []
+        score = parse_reward_files(await _read_if_present(sandbox, REWARD_TXT, problems),
+                                   await _read_if_present(sandbox, REWARD_JSON, problems))
+        if problems:  # an oversized reward file is never read, and never a pass
+            score = Score(None, {}, "; ".join(problems))
         return verdict_of(task, ctx, run, score)

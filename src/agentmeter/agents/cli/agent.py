@@ -31,10 +31,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentmeter.agents.base import AgentContext, AgentRun
 from agentmeter.agents.cli.spec import CliDefinition, ParsedRun, ParseInput, render
 from agentmeter.records import CLI_TRAJECTORY
+from agentmeter.sandbox.archive import CopyTooLarge
 from agentmeter.sandbox.spec import AGENT_USER, LayerSpec, SandboxError
 
 HOME = f"/home/{AGENT_USER}"
 STDOUT_CAP = 32_000_000
+#: the most of one transcript path (its tar stream) copied out; a larger one is left out
+TRANSCRIPT_MAX_BYTES = 32 << 20
+#: the most of a text file the CLI writes (its stderr log) that is read
+TEXT_MAX_BYTES = 8 << 20
 
 
 class CliOptions(BaseModel):
@@ -134,7 +139,8 @@ class InstalledCliAgent:
         stdout = watch.buf.decode(errors="replace")
         stderr = await self._read_text(ctx, stderr_path)
         artifacts = self._save_logs(ctx, stdout, stderr)
-        transcripts = await self._collect(ctx, v, artifacts)
+        notes: list[str] = []
+        transcripts = await self._collect(ctx, v, artifacts, notes)
         error: str | None = None
         try:
             parsed = self.definition.parse(ParseInput(stdout, stderr, exit_code, transcripts))
@@ -142,7 +148,7 @@ class InstalledCliAgent:
             parsed = ParsedRun()
             error = f"{self.name}: unparseable output ({type(e).__name__}: {e})"
         error = error or self._classify(parsed, exit_code, timed_out, ended_by_harness, stderr)
-        meta.update(error=error, final_message=parsed.final_message,
+        meta.update(error=error, notes=notes, final_message=parsed.final_message,
                     usage=parsed.usage.model_dump() if parsed.usage else None,
                     tool_calls=dict(parsed.tool_calls), files_read=parsed.files_read,
                     turns=parsed.turns, steps=[asdict(s) for s in parsed.steps])
@@ -153,7 +159,7 @@ class InstalledCliAgent:
                         command_s=command_s, tool_calls=dict(parsed.tool_calls),
                         files_read=list(parsed.files_read), turns=parsed.turns,
                         self_reported_usage=parsed.usage,
-                        final_message=parsed.final_message, artifacts=artifacts)
+                        final_message=parsed.final_message, artifacts=artifacts, notes=notes)
 
     async def _write_files(self, ctx: AgentContext, v: dict[str, str]) -> None:
         """All config files (and the state dir) in one exec, as the agent user."""
@@ -197,8 +203,15 @@ class InstalledCliAgent:
 
     @staticmethod
     async def _read_text(ctx: AgentContext, path: str) -> str:
+        """A text file the CLI wrote, at most TEXT_MAX_BYTES of it (a larger one: its tail)."""
         try:
-            return (await ctx.sandbox.read_file(path)).decode(errors="replace")
+            return (await ctx.sandbox.read_file(path, max_bytes=TEXT_MAX_BYTES)).decode(
+                errors="replace")
+        except CopyTooLarge:
+            r = await ctx.sandbox.exec(["tail", "-c", str(TEXT_MAX_BYTES), "--", path],
+                                       user="root", cwd="/", output_limit=TEXT_MAX_BYTES)
+            return f"[agentmeter: {path} is larger than {TEXT_MAX_BYTES} bytes; its tail]\n" + \
+                r.stdout
         except SandboxError:
             return ""
 
@@ -212,15 +225,19 @@ class InstalledCliAgent:
         return out
 
     async def _collect(self, ctx: AgentContext, v: dict[str, str],
-                       artifacts: dict[str, tuple[Path, str]]) -> dict[str, str]:
-        """Copy the native transcript out; returns sandbox path -> text for the parser."""
+                       artifacts: dict[str, tuple[Path, str]], notes: list[str]) -> dict[str, str]:
+        """Copy the native transcript out, each path bounded by TRANSCRIPT_MAX_BYTES; returns
+        sandbox path -> text for the parser. One too large is left out with a note."""
         texts: dict[str, str] = {}
         native = ctx.logs_dir / "native"
         for template in self.spec.transcripts:
             src = render(template, v).rstrip("/")
             dst = native / src.strip("/").replace("/", "_")
             try:
-                await ctx.sandbox.copy_out(src, dst)
+                await ctx.sandbox.copy_out(src, dst, max_bytes=TRANSCRIPT_MAX_BYTES)
+            except CopyTooLarge as e:  # nothing of it is kept: a note says why
+                notes.append(f"transcript not kept: {e}")
+                continue
             except SandboxError:
                 continue  # the CLI did not write it (crashed early, or this version does not)
             for f in sorted(p for p in dst.rglob("*") if p.is_file()):

@@ -1,5 +1,8 @@
+import os
 import subprocess
 import sys
+
+AS = os.environ["AS_AGENT"]  # runs agent-written code as the unprivileged agent user
 
 OK = [
     ("1 + 2 * 3", "7"), ("-(2+3)*4/8", "-2.5"), ("2^3^2", "512"), ("-2^2", "-4"), ("(-2)^2", "4"),
@@ -13,12 +16,12 @@ OK = [
 ERR = ["x + 1", "1 % 0", "1 / 0", "", ";", "x = ", "= 3", "3 = x", "2 ^", "a = 1; b", "(1 + 2",
        "1 +* 2", "2 $ 3", "a b = 1", "1 2"]
 for src, want in OK:
-    r = subprocess.run([sys.executable, "-m", "calc", src], cwd="/app", capture_output=True,
+    r = subprocess.run([AS, sys.executable, "-m", "calc", src], cwd="/app", capture_output=True,
                        text=True, timeout=10)
     if r.returncode != 0 or r.stdout.strip() != want:
         sys.exit(f"calc {src!r}: rc={r.returncode} out={r.stdout!r} err={r.stderr[-300:]!r}, want {want!r}")
 for src in ERR:
-    r = subprocess.run([sys.executable, "-m", "calc", src], cwd="/app", capture_output=True,
+    r = subprocess.run([AS, sys.executable, "-m", "calc", src], cwd="/app", capture_output=True,
                        text=True, timeout=10)
     if r.returncode != 1 or not r.stdout.startswith("error:") or "Traceback" in r.stderr:
         sys.exit(f"calc {src!r}: want an 'error:' line and exit 1, got rc={r.returncode} {r.stdout!r} {r.stderr[-300:]!r}")

@@ -7,6 +7,8 @@ import sys
 import tempfile
 from decimal import ROUND_HALF_UP, Decimal
 
+AS = os.environ["AS_AGENT"]  # runs agent-written code as the unprivileged agent user
+
 RATES = {"EUR": Decimal("1"), "USD": Decimal("0.92"), "GBP": Decimal("1.17"), "JPY": Decimal("0.0061")}
 
 
@@ -35,10 +37,13 @@ def generate(seed: int) -> str:
 
 tmp = tempfile.mkdtemp()
 texts = [open("/tests/transactions.csv").read()] + [generate(s) for s in range(8)]
+for i, text in enumerate(texts):  # every input written before any agent code runs
+    open(os.path.join(tmp, f"t{i}.csv"), "w").write(text)
+subprocess.run([AS, "--own", tmp], check=True)
 for i, text in enumerate(texts):
     p = os.path.join(tmp, f"t{i}.csv")
-    open(p, "w").write(text)
-    r = subprocess.run([sys.executable, "-m", "ledger", p], cwd="/app", capture_output=True, text=True)
+    r = subprocess.run([AS, sys.executable, "-m", "ledger", p], cwd="/app", capture_output=True,
+                       text=True)
     if r.returncode != 0 or r.stdout != reference(text):
         sys.exit(f"file {i}: got\n{r.stdout}{r.stderr[-500:]}\nwant\n{reference(text)}")
 code = """
@@ -52,10 +57,11 @@ second = render(balances(read_transactions(a)))
 assert first == second, "balances() keeps state between calls"
 print(first, end="")
 """
-r = subprocess.run([sys.executable, "-c", code, os.path.join(tmp, "t1.csv")], capture_output=True, text=True)
+r = subprocess.run([AS, sys.executable, "-c", code, os.path.join(tmp, "t1.csv")], cwd="/app",
+                   capture_output=True, text=True)
 if r.returncode != 0 or r.stdout != reference(texts[1]):
     sys.exit(f"library use failed: {r.stderr[-500:]}")
-t = subprocess.run([sys.executable, "-m", "unittest", "discover", "-s", "tests"], cwd="/app",
+t = subprocess.run([AS, sys.executable, "-m", "unittest", "discover", "-s", "tests"], cwd="/app",
                    capture_output=True, text=True)
 if t.returncode != 0:
     sys.exit(f"unit tests fail: {t.stderr[-800:]}")

@@ -1,10 +1,15 @@
+import os
 import subprocess
 import sys
 
+sys.path.insert(0, "/tests")
+from safegit import git as _git  # noqa: E402
+
+AS = os.environ["AS_AGENT"]  # runs agent-written code as the unprivileged agent user
+
 
 def git(*args: str) -> str:
-    return subprocess.run(["git", "-c", "safe.directory=*", "-C", "/app", *args],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    return _git(*args).strip()
 
 
 try:
@@ -30,7 +35,7 @@ try:
         sys.exit("main not checked out or working tree not clean")
 except subprocess.CalledProcessError as e:
     sys.exit(f"git failed: {e.cmd} {e.stderr}")
-out = subprocess.run([sys.executable, "/app/invoice.py"], capture_output=True, text=True).stdout
+out = subprocess.run([AS, sys.executable, "/app/invoice.py"], cwd="/app", capture_output=True, text=True).stdout
 if out.strip() != "77.98":
     sys.exit(f"invoice.py prints {out!r}")
 print("ok")

@@ -1,14 +1,19 @@
+import os
 import re
 import subprocess
 import sys
+
+sys.path.insert(0, "/tests")
+from safegit import git as _git  # noqa: E402
+
+AS = os.environ["AS_AGENT"]  # runs agent-written code as the unprivileged agent user
 
 TIP = "e11b51f27ac937d94cfc303d1d600490c80d62c7"
 BAD = "c5422e07f118846a68ea6c461b6d24c75c9bf84c"
 
 
 def git(*args: str) -> str:
-    return subprocess.run(["git", "-c", "safe.directory=*", "-C", "/app", *args],
-                          capture_output=True, text=True, check=True).stdout
+    return _git(*args)
 
 
 try:
@@ -39,7 +44,7 @@ diff = [(a, b) for a, b in zip(old, new) if a != b]
 if len(diff) != 1 or diff[0][0] != '    return text.split(" ")  # split on spaces' \
         or not re.fullmatch(r"    return text\.split\(\)\s*# split on spaces", diff[0][1]):
     sys.exit(f"unexpected change: {diff}")
-r = subprocess.run(["sh", "./check.sh"], cwd="/app", capture_output=True, text=True)
+r = subprocess.run([AS, "sh", "./check.sh"], cwd="/app", capture_output=True, text=True)
 if r.returncode != 0:
     sys.exit(f"check.sh fails: {r.stderr}")
 print("ok")

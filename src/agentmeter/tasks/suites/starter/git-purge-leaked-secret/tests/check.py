@@ -2,14 +2,11 @@ import json
 import subprocess
 import sys
 
+sys.path.insert(0, "/tests")
+from safegit import git, run  # noqa: E402
+
 expected = json.load(open("/tests/expected_history.json"))
 SECRETS = [b"sk-live-9f8e7d6c5b4a", b"hunter2", b"hunter3"]
-
-
-def git(*args: str) -> str:
-    return subprocess.run(["git", "-c", "safe.directory=*", "-C", "/app", *args],
-                          capture_output=True, text=True, check=True).stdout
-
 
 try:
     refs = sorted(git("for-each-ref", "--format=%(refname)").split())
@@ -36,8 +33,7 @@ try:
         sys.exit("main not checked out or tree not clean")
 except subprocess.CalledProcessError as e:
     sys.exit(f"git failed: {e.cmd}: {e.stderr}")
-dump = subprocess.run(["git", "-c", "safe.directory=*", "-C", "/app", "cat-file",
-                       "--batch-all-objects", "--batch"], capture_output=True).stdout
+dump = run("cat-file", "--batch-all-objects", "--batch", text=False).stdout
 raw = subprocess.run(["grep", "-rlaF", "-e", "sk-live-9f8e7d6c5b4a", "-e", "hunter2", "-e", "hunter3",
                       "/app/.git"], capture_output=True, text=True).stdout
 for s in SECRETS:

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import tempfile
 
+AS = os.environ["AS_AGENT"]  # runs agent-written code as the unprivileged agent user
+
 
 def snapshot(root: str) -> dict[str, tuple[str, object, int]]:
     out: dict[str, tuple[str, object, int]] = {}
@@ -73,7 +75,8 @@ for seed in range(12):
     before_src = snapshot(src)
     before_dst = snapshot(dst) if os.path.exists(dst) else {}
     want = expected(before_src, before_dst)
-    res = subprocess.run(["/app/mirror", src, dst], capture_output=True, text=True, timeout=30)
+    subprocess.run([AS, "--own", tmp], check=True)  # the trees are the agent program's to change
+    res = subprocess.run([AS, "/app/mirror", src, dst], capture_output=True, text=True, timeout=30)
     got = [ln for ln in res.stdout.split("\n") if ln]
     if res.returncode != 0 or got != want:
         sys.exit(f"seed {seed}: rc={res.returncode}\n got  {got}\n want {want}\n{res.stderr[-500:]}")
@@ -81,7 +84,7 @@ for seed in range(12):
         sys.exit(f"seed {seed}: SRC modified")
     if snapshot(dst) != before_src:
         sys.exit(f"seed {seed}: DST is not a mirror")
-    res = subprocess.run(["/app/mirror", src, dst], capture_output=True, text=True, timeout=30)
+    res = subprocess.run([AS, "/app/mirror", src, dst], capture_output=True, text=True, timeout=30)
     if res.returncode != 0 or res.stdout.strip():
         sys.exit(f"seed {seed}: second run printed {res.stdout!r}")
     shutil.rmtree(tmp)

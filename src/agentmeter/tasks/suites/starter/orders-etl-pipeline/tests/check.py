@@ -8,6 +8,8 @@ import tempfile
 sys.path.insert(0, "/tests")
 from etlref import etl, generate  # noqa: E402
 
+AS = os.environ["AS_AGENT"]  # runs agent-written code as the unprivileged agent user
+
 
 def verify(outdir: str, cust_csv: str, ord_csv: str, label: str) -> None:
     customers, orders, report = etl(cust_csv, ord_csv)
@@ -43,8 +45,9 @@ for seed in (1, 2, 3):
     os.makedirs(f"{tmp}/in")
     open(f"{tmp}/in/customers.csv", "w").write(c)
     open(f"{tmp}/in/orders.csv", "w").write(o)
+    subprocess.run([AS, "--own", tmp], check=True)
     for _ in range(2):  # second run must replace the outputs
-        r = subprocess.run(["/app/etl", f"{tmp}/in", f"{tmp}/out"], capture_output=True, text=True,
+        r = subprocess.run([AS, "/app/etl", f"{tmp}/in", f"{tmp}/out"], capture_output=True, text=True,
                            timeout=60)
         if r.returncode != 0:
             sys.exit(f"seed {seed}: etl failed {r.stderr[-800:]}")

@@ -19,9 +19,13 @@ for seed in (2, 3, 4):
     p = os.path.join(tmp, f"{seed}.db")
     make(p, seed)
     dbs.append(p)
+#: the agent's SQL may only read: no ATTACH (which creates files), no PRAGMA, no writes
+READ_ONLY = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
+             sqlite3.SQLITE_RECURSIVE}
 for path in dbs:
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     want = db.execute(REF).fetchall()
+    db.set_authorizer(lambda action, *_: sqlite3.SQLITE_OK if action in READ_ONLY else sqlite3.SQLITE_DENY)
     try:
         got = db.execute(sql.strip().rstrip(";")).fetchall()
     except sqlite3.Error as e:

@@ -4,12 +4,15 @@ import subprocess
 import sys
 import tempfile
 
+AS = os.environ["AS_AGENT"]  # runs agent-written code as the unprivileged agent user
+
 tmp = tempfile.mkdtemp()
+subprocess.run([AS, "--own", tmp], check=True)
 env = dict(os.environ, TODO_FILE=os.path.join(tmp, "t.json"), PYTHONPATH="/app")
 
 
 def run(*args: str) -> tuple[int, str, str]:
-    r = subprocess.run([sys.executable, "-m", "todo", *args], cwd="/app", env=env,
+    r = subprocess.run([AS, sys.executable, "-m", "todo", *args], cwd="/app", env=env,
                        capture_output=True, text=True, timeout=20)
     return r.returncode, r.stdout, r.stderr
 
@@ -50,7 +53,7 @@ if [t["id"] for t in data["tasks"]] != [2, 5]:
     sys.exit(f"bad store {data}")
 os.remove(env["TODO_FILE"])
 expect(("list", "--pending"), 0, "")
-r = subprocess.run([sys.executable, "-m", "unittest", "discover", "-s", "tests"], cwd="/app",
+r = subprocess.run([AS, sys.executable, "-m", "unittest", "discover", "-s", "tests"], cwd="/app",
                    capture_output=True, text=True, timeout=60)
 if r.returncode != 0:
     sys.exit(f"existing tests fail:\n{r.stderr}")
