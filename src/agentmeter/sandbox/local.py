@@ -20,6 +20,7 @@ import contextlib
 import io
 import json
 import os
+import platform
 import secrets
 import shutil
 import signal
@@ -32,7 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agentmeter.paths import cache_dir
-from agentmeter.sandbox import cgroups, rootfs
+from agentmeter.sandbox import cgroups, rootfs, seccomp
 from agentmeter.sandbox.archive import check_size, extract_safely, tar_out_argv
 from agentmeter.sandbox.bridge import BridgeProcess, start_bridge
 from agentmeter.sandbox.fsdiff import diff_host_tree, snapshot_host_tree
@@ -236,7 +237,8 @@ class LocalSandbox:
         env.update(extra or {})
         return env
 
-    def _command(self, argv: list[str], cwd: str, env: dict[str, str], user: str) -> list[str]:
+    def _command(self, argv: list[str], cwd: str, env: dict[str, str], user: str,
+                 seccomp_fd: int | None = None) -> list[str]:
         assert self._keeper is not None
         cmd: list[str] = []
         if self._cgroup is not None:
@@ -265,6 +267,10 @@ class LocalSandbox:
             cmd += ["--cap-drop", "ALL"]
             for cap in ROOT_CAPS if user == "root" else ("CAP_SETUID", "CAP_SETGID"):
                 cmd += ["--cap-add", cap]
+        # seccomp (seccomp.py): Docker's default profile on every exec, root ones included;
+        # bwrap applies it last, reading it from a pipe exec() passes (pass_fds) and closes
+        if seccomp_fd is not None:
+            cmd += ["--seccomp", str(seccomp_fd)]
         cmd.append("--")
         if user != "root" and not self._rootless:
             cmd += ["setpriv", f"--reuid={AGENT_UID}", f"--regid={AGENT_GID}", "--clear-groups",
@@ -289,13 +295,19 @@ class LocalSandbox:
         if user not in ("root", AGENT_USER):
             raise SandboxError(f"unknown sandbox user {user!r} (use 'root' or '{AGENT_USER}')")
         argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
-        full = self._command(argv, cwd or self.workdir, self._env(user, env), user)
+        sfd = seccomp.program_fd() if seccomp.supported() else None  # see _command
+        full = self._command(argv, cwd or self.workdir, self._env(user, env), user, sfd)
         started = time.monotonic()
-        proc = await asyncio.create_subprocess_exec(
-            *full, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-            # bwrap's own init stays visible inside as /proc/1/environ: give it nothing of ours
-            env={"PATH": os.environ.get("PATH", DEFAULT_PATH)})
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *full, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                # bwrap's own init stays visible inside as /proc/1/environ: give it nothing of ours
+                env={"PATH": os.environ.get("PATH", DEFAULT_PATH)},
+                pass_fds=() if sfd is None else (sfd,))
+        finally:
+            if sfd is not None:
+                os.close(sfd)
         out, err = CappedBuffer(output_limit), CappedBuffer(output_limit)
         timed_out = False
         try:
@@ -390,6 +402,10 @@ class LocalBackend:
     def __init__(self, *, progress: rootfs.Progress | None = None) -> None:
         ensure_tools(LOCAL_TOOLS, "local sandboxes")
         self.rootless = os.geteuid() != 0
+        if not seccomp.supported():
+            warnings.warn(f"agentmeter: no seccomp filter for {platform.machine()} (only x86_64 "
+                          "and aarch64): sandboxed processes may use every syscall",
+                          RuntimeWarning, stacklevel=2)
         self.progress = progress
         self.layers = LocalLayerCache(self)
         if self.rootless:
