@@ -1,11 +1,13 @@
 """The local backend: bubblewrap + overlayfs, close to process-spawn cost.
 
-A sandbox is a *keeper* process that owns a private mount namespace (and, without network, a
-private network namespace) in which the root filesystem is mounted as an overlay: base rootfs +
-cached read-only layers + a per-sandbox upper dir. Each ``exec`` enters the keeper's mount (and
-network) namespace with ``nsenter`` and starts ``bwrap`` on that root with fresh PID, IPC and UTS
-namespaces, so killing the exec kills every process it started, daemons included. When the
-keeper's stdin closes (stop, or the owner died) the namespace and its mounts vanish.
+A sandbox is a *keeper* process that owns a private mount namespace and a private network
+namespace (with ``network = "full"`` attached to the outside by pasta, see pasta.py) in which
+the root filesystem is mounted as an overlay: base rootfs + cached read-only layers + a
+per-sandbox upper dir. Each ``exec`` enters the keeper's mount and network namespaces with
+``nsenter`` and starts ``bwrap`` on that root with fresh PID, IPC and UTS namespaces and the
+seccomp filter of seccomp.py, so killing the exec kills every process it started, daemons
+included. When the keeper's stdin closes (stop, or the owner died) the namespace and its mounts
+vanish.
 
 As root, agent processes drop to uid 1000 with ``setpriv``; root execs keep only Docker's default
 capability set. As an ordinary user, the keeper runs in a user namespace in which that user is
@@ -40,6 +42,7 @@ from agentmeter.sandbox.fsdiff import diff_host_tree, snapshot_host_tree
 from agentmeter.sandbox.hosttools import LOCAL_TOOLS, ensure_tools
 from agentmeter.sandbox.layers import LayerMeta, LocalLayerCache
 from agentmeter.sandbox.output import CappedBuffer, collect_output
+from agentmeter.sandbox.pasta import Pasta, start_pasta
 from agentmeter.sandbox.protocol import DEFAULT_IGNORE, OutputCallback
 from agentmeter.sandbox.spec import (
     AGENT_GID,
@@ -128,6 +131,7 @@ class LocalSandbox:
         self._keeper: subprocess.Popen[bytes] | None = None
         self._cgroup: cgroups.Cgroup | None = None
         self._bridge: BridgeProcess | None = None
+        self._pasta: Pasta | None = None  # network = "full" (pasta.py)
         self._stopped = False
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -153,7 +157,9 @@ class LocalSandbox:
         if self._rootless:
             opts += ",userxattr"
         host_dirs = " ".join(rootfs.host_bind_dirs()) if self.spec.base == "host" else ""
-        new_net = self.spec.network == "none"
+        # network: every sandbox has a network namespace of its own; "full" ones are attached
+        # to the outside by pasta (pasta.py, in _start), never to the host's loopback
+        new_net = True
         env = {
             "PATH": os.environ.get("PATH", DEFAULT_PATH),
             "AM_LAYERS": str(self._layers_dir),
@@ -185,6 +191,9 @@ class LocalSandbox:
         try:
             self._cgroup = cgroups.create(self.id, self.spec.limits)
             self._start_keeper()
+            if self.spec.network == "full":  # network (pasta.py)
+                assert self._keeper is not None
+                self._pasta = start_pasta(self._keeper.pid, self.dir, self._rootless)
             if self.spec.exposed_sockets:
                 assert self._keeper is not None
                 self._bridge = await start_bridge(self._keeper.pid, self.spec.exposed_sockets,
@@ -205,6 +214,8 @@ class LocalSandbox:
         self._stopped = True
         if self._bridge is not None:
             await self._bridge.stop()
+        if self._pasta is not None:  # network (pasta.py)
+            await asyncio.get_running_loop().run_in_executor(None, self._pasta.stop)
         keeper = self._keeper
         if keeper is not None and keeper.poll() is None:
             if keeper.stdin:
@@ -247,16 +258,15 @@ class LocalSandbox:
         cmd += ["nsenter", "-t", str(self._keeper.pid), "-m"]
         if self._rootless:
             cmd += ["-U", "--preserve-credentials"]
-        if self.spec.network == "none":
-            cmd.append("-n")
+        cmd.append("-n")  # network: the sandbox's own namespace, with or without pasta
         cmd += ["bwrap", "--bind", f"{self.dir}/merged", "/", "--dev", "/dev", "--proc", "/proc",
                 "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
                 "--hostname", self.spec.hostname, "--die-with-parent", "--new-session",
                 "--chdir", cwd, "--clearenv"]
         for m in self.spec.mounts:
             cmd += ["--ro-bind" if m.read_only else "--bind", str(m.source), m.target]
-        if self.spec.network == "full" and self.spec.base != "host":
-            cmd += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
+        if self.spec.network == "full" and self.spec.base != "host":  # network (pasta.py)
+            cmd += ["--ro-bind", f"{self.dir}/resolv.conf", "/etc/resolv.conf"]
         for k, v in env.items():
             cmd += ["--setenv", k, v]
         if self._rootless and user != "root":
