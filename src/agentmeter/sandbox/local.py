@@ -340,6 +340,12 @@ class LocalSandbox:
             proc.kill()
         return await proc.wait()
 
+    async def kill_user_processes(self, user: str) -> int:
+        """Nothing can be left: each exec has its own PID namespace, which the kernel empties
+        when the exec's first process exits, detached daemons included (the namespace's init
+        is bwrap; tests/test_hostile_leftovers.py checks it)."""
+        return 0
+
     # -- files ---------------------------------------------------------------------------
 
     async def write_file(self, path: str, data: bytes | str, *, mode: int = 0o644,
