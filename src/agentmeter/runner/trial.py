@@ -34,9 +34,9 @@ from agentmeter.sandbox.spec import (
     BaseImage,
     ExposedSocket,
     LayerSpec,
-    Limits,
     SandboxError,
     SandboxSpec,
+    task_limits,
 )
 from agentmeter.store.db import Store
 from agentmeter.tasks.models import Task
@@ -117,8 +117,7 @@ def sandbox_spec(task: Task, agent: Agent, gateway: Gateway | None) -> SandboxSp
         workdir=task.workdir,
         env=dict(task.environment_env),
         user=AGENT_USER,
-        limits=Limits(memory_mb=task.memory_mb, cpus=task.cpus, pids=4096,
-                      disk_mb=task.storage_mb),
+        limits=task_limits(task.memory_mb, task.cpus, task.storage_mb),
         network="full" if task.allow_internet else "none",
         exposed_sockets=sockets,
     )
@@ -184,6 +183,10 @@ class TrialRunner:
             await self._save_diff(sandbox, snapshot)
 
             t0 = time.monotonic()
+            try:  # what the agent detached (setsid, nohup, daemons) must not meet the verifier
+                await sandbox.kill_user_processes(AGENT_USER)
+            except SandboxError as e:
+                raise InfraError(f"ending the agent's processes: {e}") from e
             verdict = await self._verify(sandbox)
             timings.verification = time.monotonic() - t0
             timings.verifier_command = verdict.command_s

@@ -76,6 +76,27 @@ from agentmeter.sandbox.spec import (
 MARKER_VAR = "AGENTMETER_EXEC"
 #: pid 1 of every sandbox: sleeps, and reaps orphans (bash waits for any child)
 PID1 = ["bash", "-c", 'trap "exit 0" TERM; while :; do sleep 86400 & wait $!; done']
+#: run as the user whose processes must go: ``kill -KILL -1`` signals every process that user
+#: may signal (all of its own, never pid 1 or root's) except the caller, atomically with respect
+#: to fork; repeated until /proc shows none but zombies. Prints how many there were.
+KILL_USER = r"""
+count() { n=0
+  for d in /proc/[0-9]*; do
+    [ "${d#/proc/}" = "$$" ] && continue
+    uid=; state=
+    while read -r k v _; do
+      case $k in State:) state=$v;; Uid:) uid=$v; break;; esac
+    done < "$d/status" 2>/dev/null
+    [ "$uid" = "$UID" ] && [ "$state" != Z ] && n=$((n+1))
+  done; }
+count; found=$n
+for _ in $(seq 100); do
+  kill -KILL -1 2>/dev/null
+  count; [ "$n" = 0 ] && { echo "$found"; exit 0; }
+  sleep 0.05
+done
+echo "$n processes of uid $UID survive SIGKILL" >&2; exit 1
+"""
 _ROOT_USERS = {"", "root", "0", "0:0", "root:root"}
 _AGENT_USERS = {AGENT_USER, str(AGENT_UID), f"{AGENT_UID}:{AGENT_GID}",
                 f"{AGENT_USER}:{AGENT_USER}"}
@@ -148,7 +169,10 @@ class DockerBackend:
         name = f"agentmeter-{uuid.uuid4().hex[:12]}"
         workdir = spec.workdir or image.workdir or "/workspace"
         user = spec.user if "user" in spec.model_fields_set else _sandbox_user(image.user)
+        # no-new-privileges: no setuid binary (sudo, su) lifts the agent to root; Docker's
+        # default seccomp profile applies as it is (tests/test_hostile_leftovers.py checks both)
         args = ["run", "-d", "--name", name, *self._labels(), "--hostname", spec.hostname,
+                "--security-opt", "no-new-privileges",
                 "--network", "bridge" if spec.network == "full" else "none",
                 "-u", "0:0", "-w", workdir, "--entrypoint", ""]
         for k, v in spec.env.items():
@@ -287,6 +311,15 @@ class DockerSandbox:
         except TimeoutError:
             proc.kill()
             await proc.wait()
+
+    async def kill_user_processes(self, user: str) -> int:
+        run_as = docker_user(user)
+        if run_as == "0:0":
+            raise SandboxError("kill_user_processes: not for root (it would end the sandbox)")
+        res = await docker("exec", "-u", run_as, self.id, "bash", "-c", KILL_USER, check=False)
+        if res.returncode != 0:
+            raise SandboxError(f"killing {user}'s processes in {self.id}: {res.text().strip()}")
+        return int(res.stdout.decode().strip() or 0)
 
     async def write_file(self, path: str, data: bytes | str, *, mode: int = 0o644,
                          user: str | None = None) -> None:

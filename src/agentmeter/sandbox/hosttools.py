@@ -9,7 +9,8 @@ import subprocess
 from agentmeter.sandbox.spec import SandboxError
 
 #: command -> Debian package that provides it
-LOCAL_TOOLS = {"bwrap": "bubblewrap", "unshare": "util-linux", "nsenter": "util-linux", "ip": "iproute2"}
+LOCAL_TOOLS = {"bwrap": "bubblewrap", "unshare": "util-linux", "nsenter": "util-linux", "ip": "iproute2",
+               "pasta": "passt"}  # pasta: network = "full" (pasta.py)
 DEBIAN_BASE_TOOLS = {"debootstrap": "debootstrap"}
 DOCKER_TOOLS = {"dockerd": "docker.io", "docker": "docker.io"}
 

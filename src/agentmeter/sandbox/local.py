@@ -1,11 +1,13 @@
 """The local backend: bubblewrap + overlayfs, close to process-spawn cost.
 
-A sandbox is a *keeper* process that owns a private mount namespace (and, without network, a
-private network namespace) in which the root filesystem is mounted as an overlay: base rootfs +
-cached read-only layers + a per-sandbox upper dir. Each ``exec`` enters the keeper's mount (and
-network) namespace with ``nsenter`` and starts ``bwrap`` on that root with fresh PID, IPC and UTS
-namespaces, so killing the exec kills every process it started, daemons included. When the
-keeper's stdin closes (stop, or the owner died) the namespace and its mounts vanish.
+A sandbox is a *keeper* process that owns a private mount namespace and a private network
+namespace (with ``network = "full"`` attached to the outside by pasta, see pasta.py) in which
+the root filesystem is mounted as an overlay: base rootfs + cached read-only layers + a
+per-sandbox upper dir. Each ``exec`` enters the keeper's mount and network namespaces with
+``nsenter`` and starts ``bwrap`` on that root with fresh PID, IPC and UTS namespaces and the
+seccomp filter of seccomp.py, so killing the exec kills every process it started, daemons
+included. When the keeper's stdin closes (stop, or the owner died) the namespace and its mounts
+vanish.
 
 As root, agent processes drop to uid 1000 with ``setpriv``; root execs keep only Docker's default
 capability set. As an ordinary user, the keeper runs in a user namespace in which that user is
@@ -20,6 +22,7 @@ import contextlib
 import io
 import json
 import os
+import platform
 import secrets
 import shutil
 import signal
@@ -32,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agentmeter.paths import cache_dir
-from agentmeter.sandbox import cgroups, rootfs
+from agentmeter.sandbox import cgroups, rootfs, seccomp
 from agentmeter.sandbox.archive import (
     COPY_OUT_MAX_BYTES,
     NO_SUCH_FILE,
@@ -48,6 +51,7 @@ from agentmeter.sandbox.fsdiff import diff_host_tree, snapshot_host_tree
 from agentmeter.sandbox.hosttools import LOCAL_TOOLS, ensure_tools
 from agentmeter.sandbox.layers import LayerMeta, LocalLayerCache
 from agentmeter.sandbox.output import CappedBuffer, collect_output
+from agentmeter.sandbox.pasta import Pasta, start_pasta
 from agentmeter.sandbox.protocol import DEFAULT_IGNORE, OutputCallback
 from agentmeter.sandbox.spec import (
     AGENT_GID,
@@ -136,6 +140,7 @@ class LocalSandbox:
         self._keeper: subprocess.Popen[bytes] | None = None
         self._cgroup: cgroups.Cgroup | None = None
         self._bridge: BridgeProcess | None = None
+        self._pasta: Pasta | None = None  # network = "full" (pasta.py)
         self._stopped = False
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -161,7 +166,9 @@ class LocalSandbox:
         if self._rootless:
             opts += ",userxattr"
         host_dirs = " ".join(rootfs.host_bind_dirs()) if self.spec.base == "host" else ""
-        new_net = self.spec.network == "none"
+        # network: every sandbox has a network namespace of its own; "full" ones are attached
+        # to the outside by pasta (pasta.py, in _start), never to the host's loopback
+        new_net = True
         env = {
             "PATH": os.environ.get("PATH", DEFAULT_PATH),
             "AM_LAYERS": str(self._layers_dir),
@@ -193,6 +200,9 @@ class LocalSandbox:
         try:
             self._cgroup = cgroups.create(self.id, self.spec.limits)
             self._start_keeper()
+            if self.spec.network == "full":  # network (pasta.py)
+                assert self._keeper is not None
+                self._pasta = start_pasta(self._keeper.pid, self.dir, self._rootless)
             if self.spec.exposed_sockets:
                 assert self._keeper is not None
                 self._bridge = await start_bridge(self._keeper.pid, self.spec.exposed_sockets,
@@ -213,6 +223,8 @@ class LocalSandbox:
         self._stopped = True
         if self._bridge is not None:
             await self._bridge.stop()
+        if self._pasta is not None:  # network (pasta.py)
+            await asyncio.get_running_loop().run_in_executor(None, self._pasta.stop)
         keeper = self._keeper
         if keeper is not None and keeper.poll() is None:
             if keeper.stdin:
@@ -245,7 +257,8 @@ class LocalSandbox:
         env.update(extra or {})
         return env
 
-    def _command(self, argv: list[str], cwd: str, env: dict[str, str], user: str) -> list[str]:
+    def _command(self, argv: list[str], cwd: str, env: dict[str, str], user: str,
+                 seccomp_fd: int | None = None) -> list[str]:
         assert self._keeper is not None
         cmd: list[str] = []
         if self._cgroup is not None:
@@ -254,16 +267,15 @@ class LocalSandbox:
         cmd += ["nsenter", "-t", str(self._keeper.pid), "-m"]
         if self._rootless:
             cmd += ["-U", "--preserve-credentials"]
-        if self.spec.network == "none":
-            cmd.append("-n")
+        cmd.append("-n")  # network: the sandbox's own namespace, with or without pasta
         cmd += ["bwrap", "--bind", f"{self.dir}/merged", "/", "--dev", "/dev", "--proc", "/proc",
                 "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
                 "--hostname", self.spec.hostname, "--die-with-parent", "--new-session",
                 "--chdir", cwd, "--clearenv"]
         for m in self.spec.mounts:
             cmd += ["--ro-bind" if m.read_only else "--bind", str(m.source), m.target]
-        if self.spec.network == "full" and self.spec.base != "host":
-            cmd += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
+        if self.spec.network == "full" and self.spec.base != "host":  # network (pasta.py)
+            cmd += ["--ro-bind", f"{self.dir}/resolv.conf", "/etc/resolv.conf"]
         for k, v in env.items():
             cmd += ["--setenv", k, v]
         if self._rootless and user != "root":
@@ -274,6 +286,10 @@ class LocalSandbox:
             cmd += ["--cap-drop", "ALL"]
             for cap in ROOT_CAPS if user == "root" else ("CAP_SETUID", "CAP_SETGID"):
                 cmd += ["--cap-add", cap]
+        # seccomp (seccomp.py): Docker's default profile on every exec, root ones included;
+        # bwrap applies it last, reading it from a pipe exec() passes (pass_fds) and closes
+        if seccomp_fd is not None:
+            cmd += ["--seccomp", str(seccomp_fd)]
         cmd.append("--")
         if user != "root" and not self._rootless:
             cmd += ["setpriv", f"--reuid={AGENT_UID}", f"--regid={AGENT_GID}", "--clear-groups",
@@ -298,13 +314,19 @@ class LocalSandbox:
         if user not in ("root", AGENT_USER):
             raise SandboxError(f"unknown sandbox user {user!r} (use 'root' or '{AGENT_USER}')")
         argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
-        full = self._command(argv, cwd or self.workdir, self._env(user, env), user)
+        sfd = seccomp.program_fd() if seccomp.supported() else None  # see _command
+        full = self._command(argv, cwd or self.workdir, self._env(user, env), user, sfd)
         started = time.monotonic()
-        proc = await asyncio.create_subprocess_exec(
-            *full, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-            # bwrap's own init stays visible inside as /proc/1/environ: give it nothing of ours
-            env={"PATH": os.environ.get("PATH", DEFAULT_PATH)})
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *full, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                # bwrap's own init stays visible inside as /proc/1/environ: give it nothing of ours
+                env={"PATH": os.environ.get("PATH", DEFAULT_PATH)},
+                pass_fds=() if sfd is None else (sfd,))
+        finally:
+            if sfd is not None:
+                os.close(sfd)
         out, err = CappedBuffer(output_limit), CappedBuffer(output_limit)
         timed_out = False
         try:
@@ -326,6 +348,12 @@ class LocalSandbox:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
         return await proc.wait()
+
+    async def kill_user_processes(self, user: str) -> int:
+        """Nothing can be left: each exec has its own PID namespace, which the kernel empties
+        when the exec's first process exits, detached daemons included (the namespace's init
+        is bwrap; tests/test_hostile_leftovers.py checks it)."""
+        return 0
 
     # -- files ---------------------------------------------------------------------------
 
@@ -402,6 +430,10 @@ class LocalBackend:
     def __init__(self, *, progress: rootfs.Progress | None = None) -> None:
         ensure_tools(LOCAL_TOOLS, "local sandboxes")
         self.rootless = os.geteuid() != 0
+        if not seccomp.supported():
+            warnings.warn(f"agentmeter: no seccomp filter for {platform.machine()} (only x86_64 "
+                          "and aarch64): sandboxed processes may use every syscall",
+                          RuntimeWarning, stacklevel=2)
         self.progress = progress
         self.layers = LocalLayerCache(self)
         if self.rootless:

@@ -61,6 +61,12 @@ class Sandbox(Protocol):
         ``archive.CopyTooLarge`` and writes nothing."""
         ...
 
+    async def kill_user_processes(self, user: str) -> int:
+        """Kill every process of ``user`` still alive in the sandbox (what it detached with
+        setsid, nohup or a daemon), until none is left; returns how many there were. Called
+        between phases, when no exec of ``user`` runs. Raises SandboxError if some survive."""
+        ...
+
     async def snapshot(self, root: str | None = None,
                        ignore: Sequence[str] = DEFAULT_IGNORE) -> FsSnapshot: ...
 

@@ -36,6 +36,23 @@ class Limits(_Frozen):
     disk_mb: int | None = Field(default=None, gt=0, description="cap on the writable layer")
 
 
+#: What a trial's sandbox gets where its task sets no limit (README, "Task format"). Memory
+#: and processes are cgroup limits (memory without swap). Disk is the cap on the writable layer:
+#: on the local backend a tmpfs, i.e. RAM, whose pages are charged to the memory cgroup of the
+#: process that writes them, so memory + written files stay within ``memory_mb`` together; on
+#: docker ``--storage-opt size``, enforced only by storage drivers with quotas (overlay2 on xfs
+#: with pquota, btrfs, zfs); elsewhere a warning says it is not.
+DEFAULT_MEMORY_MB = 4096
+DEFAULT_PIDS = 4096
+DEFAULT_DISK_MB = 4096
+
+
+def task_limits(memory_mb: int | None, cpus: float | None, disk_mb: int | None) -> Limits:
+    """A task's limits with the defaults above where it sets none (CPU: unlimited)."""
+    return Limits(memory_mb=memory_mb or DEFAULT_MEMORY_MB, pids=DEFAULT_PIDS, cpus=cpus,
+                  disk_mb=disk_mb or DEFAULT_DISK_MB)
+
+
 class Mount(_Frozen):
     """A host path bound into the sandbox."""
 
