@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
 import os
 import posixpath
 import subprocess
@@ -23,7 +25,8 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from agentmeter.sandbox import images
+from agentmeter.paths import cache_dir
+from agentmeter.sandbox import images, seccomp
 from agentmeter.sandbox.archive import (
     COPY_OUT_MAX_BYTES,
     NO_SUCH_FILE,
@@ -117,6 +120,18 @@ def _sandbox_user(image_user: str) -> str:
     return AGENT_USER if image_user in _AGENT_USERS else image_user
 
 
+def _seccomp_profile() -> Path:
+    """The profile file (written once per content: its name is its digest)."""
+    text = json.dumps(seccomp.docker_profile(), sort_keys=True)
+    path = cache_dir() / "docker" / f"seccomp-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    return path
+
+
 class DockerBackend:
     """Makes docker sandboxes. Needs a daemon that answers (see dockerd.ensure_dockerd)."""
 
@@ -169,10 +184,12 @@ class DockerBackend:
         name = f"agentmeter-{uuid.uuid4().hex[:12]}"
         workdir = spec.workdir or image.workdir or "/workspace"
         user = spec.user if "user" in spec.model_fields_set else _sandbox_user(image.user)
-        # no-new-privileges: no setuid binary (sudo, su) lifts the agent to root; Docker's
-        # default seccomp profile applies as it is (tests/test_hostile_leftovers.py checks both)
+        # no-new-privileges: no setuid binary (sudo, su) lifts the agent to root; the seccomp
+        # profile is the local backend's rules (Docker < 25's default still allows io_uring):
+        # tests/test_hostile_leftovers.py, tests/test_hostile_battery.py
         args = ["run", "-d", "--name", name, *self._labels(), "--hostname", spec.hostname,
                 "--security-opt", "no-new-privileges",
+                "--security-opt", f"seccomp={_seccomp_profile()}",
                 "--network", "bridge" if spec.network == "full" else "none",
                 "-u", "0:0", "-w", workdir, "--entrypoint", ""]
         for k, v in spec.env.items():

@@ -231,3 +231,25 @@ def program_fd() -> int:
     finally:
         os.close(w)
     return r
+
+
+def docker_profile() -> dict[str, object]:
+    """The same rules as a Docker seccomp profile (``--security-opt seccomp=FILE``), for daemons
+    whose built-in default still allows io_uring (Docker < 25): every syscall the local filter
+    refuses gets EPERM, clone with a namespace flag EPERM, clone3 ENOSYS, everything else is
+    allowed. Docker's own capability and no-new-privileges rules still apply on top."""
+    denied = sorted(set(X86_64) - _SPECIAL)
+    rules: list[dict[str, object]] = [
+        {"names": denied, "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM},
+        {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.ENOSYS},
+        {"names": ["socket"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM,
+         "args": [{"index": 0, "value": AF_VSOCK, "op": "SCMP_CMP_EQ"}]},
+    ]
+    for bit in range(32):  # "any namespace flag set": one masked-equality rule per flag
+        flag = 1 << bit
+        if CLONE_NAMESPACE_FLAGS & flag:
+            rules.append({"names": ["clone"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM,
+                          "args": [{"index": 0, "value": flag, "valueTwo": flag,
+                                    "op": "SCMP_CMP_MASKED_EQ"}]})
+    return {"defaultAction": "SCMP_ACT_ALLOW",
+            "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_AARCH64"], "syscalls": rules}
