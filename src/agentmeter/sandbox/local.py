@@ -7,16 +7,37 @@ network) namespace with ``nsenter`` and starts ``bwrap`` on that root with fresh
 namespaces, so killing the exec kills every process it started, daemons included. When the
 keeper's stdin closes (stop, or the owner died) the namespace and its mounts vanish.
 
-As root, agent processes drop to uid 1000 with ``setpriv``; root execs keep only Docker's default
-capability set. As an ordinary user, the keeper runs in a user namespace in which that user is
-uid 0; root execs run as that uid 0, agent execs in a nested user namespace as uid 1000 without
-capabilities, and limits that need cgroups are skipped with a warning.
+Users and privileges, run as root. Every sandbox has its own user namespace in which ids
+0..65535 are the host ids ``idmap.SHIFT_BASE`` (2**30) and up, owned by no host account. The
+keeper makes its mount and network namespaces as host root (they belong to the host's user
+namespace: nothing inside can change their mounts or interfaces), mounts the overlay there, then
+enters a fresh user namespace whose id map the harness writes. Every exec enters the keeper's
+mount (and network) namespace first and its user namespace last, becoming that namespace's uid 0:
+host uid 2**30, with capabilities only inside the namespace and, after bwrap, only Docker's
+default set. Agent execs drop to uid 1000 with ``setpriv`` (host uid 2**30 + 1000). So root in a
+sandbox is not host root: host-global sysctls, host root's keyrings and host files refuse it
+whatever mount is writable, and host bind mounts (``base = "host"``, task mounts) are owned by an
+unmapped id (shown as nobody) it cannot chown or modify. Because that root cannot traverse the
+harness's private directories (``/root``), the keeper also binds the sandbox tree and the spec's
+mount sources under ``STAGE_DIR``, a tmpfs seen only in its own mount namespace, and bwrap takes
+them from there. Files of the cached base and layers are owned by shifted ids (``idmap.py``,
+``rootfs.py``); cache keys include the shift, so unshifted caches are never mixed in. The user
+namespace is per sandbox, so user keyrings are too; each exec also joins a fresh anonymous session
+keyring (``keyctl session``) instead of inheriting the harness's.
+
+In every exec, ``/proc/sys`` and the other proc paths Docker protects are read-only or masked
+(``PROC_READ_ONLY``, ``PROC_MASKED``); no sysfs is mounted.
+
+As an ordinary user, the keeper runs in a user namespace in which that user is uid 0; root execs
+run as that uid 0, agent execs in a nested user namespace as uid 1000 without capabilities, and
+limits that need cgroups are skipped with a warning.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import io
 import json
 import os
@@ -32,11 +53,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agentmeter.paths import cache_dir
-from agentmeter.sandbox import cgroups, rootfs
+from agentmeter.sandbox import cgroups, idmap, rootfs
 from agentmeter.sandbox.archive import check_size, extract_safely, tar_out_argv
 from agentmeter.sandbox.bridge import BridgeProcess, start_bridge
 from agentmeter.sandbox.fsdiff import diff_host_tree, snapshot_host_tree
-from agentmeter.sandbox.hosttools import LOCAL_TOOLS, ensure_tools
+from agentmeter.sandbox.hosttools import KEYRING_TOOLS, LOCAL_TOOLS, ensure_tools, missing
 from agentmeter.sandbox.layers import LayerMeta, LocalLayerCache
 from agentmeter.sandbox.output import CappedBuffer, collect_output
 from agentmeter.sandbox.protocol import DEFAULT_IGNORE, OutputCallback
@@ -56,17 +77,41 @@ from agentmeter.sandbox.spec import (
 ROOT_CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_SETGID",
              "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: where a root-run keeper shows the sandbox tree ("root") and mount sources ("m0".."mN") to the
+#: sandbox's root (a tmpfs mounted in the keeper's mount namespace only; empty on the host)
+STAGE_DIR = "/run/agentmeter-stage"
+#: proc paths bound read-only over themselves in every exec (Docker's read-only paths)
+PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
+#: proc paths hidden in every exec: files behind /dev/null, directories behind an empty
+#: read-only tmpfs (Docker's masked paths, plus key-users)
+PROC_MASKED = ("kcore", "keys", "key-users", "timer_list", "timer_stats", "sched_debug",
+               "latency_stats", "asound", "acpi", "scsi")
+#: joins a fresh anonymous session keyring, then runs "$@" (keyctl's notice goes nowhere)
+_KEYRING_WRAPPER = ["sh", "-c", 'exec 3>&2 2>/dev/null; exec keyctl session - sh -c '
+                    '\'exec 2>&3 3>&-; exec "$@"\' sh "$@"', "sh"]
 
 _KEEPER_SCRIPT = r"""
 set -e
 cd "$AM_LAYERS"
 if [ -n "$AM_DISK" ]; then mount -t tmpfs -o "size=${AM_DISK}m,mode=0755" tmpfs "$AM_RW"; fi
 mkdir -p "$AM_RW/upper" "$AM_RW/work"
+if [ -n "$AM_OWNER" ]; then chown "$AM_OWNER" "$AM_RW/upper"; fi
 mount -t overlay overlay -o "$AM_OVL_OPTS" "$AM_MERGED"
 for d in $AM_HOST_DIRS; do
   mount --rbind "$d" "$AM_MERGED$d"; mount -o remount,bind,ro,nodev,nosuid "$AM_MERGED$d"
 done
 if [ "$AM_NEWNET" = 1 ]; then ip link set lo up; fi
+if [ -n "$AM_STAGE" ]; then
+  mount -t tmpfs -o size=64k,mode=0755 tmpfs "$AM_STAGE"
+  mkdir "$AM_STAGE/root"; mount --rbind "$AM_MERGED" "$AM_STAGE/root"
+  i=0
+  for src in "$@"; do
+    if [ -d "$src" ]; then mkdir "$AM_STAGE/m$i"; else : > "$AM_STAGE/m$i"; fi
+    mount --rbind "$src" "$AM_STAGE/m$i"; i=$((i + 1))
+  done
+  # the sandbox's user namespace; the harness writes its id map after "ready"
+  exec unshare --user sh -c 'echo ready; exec cat >/dev/null'
+fi
 echo ready
 exec cat >/dev/null
 """
@@ -96,6 +141,22 @@ def _sandbox_owner(d: Path) -> tuple[int, int] | None:
     return -1, -1
 
 
+@functools.cache
+def proc_masks() -> tuple[str, ...]:
+    """bwrap arguments protecting the proc paths of this kernel (after ``--proc /proc``)."""
+    args: list[str] = []
+    for name in PROC_READ_ONLY:
+        if os.path.exists(f"/proc/{name}"):
+            args += ["--ro-bind", f"/proc/{name}", f"/proc/{name}"]
+    for name in PROC_MASKED:
+        path = f"/proc/{name}"
+        if os.path.isdir(path):
+            args += ["--tmpfs", path, "--remount-ro", path]
+        elif os.path.exists(path):
+            args += ["--ro-bind", "/dev/null", path]
+    return tuple(args)
+
+
 def _rmtree(path: Path) -> None:
     """rmtree that also removes what overlayfs leaves unreadable (its work dir is mode 000)."""
     try:
@@ -116,13 +177,16 @@ class LocalSandbox:
     """A running local sandbox (see module docstring)."""
 
     def __init__(self, spec: SandboxSpec, sid: str, directory: Path, lowers: list[str],
-                 meta: LayerMeta, rootless: bool, layers_dir: Path) -> None:
+                 meta: LayerMeta, rootless: bool, layers_dir: Path, keyring: bool = True) -> None:
         self.id = sid
         self.spec = spec
         self.dir = directory
         self._lowers = lowers
         self._meta = meta
         self._rootless = rootless
+        #: run as root: the sandbox's own user namespace on the shifted id range
+        self._shifted = not rootless
+        self._keyring = keyring
         self._layers_dir = layers_dir
         self._keeper: subprocess.Popen[bytes] | None = None
         self._cgroup: cgroups.Cgroup | None = None
@@ -162,23 +226,40 @@ class LocalSandbox:
             "AM_HOST_DIRS": host_dirs,
             "AM_NEWNET": "1" if new_net else "0",
             "AM_DISK": str(self.spec.limits.disk_mb or ""),
+            "AM_OWNER": f"{idmap.SHIFT_BASE}:{idmap.SHIFT_BASE}" if self._shifted else "",
+            "AM_STAGE": STAGE_DIR if self._shifted else "",
         }
         cmd = ["unshare", "--mount", "--propagation", "private"]
         if new_net:
             cmd.append("--net")
         if self._rootless:
             cmd[1:1] = ["--user", "--map-root-user"]
-        cmd += ["sh", "-c", _KEEPER_SCRIPT]
+        cmd += ["sh", "-c", _KEEPER_SCRIPT, "sh"]
+        if self._shifted:
+            cmd += [str(m.source) for m in self.spec.mounts]  # staged as m0, m1, ...
         keeper = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, env=env, start_new_session=True)
         assert keeper.stdout is not None
         line = keeper.stdout.readline()
+        if line.strip() == b"ready" and self._shifted:
+            line = self._map_ids(keeper.pid)
         if line.strip() != b"ready":
             keeper.kill()
             _, err = keeper.communicate()
             raise SandboxError(f"sandbox {self.id} failed to start: {err.decode(errors='replace').strip()}")
         self._keeper = keeper
         (self.dir / "owner.json").write_text(json.dumps({"owner": os.getpid(), "keeper": keeper.pid}))
+
+    @staticmethod
+    def _map_ids(pid: int) -> bytes:
+        """Map the keeper's new user namespace onto the shifted range; b"ready" when done."""
+        try:
+            for name in ("uid_map", "gid_map"):
+                with open(f"/proc/{pid}/{name}", "w") as f:
+                    f.write(f"0 {idmap.SHIFT_BASE} {idmap.SHIFT_SIZE}\n")
+        except OSError as e:
+            return f"writing /proc/{pid}/uid_map: {e.strerror}".encode()
+        return b"ready"
 
     async def _start(self) -> None:
         try:
@@ -239,20 +320,27 @@ class LocalSandbox:
     def _command(self, argv: list[str], cwd: str, env: dict[str, str], user: str) -> list[str]:
         assert self._keeper is not None
         cmd: list[str] = []
+        if self._keyring:
+            cmd += _KEYRING_WRAPPER
         if self._cgroup is not None:
             files = ":".join(self._cgroup.procs_files)
             cmd += ["sh", "-c", 'for f in $(echo "$0" | tr : " "); do echo $$ > "$f"; done; exec "$@"', files]
         cmd += ["nsenter", "-t", str(self._keeper.pid), "-m"]
         if self._rootless:
             cmd += ["-U", "--preserve-credentials"]
+        if self._shifted:
+            cmd.append("-U")  # entered last; nsenter then becomes its uid 0 (host SHIFT_BASE)
         if self.spec.network == "none":
             cmd.append("-n")
-        cmd += ["bwrap", "--bind", f"{self.dir}/merged", "/", "--dev", "/dev", "--proc", "/proc",
+        root = f"{STAGE_DIR}/root" if self._shifted else f"{self.dir}/merged"
+        cmd += ["bwrap", "--bind", root, "/", "--dev", "/dev", "--proc", "/proc",
                 "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
                 "--hostname", self.spec.hostname, "--die-with-parent", "--new-session",
                 "--chdir", cwd, "--clearenv"]
-        for m in self.spec.mounts:
-            cmd += ["--ro-bind" if m.read_only else "--bind", str(m.source), m.target]
+        cmd += proc_masks()
+        for i, m in enumerate(self.spec.mounts):
+            source = f"{STAGE_DIR}/m{i}" if self._shifted else str(m.source)
+            cmd += ["--ro-bind" if m.read_only else "--bind", source, m.target]
         if self.spec.network == "full" and self.spec.base != "host":
             cmd += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
         for k, v in env.items():
@@ -390,6 +478,16 @@ class LocalBackend:
     def __init__(self, *, progress: rootfs.Progress | None = None) -> None:
         ensure_tools(LOCAL_TOOLS, "local sandboxes")
         self.rootless = os.geteuid() != 0
+        self.keyring = True
+        if not self.rootless:
+            idmap.check_range_free()
+            ensure_tools(KEYRING_TOOLS, "per-exec session keyrings")
+            os.makedirs(STAGE_DIR, mode=0o755, exist_ok=True)
+        elif missing(KEYRING_TOOLS):
+            self.keyring = False
+            warnings.warn("agentmeter: keyctl (keyutils) not found: sandbox processes share your "
+                          "session keyring; install keyutils to give each its own",
+                          RuntimeWarning, stacklevel=2)
         self.progress = progress
         self.layers = LocalLayerCache(self)
         if self.rootless:
@@ -421,7 +519,8 @@ class LocalBackend:
         # still leaves a directory the next cleanup can attribute and remove
         directory = _sandboxes_dir() / f"{os.getpid()}-{sid}"
         directory.parent.mkdir(parents=True, exist_ok=True)
-        sb = LocalSandbox(spec, sid, directory, lowers, meta, self.rootless, self.layers.dir)
+        sb = LocalSandbox(spec, sid, directory, lowers, meta, self.rootless, self.layers.dir,
+                          keyring=self.keyring)
         await sb._start()
         return sb
 
