@@ -113,8 +113,8 @@ async def test_host_root_keyrings_are_invisible(host_sb) -> None:  # type: ignor
         subprocess.run([keyctl, "unlink", serial, "@u"], capture_output=True)
 
 
-async def test_agent_keys_do_not_reach_other_sandboxes(local_backend: LocalBackend,
-                                                       host_sb) -> None:  # type: ignore[no-untyped-def]
+async def test_agent_keys_do_not_reach_other_sandboxes(  # type: ignore[no-untyped-def]
+        local_backend: LocalBackend, host_sb) -> None:
     """A trial's agent leaves an answer in its user and session keyrings; the next trial's agent
     (while the first still runs, and after it ended) looks for it by name and by serial."""
     name, secret = f"am-chan-{secrets.token_hex(4)}", f"answer-{secrets.token_hex(8)}"
@@ -134,8 +134,6 @@ async def test_agent_keys_do_not_reach_other_sandboxes(local_backend: LocalBacke
         assert secret not in r.stdout and name not in r.stdout, r.stdout
     finally:
         await later.stop()
-    # a later exec in the same sandbox has its own session keyring but the same user keyring
-    # (covered above: one exec per trial phase is enough for an agent to keep state)
 
 
 async def test_harness_session_keyring_is_not_inherited(tmp_path: Path) -> None:
