@@ -98,3 +98,15 @@ def check_range_free(etc: Path = Path("/etc")) -> None:
             raise SandboxError(
                 f"{etc / name}: {', '.join(users)} use ids in {SHIFT_BASE}..{SHIFT_BASE + SHIFT_SIZE - 1}, "
                 f"the range local sandboxes run in as root; local sandboxes would share ids with them")
+
+
+def write_id_map(pid: int) -> bytes:
+    """Map the user namespace of ``pid`` (just created, unmapped) onto the range; b"ready" when
+    done, else what failed."""
+    try:
+        for name in ("uid_map", "gid_map"):
+            with open(f"/proc/{pid}/{name}", "w") as f:
+                f.write(f"0 {SHIFT_BASE} {SHIFT_SIZE}\n")
+    except OSError as e:
+        return f"writing /proc/{pid}/uid_map: {e.strerror}".encode()
+    return b"ready"

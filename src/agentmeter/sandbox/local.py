@@ -7,26 +7,20 @@ network) namespace with ``nsenter`` and starts ``bwrap`` on that root with fresh
 namespaces, so killing the exec kills every process it started, daemons included. When the
 keeper's stdin closes (stop, or the owner died) the namespace and its mounts vanish.
 
-Users and privileges, run as root. Every sandbox has its own user namespace in which ids
-0..65535 are the host ids ``idmap.SHIFT_BASE`` (2**30) and up, owned by no host account. The
-keeper makes its mount and network namespaces as host root (they belong to the host's user
-namespace: nothing inside can change their mounts or interfaces), mounts the overlay there, then
-enters a fresh user namespace whose id map the harness writes. Every exec enters the keeper's
-mount (and network) namespace first and its user namespace last, becoming that namespace's uid 0:
-host uid 2**30, with capabilities only inside the namespace and, after bwrap, only Docker's
-default set. Agent execs drop to uid 1000 with ``setpriv`` (host uid 2**30 + 1000). So root in a
-sandbox is not host root: host-global sysctls, host root's keyrings and host files refuse it
-whatever mount is writable, and host bind mounts (``base = "host"``, task mounts) are owned by an
-unmapped id (shown as nobody) it cannot chown or modify. Because that root cannot traverse the
-harness's private directories (``/root``), the keeper also binds the sandbox tree and the spec's
-mount sources under ``STAGE_DIR``, a tmpfs seen only in its own mount namespace, and bwrap takes
-them from there. Files of the cached base and layers are owned by shifted ids (``idmap.py``,
-``rootfs.py``); cache keys include the shift, so unshifted caches are never mixed in. The user
-namespace is per sandbox, so user keyrings are too; each exec also joins a fresh anonymous session
-keyring (``keyctl session``) instead of inheriting the harness's.
-
-In every exec, ``/proc/sys`` and the other proc paths Docker protects are read-only or masked
-(``PROC_READ_ONLY``, ``PROC_MASKED``); no sysfs is mounted.
+Users and privileges, run as root. Each sandbox has its own user namespace mapping ids 0..65535
+onto host ids 2**30.. (``idmap.py``; no host account owns them). The keeper makes its mount and
+network namespaces as host root (so nothing inside can change their mounts or interfaces), mounts
+the overlay, then enters a fresh user namespace whose id map the harness writes. Every exec
+enters the keeper's mount and network namespaces, then its user namespace as uid 0 (host uid
+2**30) holding capabilities only there, cut to Docker's default set by bwrap; agent execs drop to
+uid 1000 with ``setpriv`` (host 2**30 + 1000). Root in a sandbox is thus not host root: host-wide
+sysctls, host root's keyrings and host-owned files (``base = "host"``, task mounts: shown as
+nobody) refuse it. It cannot traverse ``/root``, so the keeper binds the tree and the mount
+sources under ``STAGE_DIR`` (a tmpfs in its mount namespace only) for bwrap. The cached base and
+layers hold shifted owners, and their cache keys say so. User keyrings are per user namespace,
+hence per sandbox; each exec also joins a fresh session keyring (``masks.py``). In every exec
+``/proc/sys`` and the other proc paths Docker protects are read-only or masked (``masks.py``);
+no sysfs is mounted.
 
 As an ordinary user, the keeper runs in a user namespace in which that user is uid 0; root execs
 run as that uid 0, agent execs in a nested user namespace as uid 1000 without capabilities, and
@@ -37,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import io
 import json
 import os
@@ -59,6 +52,7 @@ from agentmeter.sandbox.bridge import BridgeProcess, start_bridge
 from agentmeter.sandbox.fsdiff import diff_host_tree, snapshot_host_tree
 from agentmeter.sandbox.hosttools import KEYRING_TOOLS, LOCAL_TOOLS, ensure_tools, missing
 from agentmeter.sandbox.layers import LayerMeta, LocalLayerCache
+from agentmeter.sandbox.masks import KEYRING_WRAPPER, proc_masks
 from agentmeter.sandbox.output import CappedBuffer, collect_output
 from agentmeter.sandbox.protocol import DEFAULT_IGNORE, OutputCallback
 from agentmeter.sandbox.spec import (
@@ -80,15 +74,6 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: where a root-run keeper shows the sandbox tree ("root") and mount sources ("m0".."mN") to the
 #: sandbox's root (a tmpfs mounted in the keeper's mount namespace only; empty on the host)
 STAGE_DIR = "/run/agentmeter-stage"
-#: proc paths bound read-only over themselves in every exec (Docker's read-only paths)
-PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
-#: proc paths hidden in every exec: files behind /dev/null, directories behind an empty
-#: read-only tmpfs (Docker's masked paths, plus key-users)
-PROC_MASKED = ("kcore", "keys", "key-users", "timer_list", "timer_stats", "sched_debug",
-               "latency_stats", "asound", "acpi", "scsi")
-#: joins a fresh anonymous session keyring, then runs "$@" (keyctl's notice goes nowhere)
-_KEYRING_WRAPPER = ["sh", "-c", 'exec 3>&2 2>/dev/null; exec keyctl session - sh -c '
-                    '\'exec 2>&3 3>&-; exec "$@"\' sh "$@"', "sh"]
 
 _KEEPER_SCRIPT = r"""
 set -e
@@ -139,22 +124,6 @@ def _sandbox_owner(d: Path) -> tuple[int, int] | None:
     except FileNotFoundError:
         return None
     return -1, -1
-
-
-@functools.cache
-def proc_masks() -> tuple[str, ...]:
-    """bwrap arguments protecting the proc paths of this kernel (after ``--proc /proc``)."""
-    args: list[str] = []
-    for name in PROC_READ_ONLY:
-        if os.path.exists(f"/proc/{name}"):
-            args += ["--ro-bind", f"/proc/{name}", f"/proc/{name}"]
-    for name in PROC_MASKED:
-        path = f"/proc/{name}"
-        if os.path.isdir(path):
-            args += ["--tmpfs", path, "--remount-ro", path]
-        elif os.path.exists(path):
-            args += ["--ro-bind", "/dev/null", path]
-    return tuple(args)
 
 
 def _rmtree(path: Path) -> None:
@@ -242,24 +211,13 @@ class LocalSandbox:
         assert keeper.stdout is not None
         line = keeper.stdout.readline()
         if line.strip() == b"ready" and self._shifted:
-            line = self._map_ids(keeper.pid)
+            line = idmap.write_id_map(keeper.pid)
         if line.strip() != b"ready":
             keeper.kill()
             _, err = keeper.communicate()
             raise SandboxError(f"sandbox {self.id} failed to start: {err.decode(errors='replace').strip()}")
         self._keeper = keeper
         (self.dir / "owner.json").write_text(json.dumps({"owner": os.getpid(), "keeper": keeper.pid}))
-
-    @staticmethod
-    def _map_ids(pid: int) -> bytes:
-        """Map the keeper's new user namespace onto the shifted range; b"ready" when done."""
-        try:
-            for name in ("uid_map", "gid_map"):
-                with open(f"/proc/{pid}/{name}", "w") as f:
-                    f.write(f"0 {idmap.SHIFT_BASE} {idmap.SHIFT_SIZE}\n")
-        except OSError as e:
-            return f"writing /proc/{pid}/uid_map: {e.strerror}".encode()
-        return b"ready"
 
     async def _start(self) -> None:
         try:
@@ -321,7 +279,7 @@ class LocalSandbox:
         assert self._keeper is not None
         cmd: list[str] = []
         if self._keyring:
-            cmd += _KEYRING_WRAPPER
+            cmd += KEYRING_WRAPPER
         if self._cgroup is not None:
             files = ":".join(self._cgroup.procs_files)
             cmd += ["sh", "-c", 'for f in $(echo "$0" | tr : " "); do echo $$ > "$f"; done; exec "$@"', files]
