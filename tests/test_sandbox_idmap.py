@@ -63,3 +63,21 @@ def test_range_used_by_a_host_account_is_refused(tmp_path: Path) -> None:
     (tmp_path / "subuid").write_text("alice:100000:65536\n")
     idmap.check_range_free(tmp_path)
     idmap.check_range_free()  # this host
+
+
+def test_session_notice_filter_drops_only_keyctls_notice() -> None:
+    from agentmeter.sandbox.masks import SessionNoticeFilter
+
+    f = SessionNoticeFilter(1000)
+    for chunk in (b"Joined sess", b"ion keyring: 12345\nreal ", b"error\n"):
+        f.feed(chunk)
+    assert f.text() == "real error\n"
+    f = SessionNoticeFilter(1000)
+    f.feed(b"Joined session keyring: 1\n")
+    assert f.text() == ""
+    f = SessionNoticeFilter(1000)
+    f.feed(b"Joined")  # the command's own output, never finished by a newline
+    assert f.text() == "Joined"
+    f = SessionNoticeFilter(1000)
+    f.feed(b"bash: x: command not found\nJoined session keyring: 1\n")
+    assert f.text() == "bash: x: command not found\nJoined session keyring: 1\n"

@@ -15,8 +15,8 @@ enters the keeper's mount and network namespaces, then its user namespace as uid
 2**30) holding capabilities only there, cut to Docker's default set by bwrap; agent execs drop to
 uid 1000 with ``setpriv`` (host 2**30 + 1000). Root in a sandbox is thus not host root: host-wide
 sysctls, host root's keyrings and host-owned files (``base = "host"``, task mounts: shown as
-nobody) refuse it. It cannot traverse ``/root``, so the keeper binds the tree and the mount
-sources under ``STAGE_DIR`` (a tmpfs in its mount namespace only) for bwrap. The cached base and
+nobody) refuse it. It cannot traverse ``/root``, so the keeper mounts the tree and binds the mount
+sources under ``STAGE_DIR`` (in its mount namespace only) for bwrap. The cached base and
 layers hold shifted owners, and their cache keys say so. User keyrings are per user namespace,
 hence per sandbox; each exec also joins a fresh session keyring (``masks.py``). In every exec
 ``/proc/sys`` and the other proc paths Docker protects are read-only or masked (``masks.py``);
@@ -52,7 +52,7 @@ from agentmeter.sandbox.bridge import BridgeProcess, start_bridge
 from agentmeter.sandbox.fsdiff import diff_host_tree, snapshot_host_tree
 from agentmeter.sandbox.hosttools import KEYRING_TOOLS, LOCAL_TOOLS, ensure_tools, missing
 from agentmeter.sandbox.layers import LayerMeta, LocalLayerCache
-from agentmeter.sandbox.masks import KEYRING_WRAPPER, proc_masks
+from agentmeter.sandbox.masks import KEYRING_WRAPPER, SessionNoticeFilter, proc_masks
 from agentmeter.sandbox.output import CappedBuffer, collect_output
 from agentmeter.sandbox.protocol import DEFAULT_IGNORE, OutputCallback
 from agentmeter.sandbox.spec import (
@@ -71,31 +71,28 @@ from agentmeter.sandbox.spec import (
 ROOT_CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_SETGID",
              "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-#: where a root-run keeper shows the sandbox tree ("root") and mount sources ("m0".."mN") to the
-#: sandbox's root (a tmpfs mounted in the keeper's mount namespace only; empty on the host)
+#: where a root-run keeper mounts the sandbox tree ("root") and binds the spec's mount sources
+#: ("d0", "f1", ...: directories, files) for the sandbox's root to reach: empty mount points on
+#: the host, mounted on only in each keeper's own mount namespace
 STAGE_DIR = "/run/agentmeter-stage"
 
 _KEEPER_SCRIPT = r"""
 set -e
 cd "$AM_LAYERS"
-if [ -n "$AM_DISK" ]; then mount -t tmpfs -o "size=${AM_DISK}m,mode=0755" tmpfs "$AM_RW"; fi
-mkdir -p "$AM_RW/upper" "$AM_RW/work"
-if [ -n "$AM_OWNER" ]; then chown "$AM_OWNER" "$AM_RW/upper"; fi
+if [ -n "$AM_DISK" ]; then
+  mount -t tmpfs -o "size=${AM_DISK}m,mode=0755" tmpfs "$AM_RW"
+  mkdir -p "$AM_RW/upper" "$AM_RW/work"
+  if [ -n "$AM_OWNER" ]; then chown "$AM_OWNER" "$AM_RW/upper"; fi
+fi
 mount -t overlay overlay -o "$AM_OVL_OPTS" "$AM_MERGED"
 for d in $AM_HOST_DIRS; do
   mount --rbind "$d" "$AM_MERGED$d"; mount -o remount,bind,ro,nodev,nosuid "$AM_MERGED$d"
 done
 if [ "$AM_NEWNET" = 1 ]; then ip link set lo up; fi
-if [ -n "$AM_STAGE" ]; then
-  mount -t tmpfs -o size=64k,mode=0755 tmpfs "$AM_STAGE"
-  mkdir "$AM_STAGE/root"; mount --rbind "$AM_MERGED" "$AM_STAGE/root"
-  i=0
-  for src in "$@"; do
-    if [ -d "$src" ]; then mkdir "$AM_STAGE/m$i"; else : > "$AM_STAGE/m$i"; fi
-    mount --rbind "$src" "$AM_STAGE/m$i"; i=$((i + 1))
-  done
+if [ -n "$AM_OWNER" ]; then
+  while [ $# -gt 0 ]; do mount --rbind "$1" "$2"; shift 2; done  # staged mount sources
   # the sandbox's user namespace; the harness writes its id map after "ready"
-  exec unshare --user sh -c 'echo ready; exec cat >/dev/null'
+  exec unshare --user sh -c 'echo ready; while read -r _; do :; done'
 fi
 echo ready
 exec cat >/dev/null
@@ -124,6 +121,18 @@ def _sandbox_owner(d: Path) -> tuple[int, int] | None:
     except FileNotFoundError:
         return None
     return -1, -1
+
+
+def _stage_point(i: int, is_dir: bool) -> str:
+    """The mount point (made on first need) under which the keeper binds mount source ``i``."""
+    point = f"{STAGE_DIR}/{'d' if is_dir else 'f'}{i}"
+    if not os.path.lexists(point):
+        with contextlib.suppress(FileExistsError):
+            if is_dir:
+                os.mkdir(point, 0o755)
+            else:
+                os.close(os.open(point, os.O_CREAT | os.O_WRONLY | os.O_NOFOLLOW, 0o644))
+    return point
 
 
 def _rmtree(path: Path) -> None:
@@ -172,7 +181,12 @@ class LocalSandbox:
     def merged(self) -> str:
         """The sandbox root as seen from the host (through the keeper's mount namespace)."""
         assert self._keeper is not None
-        return f"/proc/{self._keeper.pid}/root{self.dir}/merged"
+        return f"/proc/{self._keeper.pid}/root{self._tree}"
+
+    @property
+    def _tree(self) -> str:
+        """Where the keeper mounts the sandbox tree (in its own mount namespace)."""
+        return f"{STAGE_DIR}/root" if self._shifted else f"{self.dir}/merged"
 
     @property
     def upper(self) -> Path:
@@ -180,7 +194,13 @@ class LocalSandbox:
 
     def _start_keeper(self) -> None:
         (self.dir / "rw").mkdir(parents=True)
-        (self.dir / "merged").mkdir()
+        if not self._shifted:
+            (self.dir / "merged").mkdir()
+        if not self.spec.limits.disk_mb:  # else made in the keeper's tmpfs
+            for d in ("upper", "work"):
+                (self.dir / "rw" / d).mkdir()
+            if self._shifted:
+                os.chown(self.upper, idmap.SHIFT_BASE, idmap.SHIFT_BASE)
         opts = f"lowerdir={':'.join(self._lowers)},upperdir={self.dir}/rw/upper,workdir={self.dir}/rw/work"
         if self._rootless:
             opts += ",userxattr"
@@ -190,13 +210,12 @@ class LocalSandbox:
             "PATH": os.environ.get("PATH", DEFAULT_PATH),
             "AM_LAYERS": str(self._layers_dir),
             "AM_RW": f"{self.dir}/rw",
-            "AM_MERGED": f"{self.dir}/merged",
+            "AM_MERGED": self._tree,
             "AM_OVL_OPTS": opts,
             "AM_HOST_DIRS": host_dirs,
             "AM_NEWNET": "1" if new_net else "0",
             "AM_DISK": str(self.spec.limits.disk_mb or ""),
             "AM_OWNER": f"{idmap.SHIFT_BASE}:{idmap.SHIFT_BASE}" if self._shifted else "",
-            "AM_STAGE": STAGE_DIR if self._shifted else "",
         }
         cmd = ["unshare", "--mount", "--propagation", "private"]
         if new_net:
@@ -205,7 +224,8 @@ class LocalSandbox:
             cmd[1:1] = ["--user", "--map-root-user"]
         cmd += ["sh", "-c", _KEEPER_SCRIPT, "sh"]
         if self._shifted:
-            cmd += [str(m.source) for m in self.spec.mounts]  # staged as m0, m1, ...
+            for i, m in enumerate(self.spec.mounts):
+                cmd += [str(m.source), _stage_point(i, m.source.is_dir())]
         keeper = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, env=env, start_new_session=True)
         assert keeper.stdout is not None
@@ -290,14 +310,13 @@ class LocalSandbox:
             cmd.append("-U")  # entered last; nsenter then becomes its uid 0 (host SHIFT_BASE)
         if self.spec.network == "none":
             cmd.append("-n")
-        root = f"{STAGE_DIR}/root" if self._shifted else f"{self.dir}/merged"
-        cmd += ["bwrap", "--bind", root, "/", "--dev", "/dev", "--proc", "/proc",
+        cmd += ["bwrap", "--bind", self._tree, "/", "--dev", "/dev", "--proc", "/proc",
                 "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
                 "--hostname", self.spec.hostname, "--die-with-parent", "--new-session",
                 "--chdir", cwd, "--clearenv"]
         cmd += proc_masks()
         for i, m in enumerate(self.spec.mounts):
-            source = f"{STAGE_DIR}/m{i}" if self._shifted else str(m.source)
+            source = _stage_point(i, m.source.is_dir()) if self._shifted else str(m.source)
             cmd += ["--ro-bind" if m.read_only else "--bind", source, m.target]
         if self.spec.network == "full" and self.spec.base != "host":
             cmd += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
@@ -342,7 +361,8 @@ class LocalSandbox:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
             # bwrap's own init stays visible inside as /proc/1/environ: give it nothing of ours
             env={"PATH": os.environ.get("PATH", DEFAULT_PATH)})
-        out, err = CappedBuffer(output_limit), CappedBuffer(output_limit)
+        out = CappedBuffer(output_limit)
+        err = SessionNoticeFilter(output_limit) if self._keyring else CappedBuffer(output_limit)
         timed_out = False
         try:
             code = await asyncio.wait_for(collect_output(proc, stdin, out, err, on_stdout), timeout)
@@ -440,7 +460,7 @@ class LocalBackend:
         if not self.rootless:
             idmap.check_range_free()
             ensure_tools(KEYRING_TOOLS, "per-exec session keyrings")
-            os.makedirs(STAGE_DIR, mode=0o755, exist_ok=True)
+            os.makedirs(f"{STAGE_DIR}/root", mode=0o755, exist_ok=True)
         elif missing(KEYRING_TOOLS):
             self.keyring = False
             warnings.warn("agentmeter: keyctl (keyutils) not found: sandbox processes share your "

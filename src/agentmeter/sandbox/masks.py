@@ -6,6 +6,8 @@ from __future__ import annotations
 import functools
 import os
 
+from agentmeter.sandbox.output import CappedBuffer
+
 #: proc paths bound read-only over themselves in every exec (Docker's read-only paths)
 PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
 #: proc paths hidden in every exec: files behind /dev/null (unreadable: bwrap binds it nodev),
@@ -13,10 +15,39 @@ PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
 PROC_MASKED = ("kcore", "keys", "key-users", "timer_list", "timer_stats", "sched_debug",
                "latency_stats", "asound", "acpi", "scsi")
 
-#: argv prefix: join a fresh anonymous session keyring, then run "$@" (keyctl's notice on
-#: stderr goes nowhere; the command gets the real stderr back)
-KEYRING_WRAPPER = ("sh", "-c", 'exec 3>&2 2>/dev/null; exec keyctl session - sh -c '
-                   '\'exec 2>&3 3>&-; exec "$@"\' sh "$@"', "sh")
+#: argv prefix: run the command in a fresh anonymous session keyring (keyctl's one-line notice
+#: on stderr is dropped by :class:`SessionNoticeFilter`)
+KEYRING_WRAPPER = ("keyctl", "session", "-")
+_NOTICE = b"Joined session keyring: "
+
+
+class SessionNoticeFilter(CappedBuffer):
+    """Captures stderr without the notice ``keyctl session`` writes before it runs the command."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit)
+        self._start: bytearray | None = bytearray()
+
+    def feed(self, chunk: bytes) -> None:
+        if self._start is None:
+            super().feed(chunk)
+            return
+        self._start += chunk
+        head = bytes(self._start)
+        end = head.find(b"\n")
+        if end < 0 and len(head) < 64 and _NOTICE.startswith(head[:len(_NOTICE)]):
+            return  # the notice may still be arriving
+        self._start = None
+        if end >= 0 and head.startswith(_NOTICE):
+            head = head[end + 1:]
+        if head:
+            super().feed(head)
+
+    def text(self) -> str:
+        if self._start:  # a first line that never ended: not the notice
+            pending, self._start = bytes(self._start), None
+            super().feed(pending)
+        return super().text()
 
 
 @functools.cache
