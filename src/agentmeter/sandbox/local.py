@@ -90,6 +90,8 @@ for d in $AM_HOST_DIRS; do
 done
 if [ "$AM_NEWNET" = 1 ]; then ip link set lo up; fi
 if [ -n "$AM_OWNER" ]; then
+  # the network namespace is host root's: let the sandbox bind ports < 1024 in it, as Docker does
+  if [ "$AM_NEWNET" = 1 ]; then echo 0 > /proc/sys/net/ipv4/ip_unprivileged_port_start; fi
   while [ $# -gt 0 ]; do mount --rbind "$1" "$2"; shift 2; done  # staged mount sources
   # the sandbox's user namespace; the harness writes its id map after "ready"
   exec unshare --user sh -c 'echo ready; while read -r _; do :; done'
