@@ -180,9 +180,9 @@ def host_skeleton() -> Path:
             os.chown(tmp / "workspace", AGENT_UID, AGENT_GID)
             os.chown(tmp / "home" / AGENT_USER, AGENT_UID, AGENT_GID)
             os.chown(tmp / "logs" / "agent", AGENT_UID, AGENT_GID)
+        (tmp / ".done").write_text("")
         if shift:
             idmap.shift_tree(tmp)
-        (tmp / ".done").write_text("")
         shutil.rmtree(root, ignore_errors=True)
         tmp.rename(root)
     return root
