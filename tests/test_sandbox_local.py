@@ -353,3 +353,18 @@ def test_unbuildable_base_fails_clearly_and_leaves_nothing(tmp_path: Path,
     bases = tmp_path / "home" / "bases"
     assert not (rootfs.debian_base_path().parent / "base.json").exists()
     assert not [p for p in bases.iterdir() if p.name.startswith(".build-")]
+
+
+async def test_ports_below_1024_can_be_bound_in_a_private_network(local_backend: LocalBackend) -> None:
+    """A task's server on port 80 works in its sandbox's own network namespace (as in Docker),
+    although that namespace is not the sandbox root's to configure."""
+    if not Path("/usr/bin/python3").exists():
+        pytest.skip("needs the host's /usr/bin/python3 (host base)")
+    sb = await local_backend.start(SandboxSpec(base="host", network="none"))
+    try:
+        bind = "python3 -c \"import socket; s = socket.socket(); s.bind(('127.0.0.1', 80)); print('bound')\""
+        for user in ("root", "agent"):
+            r = await sb.exec(bind, user=user)
+            assert r.stdout == "bound\n", (user, r.stderr)
+    finally:
+        await sb.stop()

@@ -4,6 +4,7 @@ host is intact."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import time
@@ -12,8 +13,12 @@ from pathlib import Path
 import pytest
 from polling import eventually_async
 
+from agentmeter.sandbox.idmap import SHIFT_BASE
 from agentmeter.sandbox.local import LocalBackend
-from agentmeter.sandbox.spec import Limits, SandboxSpec
+from agentmeter.sandbox.spec import AGENT_UID, Limits, SandboxSpec
+
+#: the agent's uid on the host (root-run sandboxes live in the shifted id range)
+AGENT_HOST_UID = SHIFT_BASE + AGENT_UID if os.geteuid() == 0 else os.geteuid()
 
 
 @pytest.fixture
@@ -106,16 +111,26 @@ async def test_no_tcp_to_host_or_public_address(sb) -> None:  # type: ignore[no-
 
 
 async def test_fork_bomb_is_contained(sb) -> None:  # type: ignore[no-untyped-def]
-    host_procs = len([p for p in os.listdir("/proc") if p.isdigit()])
+    # count the agent's host uid only: other processes on a shared machine come and go
+    host_procs = _procs_of(AGENT_HOST_UID)
     r = await sb.exec("bomb() { bomb | bomb & }; bomb; sleep 2; echo survived", user="agent", timeout=20)
     # the pids limit stopped it: forks failed inside, and the cgroup counted hitting its maximum
     assert "Resource temporarily unavailable" in r.stderr
     assert sb._cgroup is not None and _pids_max_hits(sb._cgroup.dirs) > 0
-    assert len([p for p in os.listdir("/proc") if p.isdigit()]) < host_procs + 128
+    assert _procs_of(AGENT_HOST_UID) < host_procs + 128
     # the host can still fork, and the sandbox's processes are gone after the exec
     assert os.system("true") == 0
     r = await sb.exec("ps -e --no-headers | wc -l", user="root")
     assert int(r.stdout.strip() or 0) < 10
+
+
+def _procs_of(uid: int) -> int:
+    n = 0
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            with contextlib.suppress(OSError):
+                n += os.stat(f"/proc/{p}").st_uid == uid
+    return n
 
 
 def _pids_max_hits(dirs: list[Path]) -> int:

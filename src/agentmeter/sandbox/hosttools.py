@@ -11,6 +11,8 @@ from agentmeter.sandbox.spec import SandboxError
 #: command -> Debian package that provides it
 LOCAL_TOOLS = {"bwrap": "bubblewrap", "unshare": "util-linux", "nsenter": "util-linux", "ip": "iproute2",
                "pasta": "passt"}  # pasta: network = "full" (pasta.py)
+#: each exec joins its own session keyring (see local.py)
+KEYRING_TOOLS = {"keyctl": "keyutils"}
 DEBIAN_BASE_TOOLS = {"debootstrap": "debootstrap"}
 DOCKER_TOOLS = {"dockerd": "docker.io", "docker": "docker.io"}
 

@@ -6,6 +6,8 @@ the digest of everything below it plus the step itself, so tasks whose Dockerfil
 share those layers, as Docker's build cache does. ENV/ARG/USER only change the metadata carried
 into later steps (and into the key). A step runs in a sandbox whose upper dir becomes the layer;
 it is renamed into the cache only when the step succeeded, so a broken layer is never cached.
+Run as root, a step's files are owned by ids of the sandbox range (``idmap.py``) and the keys
+say so.
 
 A task's prebuilt image (``SandboxSpec.image``) is never pulled: its recipe (the task's
 Dockerfile) is built instead, and an image without one is refused (see ``local_layers``).
@@ -27,7 +29,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, Field
 
 from agentmeter.paths import cache_dir
-from agentmeter.sandbox import rootfs
+from agentmeter.sandbox import idmap, rootfs
 from agentmeter.sandbox.dockerfile import DockerStep, image_emulation, parse_dockerfile
 from agentmeter.sandbox.spec import (
     AGENT_USER,
@@ -174,7 +176,10 @@ class LocalLayerCache:
         resulting metadata; builds every missing layer. Independent layers form their own chain
         on the base and are stacked above the others."""
         base = self.backend.base_lower(spec.base)
-        base_chain = _digest("base", rootfs.BASE_ID if spec.base == "debian" else "host")
+        # layers built by root-run sandboxes hold shifted owners (idmap.py): never mix them
+        # with layers an unshifted sandbox built
+        shift = () if self.backend.rootless else (idmap.SHIFT_TAG,)
+        base_chain = _digest("base", rootfs.BASE_ID if spec.base == "debian" else "host", *shift)
         chains = {False: base_chain, True: base_chain}
         names: dict[bool, list[str]] = {False: [], True: []}
         metas = {False: LayerMeta(), True: LayerMeta()}

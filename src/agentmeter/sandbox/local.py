@@ -9,10 +9,24 @@ seccomp filter of seccomp.py, so killing the exec kills every process it started
 included. When the keeper's stdin closes (stop, or the owner died) the namespace and its mounts
 vanish.
 
-As root, agent processes drop to uid 1000 with ``setpriv``; root execs keep only Docker's default
-capability set. As an ordinary user, the keeper runs in a user namespace in which that user is
-uid 0; root execs run as that uid 0, agent execs in a nested user namespace as uid 1000 without
-capabilities, and limits that need cgroups are skipped with a warning.
+Users and privileges, run as root. Each sandbox has its own user namespace mapping ids 0..65535
+onto host ids 2**30.. (``idmap.py``; no host account owns them). The keeper makes its mount and
+network namespaces as host root (so nothing inside can change their mounts or interfaces), mounts
+the overlay, then enters a fresh user namespace whose id map the harness writes. Every exec
+enters the keeper's mount and network namespaces, then its user namespace as uid 0 (host uid
+2**30) holding capabilities only there, cut to Docker's default set by bwrap; agent execs drop to
+uid 1000 with ``setpriv`` (host 2**30 + 1000). Root in a sandbox is thus not host root: host-wide
+sysctls, host root's keyrings and host-owned files (``base = "host"``, task mounts: shown as
+nobody) refuse it. It cannot traverse ``/root``, so the keeper mounts the tree and binds the mount
+sources under ``STAGE_DIR`` (in its mount namespace only) for bwrap. The cached base and
+layers hold shifted owners, and their cache keys say so. User keyrings are per user namespace,
+hence per sandbox; each exec also joins a fresh session keyring (``masks.py``). In every exec
+``/proc/sys`` and the other proc paths Docker protects are read-only or masked (``masks.py``);
+no sysfs is mounted.
+
+As an ordinary user, the keeper runs in a user namespace in which that user is uid 0; root execs
+run as that uid 0, agent execs in a nested user namespace as uid 1000 without capabilities, and
+limits that need cgroups are skipped with a warning.
 """
 
 from __future__ import annotations
@@ -35,7 +49,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agentmeter.paths import cache_dir
-from agentmeter.sandbox import cgroups, rootfs, seccomp
+from agentmeter.sandbox import cgroups, idmap, rootfs, seccomp
 from agentmeter.sandbox.archive import (
     COPY_OUT_MAX_BYTES,
     NO_SUCH_FILE,
@@ -48,10 +62,11 @@ from agentmeter.sandbox.archive import (
 )
 from agentmeter.sandbox.bridge import BridgeProcess, start_bridge
 from agentmeter.sandbox.fsdiff import diff_host_tree, snapshot_host_tree
-from agentmeter.sandbox.hosttools import LOCAL_TOOLS, ensure_tools
+from agentmeter.sandbox.hosttools import KEYRING_TOOLS, LOCAL_TOOLS, ensure_tools, missing
 from agentmeter.sandbox.layers import LayerMeta, LocalLayerCache
+from agentmeter.sandbox.masks import KEYRING_WRAPPER, SessionNoticeFilter, proc_masks
 from agentmeter.sandbox.output import CappedBuffer, collect_output
-from agentmeter.sandbox.pasta import Pasta, start_pasta
+from agentmeter.sandbox.pasta import Pasta, resolv_conf, start_pasta
 from agentmeter.sandbox.protocol import DEFAULT_IGNORE, OutputCallback
 from agentmeter.sandbox.spec import (
     AGENT_GID,
@@ -69,17 +84,31 @@ from agentmeter.sandbox.spec import (
 ROOT_CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_SETGID",
              "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: where a root-run keeper mounts the sandbox tree ("root") and binds the spec's mount sources
+#: ("d0", "f1", ...: directories, files) for the sandbox's root to reach: empty mount points on
+#: the host, mounted on only in each keeper's own mount namespace
+STAGE_DIR = "/run/agentmeter-stage"
 
 _KEEPER_SCRIPT = r"""
 set -e
 cd "$AM_LAYERS"
-if [ -n "$AM_DISK" ]; then mount -t tmpfs -o "size=${AM_DISK}m,mode=0755" tmpfs "$AM_RW"; fi
-mkdir -p "$AM_RW/upper" "$AM_RW/work"
+if [ -n "$AM_DISK" ]; then
+  mount -t tmpfs -o "size=${AM_DISK}m,mode=0755" tmpfs "$AM_RW"
+  mkdir -p "$AM_RW/upper" "$AM_RW/work"
+  if [ -n "$AM_OWNER" ]; then chown "$AM_OWNER" "$AM_RW/upper"; fi
+fi
 mount -t overlay overlay -o "$AM_OVL_OPTS" "$AM_MERGED"
 for d in $AM_HOST_DIRS; do
   mount --rbind "$d" "$AM_MERGED$d"; mount -o remount,bind,ro,nodev,nosuid "$AM_MERGED$d"
 done
 if [ "$AM_NEWNET" = 1 ]; then ip link set lo up; fi
+if [ -n "$AM_OWNER" ]; then
+  # the network namespace is host root's: let the sandbox bind ports < 1024 in it, as Docker does
+  if [ "$AM_NEWNET" = 1 ]; then echo 0 > /proc/sys/net/ipv4/ip_unprivileged_port_start; fi
+  while [ $# -gt 0 ]; do mount --rbind "$1" "$2"; shift 2; done  # staged mount sources
+  # the sandbox's user namespace; the harness writes its id map after "ready"
+  exec unshare --user sh -c 'echo ready; while read -r _; do :; done'
+fi
 echo ready
 exec cat >/dev/null
 """
@@ -109,6 +138,18 @@ def _sandbox_owner(d: Path) -> tuple[int, int] | None:
     return -1, -1
 
 
+def _stage_point(i: int, is_dir: bool) -> str:
+    """The mount point (made on first need) under which the keeper binds mount source ``i``."""
+    point = f"{STAGE_DIR}/{'d' if is_dir else 'f'}{i}"
+    if not os.path.lexists(point):
+        with contextlib.suppress(FileExistsError):
+            if is_dir:
+                os.mkdir(point, 0o755)
+            else:
+                os.close(os.open(point, os.O_CREAT | os.O_WRONLY | os.O_NOFOLLOW, 0o644))
+    return point
+
+
 def _rmtree(path: Path) -> None:
     """rmtree that also removes what overlayfs leaves unreadable (its work dir is mode 000)."""
     try:
@@ -129,13 +170,16 @@ class LocalSandbox:
     """A running local sandbox (see module docstring)."""
 
     def __init__(self, spec: SandboxSpec, sid: str, directory: Path, lowers: list[str],
-                 meta: LayerMeta, rootless: bool, layers_dir: Path) -> None:
+                 meta: LayerMeta, rootless: bool, layers_dir: Path, keyring: bool = True) -> None:
         self.id = sid
         self.spec = spec
         self.dir = directory
         self._lowers = lowers
         self._meta = meta
         self._rootless = rootless
+        #: run as root: the sandbox's own user namespace on the shifted id range
+        self._shifted = not rootless
+        self._keyring = keyring
         self._layers_dir = layers_dir
         self._keeper: subprocess.Popen[bytes] | None = None
         self._cgroup: cgroups.Cgroup | None = None
@@ -153,7 +197,19 @@ class LocalSandbox:
     def merged(self) -> str:
         """The sandbox root as seen from the host (through the keeper's mount namespace)."""
         assert self._keeper is not None
-        return f"/proc/{self._keeper.pid}/root{self.dir}/merged"
+        return f"/proc/{self._keeper.pid}/root{self._tree}"
+
+    @property
+    def _tree(self) -> str:
+        """Where the keeper mounts the sandbox tree (in its own mount namespace)."""
+        return f"{STAGE_DIR}/root" if self._shifted else f"{self.dir}/merged"
+
+    @property
+    def _resolv_conf(self) -> str:
+        """The sandbox's resolv.conf (network "full") where bwrap can reach it."""
+        if self._shifted:
+            return _stage_point(len(self.spec.mounts), False)
+        return str(self.dir / "resolv.conf")
 
     @property
     def upper(self) -> Path:
@@ -161,7 +217,13 @@ class LocalSandbox:
 
     def _start_keeper(self) -> None:
         (self.dir / "rw").mkdir(parents=True)
-        (self.dir / "merged").mkdir()
+        if not self._shifted:
+            (self.dir / "merged").mkdir()
+        if not self.spec.limits.disk_mb:  # else made in the keeper's tmpfs
+            for d in ("upper", "work"):
+                (self.dir / "rw" / d).mkdir()
+            if self._shifted:
+                os.chown(self.upper, idmap.SHIFT_BASE, idmap.SHIFT_BASE)
         opts = f"lowerdir={':'.join(self._lowers)},upperdir={self.dir}/rw/upper,workdir={self.dir}/rw/work"
         if self._rootless:
             opts += ",userxattr"
@@ -173,22 +235,32 @@ class LocalSandbox:
             "PATH": os.environ.get("PATH", DEFAULT_PATH),
             "AM_LAYERS": str(self._layers_dir),
             "AM_RW": f"{self.dir}/rw",
-            "AM_MERGED": f"{self.dir}/merged",
+            "AM_MERGED": self._tree,
             "AM_OVL_OPTS": opts,
             "AM_HOST_DIRS": host_dirs,
             "AM_NEWNET": "1" if new_net else "0",
             "AM_DISK": str(self.spec.limits.disk_mb or ""),
+            "AM_OWNER": f"{idmap.SHIFT_BASE}:{idmap.SHIFT_BASE}" if self._shifted else "",
         }
         cmd = ["unshare", "--mount", "--propagation", "private"]
         if new_net:
             cmd.append("--net")
         if self._rootless:
             cmd[1:1] = ["--user", "--map-root-user"]
-        cmd += ["sh", "-c", _KEEPER_SCRIPT]
+        cmd += ["sh", "-c", _KEEPER_SCRIPT, "sh"]
+        if self.spec.network == "full":  # network: written now, so the keeper can stage it
+            (self.dir / "resolv.conf").write_text(resolv_conf()[0])
+        if self._shifted:
+            for i, m in enumerate(self.spec.mounts):
+                cmd += [str(m.source), _stage_point(i, m.source.is_dir())]
+            if self.spec.network == "full":
+                cmd += [str(self.dir / "resolv.conf"), self._resolv_conf]
         keeper = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, env=env, start_new_session=True)
         assert keeper.stdout is not None
         line = keeper.stdout.readline()
+        if line.strip() == b"ready" and self._shifted:
+            line = idmap.write_id_map(keeper.pid)
         if line.strip() != b"ready":
             keeper.kill()
             _, err = keeper.communicate()
@@ -261,21 +333,27 @@ class LocalSandbox:
                  seccomp_fd: int | None = None) -> list[str]:
         assert self._keeper is not None
         cmd: list[str] = []
+        if self._keyring:
+            cmd += KEYRING_WRAPPER
         if self._cgroup is not None:
             files = ":".join(self._cgroup.procs_files)
             cmd += ["sh", "-c", 'for f in $(echo "$0" | tr : " "); do echo $$ > "$f"; done; exec "$@"', files]
         cmd += ["nsenter", "-t", str(self._keeper.pid), "-m"]
         if self._rootless:
             cmd += ["-U", "--preserve-credentials"]
+        if self._shifted:
+            cmd.append("-U")  # entered last; nsenter then becomes its uid 0 (host SHIFT_BASE)
         cmd.append("-n")  # network: the sandbox's own namespace, with or without pasta
-        cmd += ["bwrap", "--bind", f"{self.dir}/merged", "/", "--dev", "/dev", "--proc", "/proc",
+        cmd += ["bwrap", "--bind", self._tree, "/", "--dev", "/dev", "--proc", "/proc",
                 "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
                 "--hostname", self.spec.hostname, "--die-with-parent", "--new-session",
                 "--chdir", cwd, "--clearenv"]
-        for m in self.spec.mounts:
-            cmd += ["--ro-bind" if m.read_only else "--bind", str(m.source), m.target]
+        cmd += proc_masks()
+        for i, m in enumerate(self.spec.mounts):
+            source = _stage_point(i, m.source.is_dir()) if self._shifted else str(m.source)
+            cmd += ["--ro-bind" if m.read_only else "--bind", source, m.target]
         if self.spec.network == "full" and self.spec.base != "host":  # network (pasta.py)
-            cmd += ["--ro-bind", f"{self.dir}/resolv.conf", "/etc/resolv.conf"]
+            cmd += ["--ro-bind", self._resolv_conf, "/etc/resolv.conf"]
         for k, v in env.items():
             cmd += ["--setenv", k, v]
         if self._rootless and user != "root":
@@ -327,7 +405,8 @@ class LocalSandbox:
         finally:
             if sfd is not None:
                 os.close(sfd)
-        out, err = CappedBuffer(output_limit), CappedBuffer(output_limit)
+        out = CappedBuffer(output_limit)
+        err = SessionNoticeFilter(output_limit) if self._keyring else CappedBuffer(output_limit)
         timed_out = False
         try:
             code = await asyncio.wait_for(collect_output(proc, stdin, out, err, on_stdout), timeout)
@@ -434,6 +513,16 @@ class LocalBackend:
             warnings.warn(f"agentmeter: no seccomp filter for {platform.machine()} (only x86_64 "
                           "and aarch64): sandboxed processes may use every syscall",
                           RuntimeWarning, stacklevel=2)
+        self.keyring = True
+        if not self.rootless:
+            idmap.check_range_free()
+            ensure_tools(KEYRING_TOOLS, "per-exec session keyrings")
+            os.makedirs(f"{STAGE_DIR}/root", mode=0o755, exist_ok=True)
+        elif missing(KEYRING_TOOLS):
+            self.keyring = False
+            warnings.warn("agentmeter: keyctl (keyutils) not found: sandbox processes share your "
+                          "session keyring; install keyutils to give each its own",
+                          RuntimeWarning, stacklevel=2)
         self.progress = progress
         self.layers = LocalLayerCache(self)
         if self.rootless:
@@ -465,7 +554,8 @@ class LocalBackend:
         # still leaves a directory the next cleanup can attribute and remove
         directory = _sandboxes_dir() / f"{os.getpid()}-{sid}"
         directory.parent.mkdir(parents=True, exist_ok=True)
-        sb = LocalSandbox(spec, sid, directory, lowers, meta, self.rootless, self.layers.dir)
+        sb = LocalSandbox(spec, sid, directory, lowers, meta, self.rootless, self.layers.dir,
+                          keyring=self.keyring)
         await sb._start()
         return sb
 

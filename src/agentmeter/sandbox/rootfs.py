@@ -2,7 +2,9 @@
 
 ``ensure_debian_base`` builds into a temporary directory and renames it into place only when
 every step succeeded, so a broken base is never used; a file lock keeps two processes from
-building it at once.
+building it at once. Its owners are shifted into the sandbox id range (``idmap.py``): inside a
+sandbox's user namespace they are root, the agent and the system users again. A base of the
+previous, unshifted format is copied and shifted instead of bootstrapped again.
 """
 
 from __future__ import annotations
@@ -18,13 +20,17 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from agentmeter.paths import cache_dir
+from agentmeter.sandbox import idmap
 from agentmeter.sandbox.hosttools import DEBIAN_BASE_TOOLS, ensure_tools
 from agentmeter.sandbox.spec import AGENT_GID, AGENT_UID, AGENT_USER, SandboxError
 
 DEBIAN_RELEASE = "trixie"
 #: bump when the post-processing below changes, so old caches are rebuilt
-BASE_FORMAT = 1
+#: (2: owners shifted into the sandbox id range)
+BASE_FORMAT = 2
 BASE_ID = f"debian-{DEBIAN_RELEASE}-v{BASE_FORMAT}"
+#: the last unshifted format: when cached, it is copied and shifted, not bootstrapped again
+UNSHIFTED_BASE_ID = f"debian-{DEBIAN_RELEASE}-v1"
 
 Progress = Callable[[str], None]
 
@@ -85,6 +91,24 @@ def _finalize_rootfs(root: Path) -> None:
     (root / "var" / "cache" / "apt" / "archives" / "partial").mkdir(parents=True, exist_ok=True)
 
 
+def _debootstrap(target: Path, progress: Progress | None) -> None:
+    ensure_tools(DEBIAN_BASE_TOOLS, "building the Debian base rootfs")
+    cmd = ["debootstrap", "--variant=minbase", DEBIAN_RELEASE, str(target)]
+    mirror = os.environ.get("AGENTMETER_DEBIAN_MIRROR")
+    if mirror:
+        cmd.append(mirror)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    tail: list[str] = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        tail = (tail + [line.rstrip()])[-20:]
+        if progress:
+            progress(line.rstrip())
+    if proc.wait() != 0:
+        shutil.rmtree(target.parent, ignore_errors=True)
+        raise SandboxError("debootstrap failed building the Debian base:\n" + "\n".join(tail))
+
+
 def ensure_debian_base(progress: Progress | None = None) -> Path:
     """Return the cached Debian rootfs, building it first if needed (root only)."""
     final = debian_base_path()
@@ -99,26 +123,23 @@ def ensure_debian_base(progress: Progress | None = None) -> Path:
                 "the debian base must be built as root once (sudo agentmeter setup), "
                 "or use the 'host' base"
             )
-        ensure_tools(DEBIAN_BASE_TOOLS, "building the Debian base rootfs")
         tmp = bases_dir() / f".build-{BASE_ID}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        cmd = ["debootstrap", "--variant=minbase", DEBIAN_RELEASE, str(tmp / "rootfs")]
-        mirror = os.environ.get("AGENTMETER_DEBIAN_MIRROR")
-        if mirror:
-            cmd.append(mirror)
         t0 = time.monotonic()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        tail: list[str] = []
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            tail = (tail + [line.rstrip()])[-20:]
+        old = bases_dir() / UNSHIFTED_BASE_ID
+        if (old / "base.json").exists():
             if progress:
-                progress(line.rstrip())
-        if proc.wait() != 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise SandboxError("debootstrap failed building the Debian base:\n" + "\n".join(tail))
-        _finalize_rootfs(tmp / "rootfs")
+                progress(f"shifting the owners of {old / 'rootfs'} into the sandbox id range")
+            r = subprocess.run(["cp", "-a", "--reflink=auto", str(old / "rootfs"), str(tmp / "rootfs")],
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise SandboxError(f"copying {old / 'rootfs'} failed: {r.stderr.strip()}")
+        else:
+            _debootstrap(tmp / "rootfs", progress)
+            _finalize_rootfs(tmp / "rootfs")
+        idmap.shift_tree(tmp / "rootfs")
         final.parent.mkdir(parents=True, exist_ok=True)
         if final.exists():
             shutil.rmtree(final)
@@ -132,8 +153,11 @@ def ensure_debian_base(progress: Progress | None = None) -> Path:
 
 def host_skeleton() -> Path:
     """A small directory used as the lowest layer of the ``host`` base: mount points for the
-    host's system directories plus the harness directories. Built once per cache."""
-    root = bases_dir() / "host-skeleton-v1"
+    host's system directories plus the harness directories. Built once per cache; as root its
+    owners are shifted into the sandbox id range (a separate directory from the unshifted one
+    an ordinary user's sandboxes use)."""
+    shift = os.geteuid() == 0
+    root = bases_dir() / (f"host-skeleton-v2-{idmap.SHIFT_TAG}" if shift else "host-skeleton-v1")
     if (root / ".done").exists():
         return root
     with file_lock(bases_dir() / ".lock"):
@@ -157,6 +181,8 @@ def host_skeleton() -> Path:
             os.chown(tmp / "home" / AGENT_USER, AGENT_UID, AGENT_GID)
             os.chown(tmp / "logs" / "agent", AGENT_UID, AGENT_GID)
         (tmp / ".done").write_text("")
+        if shift:
+            idmap.shift_tree(tmp)
         shutil.rmtree(root, ignore_errors=True)
         tmp.rename(root)
     return root

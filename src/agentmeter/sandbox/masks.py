@@ -1,0 +1,67 @@
+"""What every local exec hides of the kernel: Docker's read-only and masked proc paths, and the
+harness's session keyring (see ``local.py``)."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+from agentmeter.sandbox.output import CappedBuffer
+
+#: proc paths bound read-only over themselves in every exec (Docker's read-only paths)
+PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
+#: proc paths hidden in every exec: files behind /dev/null (unreadable: bwrap binds it nodev),
+#: directories behind an empty read-only tmpfs (Docker's masked paths, plus key-users)
+PROC_MASKED = ("kcore", "keys", "key-users", "timer_list", "timer_stats", "sched_debug",
+               "latency_stats", "asound", "acpi", "scsi")
+
+#: argv prefix: run the command in a fresh anonymous session keyring (keyctl's one-line notice
+#: on stderr is dropped by :class:`SessionNoticeFilter`)
+KEYRING_WRAPPER = ("keyctl", "session", "-")
+_NOTICE = b"Joined session keyring: "
+
+
+class SessionNoticeFilter(CappedBuffer):
+    """Captures stderr without the notice ``keyctl session`` writes before it runs the command."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit)
+        self._start: bytearray | None = bytearray()
+
+    def feed(self, chunk: bytes) -> None:
+        if self._start is None:
+            super().feed(chunk)
+            return
+        self._start += chunk
+        head = bytes(self._start)
+        end = head.find(b"\n")
+        if end < 0 and len(head) < 64 and _NOTICE.startswith(head[:len(_NOTICE)]):
+            return  # the notice may still be arriving
+        self._start = None
+        if end >= 0 and head.startswith(_NOTICE):
+            head = head[end + 1:]
+        if head:
+            super().feed(head)
+
+    def text(self) -> str:
+        if self._start:  # a first line that never ended: not the notice
+            pending, self._start = bytes(self._start), None
+            super().feed(pending)
+        return super().text()
+
+
+@functools.cache
+def proc_masks() -> tuple[str, ...]:
+    """bwrap arguments protecting the proc paths this kernel has (to follow ``--proc /proc``;
+    bwrap cannot cover a path that does not exist)."""
+    args: list[str] = []
+    for name in PROC_READ_ONLY:
+        if os.path.exists(f"/proc/{name}"):
+            args += ["--ro-bind", f"/proc/{name}", f"/proc/{name}"]
+    for name in PROC_MASKED:
+        path = f"/proc/{name}"
+        if os.path.isdir(path):
+            args += ["--tmpfs", path, "--remount-ro", path]
+        elif os.path.exists(path):
+            args += ["--ro-bind", "/dev/null", path]
+    return tuple(args)
