@@ -67,7 +67,8 @@ async def test_detached_agent_processes_do_not_reach_the_verifier(backend: Sandb
         if backend.name == "docker":  # the threat is real there: the exec ended, they did not
             assert len(survivors) >= 3, survivors
         killed = await sb.kill_user_processes(AGENT_USER)
-        assert killed >= len(survivors)
+        if backend.name == "docker":  # (locally the exec's PID namespace is already going away)
+            assert killed >= len(survivors)
         assert await eventually_async(lambda: not _host_pids_with(marker)), _host_pids_with(marker)
         # and from inside: no process of the agent's uid, the workspace no longer changes
         before = (await sb.exec("cat tampered 2>/dev/null | wc -l", user="root")).stdout

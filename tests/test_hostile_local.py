@@ -121,6 +121,9 @@ async def test_agent_keys_do_not_reach_other_sandboxes(  # type: ignore[no-untyp
     r = await host_sb.exec(f"keyctl add user {name} {secret} @u; keyctl add user {name}-s {secret} @s",
                            user="agent")
     serials = r.stdout.split()
+    if not serials:  # the seccomp filter refuses the key syscalls: the channel is closed there
+        assert r.stderr.count("Operation not permitted") == 2, r.stderr
+        return
     assert len(serials) == 2, (r.stdout, r.stderr)  # the attempt itself worked
     look = "; ".join([f"keyctl search @u user {name}", f"keyctl search @s user {name}-s",
                       *(f"keyctl print {s}; keyctl link {s} @s && keyctl print {s}" for s in serials),

@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import posixpath
+import signal
 import subprocess
 import tarfile
 import tempfile
@@ -82,24 +83,6 @@ PID1 = ["bash", "-c", 'trap "exit 0" TERM; while :; do sleep 86400 & wait $!; do
 #: run as the user whose processes must go: ``kill -KILL -1`` signals every process that user
 #: may signal (all of its own, never pid 1 or root's) except the caller, atomically with respect
 #: to fork; repeated until /proc shows none but zombies. Prints how many there were.
-KILL_USER = r"""
-count() { n=0
-  for d in /proc/[0-9]*; do
-    [ "${d#/proc/}" = "$$" ] && continue
-    uid=; state=
-    while read -r k v _; do
-      case $k in State:) state=$v;; Uid:) uid=$v; break;; esac
-    done < "$d/status" 2>/dev/null
-    [ "$uid" = "$UID" ] && [ "$state" != Z ] && n=$((n+1))
-  done; }
-count; found=$n
-for _ in $(seq 100); do
-  kill -KILL -1 2>/dev/null
-  count; [ "$n" = 0 ] && { echo "$found"; exit 0; }
-  sleep 0.05
-done
-echo "$n processes of uid $UID survive SIGKILL" >&2; exit 1
-"""
 _ROOT_USERS = {"", "root", "0", "0:0", "root:root"}
 _AGENT_USERS = {AGENT_USER, str(AGENT_UID), f"{AGENT_UID}:{AGENT_GID}",
                 f"{AGENT_USER}:{AGENT_USER}"}
@@ -330,13 +313,29 @@ class DockerSandbox:
             await proc.wait()
 
     async def kill_user_processes(self, user: str) -> int:
-        run_as = docker_user(user)
-        if run_as == "0:0":
+        """Kill every process of ``user`` from the host: the container is frozen first (cgroup
+        freezer), so nothing forks meanwhile, not even a fork bomb that has used up the pids
+        limit (an exec inside could not start then); SIGKILL takes effect on thaw."""
+        uid = docker_user(user).partition(":")[0]
+        if uid == "0":
             raise SandboxError("kill_user_processes: not for root (it would end the sandbox)")
-        res = await docker("exec", "-u", run_as, self.id, "bash", "-c", KILL_USER, check=False)
-        if res.returncode != 0:
-            raise SandboxError(f"killing {user}'s processes in {self.id}: {res.text().strip()}")
-        return int(res.stdout.decode().strip() or 0)
+        found = 0
+        for _ in range(50):
+            await docker("pause", self.id)
+            try:
+                top = await docker("top", self.id, "-eo", "pid,uid,stat")
+                pids = [int(f[0]) for f in (ln.split() for ln in top.stdout.decode().splitlines()[1:])
+                        if len(f) >= 3 and f[1] == uid and not f[2].startswith("Z")]
+                for pid in pids:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+            finally:
+                await docker("unpause", self.id)
+            if not pids:
+                return found
+            found = found or len(pids)
+            await asyncio.sleep(0.05)
+        raise SandboxError(f"processes of uid {uid} in {self.id} survive SIGKILL")
 
     async def write_file(self, path: str, data: bytes | str, *, mode: int = 0o644,
                          user: str | None = None) -> None:
