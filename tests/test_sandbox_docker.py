@@ -357,3 +357,12 @@ async def test_cleanup_stale_removes_containers_of_dead_owners(
         assert _docker("inspect", alive.id).returncode == 0  # ours is alive
     finally:
         await alive.stop()
+
+
+async def test_the_base_is_owned_by_in_container_ids(box: DockerSandbox) -> None:
+    """The docker base is the local one with its shifted owners (idmap.py) mapped back: the
+    agent owns its home, root owns the system (no host uid 2**30+ leaks into an image)."""
+    r = await box.exec("stat -c '%u %n' /home/agent /etc/passwd /usr/bin; mkdir ~/.x && echo ok",
+                       user="agent")
+    assert r.stdout.split("\n")[:4] == ["1000 /home/agent", "0 /etc/passwd", "0 /usr/bin", "ok"], \
+        r.stdout + r.stderr

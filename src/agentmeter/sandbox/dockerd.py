@@ -33,6 +33,7 @@ from pathlib import Path
 from agentmeter.paths import cache_dir
 from agentmeter.sandbox.dockerfile import image_emulation, parse_dockerfile
 from agentmeter.sandbox.hosttools import DOCKER_TOOLS, ensure_tools
+from agentmeter.sandbox.idmap import unshifted
 from agentmeter.sandbox.rootfs import BASE_ID, ensure_debian_base
 from agentmeter.sandbox.spec import LayerBuildError, LayerSpec, SandboxError
 
@@ -41,7 +42,10 @@ LABEL = "agentmeter"
 OWNER_LABEL = "agentmeter.owner"
 BASE_REPO = "agentmeter-base"
 LAYER_REPO = "agentmeter-layer"
-BASE_TAG = f"{BASE_REPO}:{BASE_ID}"
+#: the docker base: the local base with its ids shifted back (idmap.py), so a container's root
+#: and agent own what they own on Docker (its processes are not in a shifted namespace)
+DOCKER_BASE_ID = f"{BASE_ID}-ids0"
+BASE_TAG = f"{BASE_REPO}:{DOCKER_BASE_ID}"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: how many output lines a LayerBuildError shows
 ERROR_TAIL_LINES = 20
@@ -200,12 +204,40 @@ async def ensure_base_image() -> str:
     if await image_exists(BASE_TAG):
         return BASE_TAG
     root = await asyncio.to_thread(ensure_debian_base)
-    changes = [f"ENV PATH={DEFAULT_PATH}", f"LABEL agentmeter.base={BASE_ID}"]
-    import_cmd = ["docker", "import", *(a for c in changes for a in ("--change", c)), "-", BASE_TAG]
-    script = (f"set -o pipefail; tar -C {shlex.quote(str(root))} --numeric-owner -cf - . | "
-              + " ".join(shlex.quote(a) for a in import_cmd))
-    proc = await asyncio.create_subprocess_exec("bash", "-c", script, stdout=subprocess.PIPE,
-                                                stderr=subprocess.STDOUT)
+    changes = [f"ENV PATH={DEFAULT_PATH}", f"LABEL agentmeter.base={DOCKER_BASE_ID}"]
+    proc = await asyncio.create_subprocess_exec(
+        "docker", "import", *(a for c in changes for a in ("--change", c)), "-", BASE_TAG,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert proc.stdin is not None
+
+    def unshift(ti: tarfile.TarInfo) -> tarfile.TarInfo:
+        ti.uid, ti.gid = unshifted(ti.uid), unshifted(ti.gid)
+        ti.uname = ti.gname = ""
+        return ti
+
+    loop = asyncio.get_running_loop()
+
+    class _Pipe:  # tarfile writes from a thread; the bytes go to docker's stdin on the loop
+        def write(self, data: bytes) -> int:
+            asyncio.run_coroutine_threadsafe(_feed(bytes(data)), loop).result()
+            return len(data)
+
+    async def _feed(data: bytes) -> None:
+        assert proc.stdin is not None
+        proc.stdin.write(data)
+        await proc.stdin.drain()
+
+    def make_tar() -> None:
+        with tarfile.open(fileobj=_Pipe(), mode="w|", format=tarfile.GNU_FORMAT) as tar:  # type: ignore[call-overload]
+            for entry in sorted(os.listdir(root)):
+                tar.add(str(root / entry), arcname=entry, filter=unshift)
+
+    try:
+        await asyncio.to_thread(make_tar)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    finally:
+        proc.stdin.close()
     out, _ = await proc.communicate()
     if proc.returncode != 0:
         raise SandboxError("docker import of the Debian base failed: "
@@ -218,7 +250,7 @@ def chain_digest(parent_digest: str, layer: LayerSpec) -> str:
 
 
 def base_digest() -> str:
-    return hashlib.sha256(f"docker-base\0{BASE_ID}".encode()).hexdigest()
+    return hashlib.sha256(f"docker-base\0{DOCKER_BASE_ID}".encode()).hexdigest()
 
 
 def layer_tag(digest: str) -> str:

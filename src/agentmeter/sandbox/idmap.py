@@ -37,6 +37,13 @@ def shifted(host_id: int) -> int:
     return SHIFT_BASE + host_id
 
 
+def unshifted(host_id: int) -> int:
+    """The id a shifted owner has inside a sandbox (ids outside the range are kept)."""
+    if SHIFT_BASE <= host_id < SHIFT_BASE + SHIFT_SIZE:
+        return host_id - SHIFT_BASE
+    return host_id
+
+
 def _shift_one(path: str) -> None:
     st = os.lstat(path)
     uid, gid = shifted(st.st_uid), shifted(st.st_gid)
