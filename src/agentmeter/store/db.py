@@ -33,6 +33,7 @@ from agentmeter.records import (
     ModelCallRecord,
     RunRecord,
     TaskRecord,
+    TokenUsage,
     TrialRecord,
     TrialStatus,
     utcnow,
@@ -46,6 +47,17 @@ from agentmeter.store.expressions import NOT_FINAL
 from agentmeter.store.migrations import current_version
 
 RunStatus = Literal["running", "finished", "interrupted", "imported"]
+
+
+def _call_totals(calls: Sequence[ModelCallRecord]) -> dict[str, Any]:
+    """A try's usage, cost and call count from its stored calls, summed as the gateway sums
+    them (``gateway.metering.TrialState``): the cost is n/a when a served call's is unknown."""
+    usage = TokenUsage()
+    for c in calls:
+        usage = usage + c.usage
+    unknown = any(c.status_code == 200 and c.cost_usd is None for c in calls)
+    cost = None if unknown else sum(c.cost_usd or 0.0 for c in calls)
+    return {"usage": usage, "cost_usd": cost, "model_calls": len(calls)}
 
 
 class Store:
@@ -260,18 +272,23 @@ class Store:
     def close_incomplete_trials(self, run_id: str, error: str = "interrupted"
                                 ) -> list[TrialRecord]:
         """Resume helper: mark every pending/running try ``infra_invalid`` (keeping its model
-        calls, so its spending stays accounted); the runner then re-runs the trial with the
-        next try number. Returns the closed tries."""
+        calls, stored as they completed, and totalling them on the try so its spending stays
+        accounted); the runner then re-runs the trial with the next try number. Returns the
+        closed tries."""
         now = utcnow()
         closed: list[TrialRecord] = []
         with self._write(f"incomplete trials of run {run_id!r}") as conn:
-            t = s.trials
+            t, mc = s.trials, s.model_calls
             rows = conn.execute(sa.select(t).where(t.c.run_id == run_id,
                                                    t.c.status.in_(NOT_FINAL))).mappings()
             for row in list(rows):
+                calls = [s.model_call_from_row(r) for r in conn.execute(sa.select(mc).where(
+                    mc.c.run_id == run_id, mc.c.trial_id == row["id"],
+                    mc.c.try_number == row["try_number"])).mappings()]
+                totals = _call_totals(calls) if calls else {}
                 trial = s.trial_from_row(row).model_copy(update={
                     "status": TrialStatus.INFRA_INVALID, "error": error, "passed": None,
-                    "finished_at": now})
+                    "finished_at": now, **totals})
                 self._upsert(conn, t, [s.trial_to_row(trial, now)])
                 closed.append(trial)
         return closed
