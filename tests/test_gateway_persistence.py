@@ -158,3 +158,26 @@ def test_gateway_serve_without_the_provider_key_fails_cleanly(tmp_path: Path) ->
                         "--max-usd", "1"], capture_output=True, text=True, timeout=60, env=env)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "max_usd" in r.stderr
+
+
+def test_calls_written_straight_to_sqlite_read_back_as_written(tmp_path: Path) -> None:
+    """Calls go to SQLite on the driver (the store's fast path for one call as it completes):
+    every field reads back as written, a rewrite is idempotent, a bad key is a StoreError."""
+    from agentmeter.records import ModelCallRecord, RunRecord, utcnow
+    from agentmeter.store.db import StoreError
+
+    calls = [ModelCallRecord(
+        trial_id="cfg:task:0", seq=i, wire_api="chat", client_api="messages", model="m é",
+        upstream_model="u", status_code=200 if i else 499, stream=bool(i % 2),
+        started_at=utcnow(), latency_s=0.25, ttft_s=0.01 if i else None,
+        usage=TokenUsage(input=10 + i, output=None if i == 2 else 3, cache_read=2),
+        cost_usd=None if i == 2 else 0.5, error=None if i else "client disconnected",
+        scripted=bool(i)) for i in range(3)]
+    with Store.open(tmp_path) as st:
+        st.create_run(RunRecord(id="r", backend="local", attempts=1, concurrency=1))
+        st.add_model_calls("r", calls[:2], try_number=3)
+        st.add_model_calls("r", calls, try_number=3)
+        assert st.model_calls("r", try_number=3) == calls
+        with pytest.raises(StoreError, match="model calls of run 'nope'"):
+            st.add_model_calls("nope", calls[:1])
+        assert st.model_calls("nope") == []
