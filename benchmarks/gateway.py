@@ -3,7 +3,11 @@
 Three processes: the scripted model served stand-alone over loopback HTTP (the upstream), the
 gateway proxying to it, and this load generator. Prints a final JSON line.
 
-    python benchmarks/gateway.py [--requests 1000] [--concurrency 32]
+As in a run, the gateway stores every call as it completes (its trials' sinks write to a SQLite
+store in a temporary directory) before the client sees the end of the response; ``--no-store``
+measures the gateway without it.
+
+    python benchmarks/gateway.py [--requests 1000] [--concurrency 32] [--no-store]
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import json
 import multiprocessing as mp
 import os
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -43,9 +48,20 @@ def _serve_upstream(q: Any) -> None:
     asyncio.run(main())
 
 
-def _serve_gateway(q: Any, upstream_port: int) -> None:
+def _serve_gateway(q: Any, upstream_port: int, store_dir: str | None) -> None:
     from agentmeter.gateway import Gateway, ModelRegistry, UpstreamModel
+    from agentmeter.gateway.metering import CallSink
     from agentmeter.pricing import PriceBook
+    from agentmeter.records import ModelCallRecord, RunRecord
+    from agentmeter.store.db import Store
+
+    sink: CallSink | None = None
+    if store_dir is not None:  # as the runner wires it (runner/trial.py: _store_call)
+        store = Store.open(store_dir)
+        store.create_run(RunRecord(id="bench", backend="local", attempts=1, concurrency=1))
+
+        def sink(call: ModelCallRecord) -> None:
+            store.add_model_calls("bench", [call], try_number=0)
 
     async def main() -> None:
         models = ModelRegistry({"bench/up": UpstreamModel(
@@ -53,8 +69,8 @@ def _serve_gateway(q: Any, upstream_port: int) -> None:
             price_key="scripted/bench")})
         gw = Gateway(models, PriceBook())
         await gw.start(host="127.0.0.1", port=0)
-        q.put((gw.port, gw.open_trial("bench", "bench/up"),
-               gw.open_trial("bench-inproc", "scripted/explorer-1000")))
+        q.put((gw.port, gw.open_trial("bench", "bench/up", sink=sink),
+               gw.open_trial("bench-inproc", "scripted/explorer-1000", sink=sink)))
         await asyncio.Event().wait()
 
     asyncio.run(main())
@@ -117,14 +133,15 @@ async def _throughput(url: str, token: str, n: int, conc: int) -> float:
         return n / (time.perf_counter() - t0)
 
 
-async def bench(up: int, gw: int, token: str, inproc: str, n: int, conc: int) -> dict[str, Any]:
+async def bench(up: int, gw: int, token: str, inproc: str, n: int, conc: int,
+                store: bool) -> dict[str, Any]:
     direct_url = f"http://127.0.0.1:{up}/v1/chat/completions"
     gw_url = f"http://127.0.0.1:{gw}/v1/chat/completions"
     whole = await _paired(direct_url, gw_url, token, n, False)
     streamed = await _paired(direct_url, gw_url, token, n, True)
     return {
         "benchmark": "gateway",
-        "requests": n, "concurrency": conc, "cpus": os.cpu_count(),
+        "requests": n, "concurrency": conc, "cpus": os.cpu_count(), "calls_stored": store,
         "python": sys.version.split()[0],
         "direct_p50_ms": round(whole["direct_p50_ms"], 3), "gateway_p50_ms": round(whole["via_p50_ms"], 3),
         "added_p50_ms": round(whole["added_p50_ms"], 3),
@@ -142,22 +159,31 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--no-store", action="store_true", help="no per-call persistence")
     args = ap.parse_args()
+    tmp = tempfile.TemporaryDirectory(prefix="agentmeter-bench-")
+    store_dir = None if args.no_store else tmp.name
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     upstream = ctx.Process(target=_serve_upstream, args=(q,), daemon=True)
     upstream.start()
     up_port = q.get(timeout=30)
-    gateway = ctx.Process(target=_serve_gateway, args=(q, up_port), daemon=True)
+    gateway = ctx.Process(target=_serve_gateway, args=(q, up_port, store_dir), daemon=True)
     gateway.start()
     gw_port, token, inproc = q.get(timeout=30)
     try:
         result = asyncio.run(bench(up_port, gw_port, token, inproc, args.requests,
-                                   args.concurrency))
+                                   args.concurrency, store_dir is not None))
+        if store_dir is not None:  # every served call is in the store
+            from agentmeter.store.db import Store
+
+            with Store.open(store_dir) as st:
+                result["stored_calls"] = len(st.model_calls("bench"))
     finally:
         for p in (gateway, upstream):
             p.terminate()
             p.join(5)
+        tmp.cleanup()
     print(json.dumps(result))
 
 

@@ -10,8 +10,9 @@ from typing import Annotated
 import typer
 
 from agentmeter.cli.common import err, fail
-from agentmeter.gateway import Budget
+from agentmeter.gateway import Budget, Gateway, ModelConfigError
 from agentmeter.gateway.standalone import serve
+from agentmeter.pricing import PricingError
 from agentmeter.runner.session import RunRequest, RunSetupError, models_and_prices
 
 gateway_app = typer.Typer(help="The metering gateway on its own.", no_args_is_help=True)
@@ -30,8 +31,9 @@ def gateway_serve(
 
     try:
         registry, book = models_and_prices(RunRequest(models_file=models_file, prices=prices or []))
-        registry.resolve(model)  # an unknown model fails before anything listens
-    except (RunSetupError, ValueError) as e:
+        # an unknown model, a missing key or price fails before anything listens
+        Gateway(registry, book).check_model(model)
+    except (RunSetupError, ValueError, PricingError) as e:
         raise fail(str(e)) from None
 
     def announce(url: str, token: str) -> None:
@@ -52,7 +54,12 @@ def gateway_serve(
                   f"cache_write={u.cache_creation} cache_read={u.cache_read}; "
                   f"USD {meter.cost_usd if meter.cost_usd is not None else 'n/a'}")
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except (ModelConfigError, PricingError) as e:  # e.g. --max-usd for an unpriced model
+        raise fail(str(e)) from None
+    except OSError as e:
+        raise fail(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 
 
 def register(app: typer.Typer) -> None:

@@ -1,8 +1,14 @@
-"""One model call through the gateway: check, forward (translating if needed), stream, meter."""
+"""One model call through the gateway: check, forward (translating if needed), stream, meter.
+
+A call is finished (metered, charged to its trial's budget, handed to the trial's sink) before
+the client sees the end of its response. A client that hangs up mid-stream does not end the call:
+the upstream is read to its end, so the call's real usage is metered and charged.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,12 +21,13 @@ from agentmeter.gateway import usage as usage_fields
 from agentmeter.gateway.errors import convert_error, error_bytes
 from agentmeter.gateway.metering import StreamUsage, TrialState, body_usage
 from agentmeter.gateway.neutral import NeutralUsage
+from agentmeter.gateway.persist import CallWriter
 from agentmeter.gateway.sse import SseEvent, SseParser, loads_object
 from agentmeter.gateway.upstream import Upstream, UpstreamReply, UpstreamRequest
 from agentmeter.gateway.wire_chat import ChatStreamReader, completion_from_body
 from agentmeter.gateway.wire_messages import MessagesStreamWriter, message_body
 from agentmeter.gateway.wire_responses import ResponsesStreamWriter, response_body
-from agentmeter.records import ModelCallRecord, WireApi, utcnow
+from agentmeter.records import ModelCallRecord, TokenUsage, WireApi, utcnow
 
 if TYPE_CHECKING:
     from agentmeter.pricing import PriceBook
@@ -36,6 +43,7 @@ class CallEnv:
     upstream: Upstream
     secret: str | None  # the injected key: scrubbed from anything sent to the client
     bodies_dir: Path | None
+    writer: CallWriter
 
 
 @dataclass
@@ -54,6 +62,9 @@ class Call:
     usage: NeutralUsage | None = None
     error: str | None = None
     out_log: list[bytes] | None = None
+    upstream_bytes: int = 0  # body bytes the upstream sent (a bound of unreported output)
+    client_gone: bool = False
+    finished: bool = False
 
     @property
     def translated(self) -> bool:
@@ -91,21 +102,53 @@ def upstream_body(call: Call) -> tuple[dict[str, Any], bool]:
     return body, injected
 
 
-def finish_record(call: Call, env: CallEnv) -> ModelCallRecord:
+#: request fields that cap a reply's output tokens (reasoning included), per client API
+MAX_OUTPUT_FIELDS: dict[WireApi, tuple[str, ...]] = {
+    "chat": ("max_completion_tokens", "max_tokens"), "responses": ("max_output_tokens",),
+    "messages": ("max_tokens",)}
+
+
+def usage_bound(call: Call, usage: TokenUsage) -> TokenUsage:
+    """What the budget is charged for a served call whose usage is (partly) unknown: each
+    unreported count replaced by an upper bound. Input: the request's size in bytes (a token is
+    at least one byte of its text). Output: the request's output cap when it set one, else the
+    bytes the upstream sent (which bounds visible output, not hidden reasoning)."""
+    cap = None
+    for name in MAX_OUTPUT_FIELDS[call.client_api]:
+        value = call.body.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            cap = value
+            break
+    return usage.model_copy(update={
+        "input": usage.input if usage.input is not None else call.bytes_in,
+        "output": usage.output if usage.output is not None else (
+            cap if cap is not None else call.upstream_bytes)})
+
+
+async def finish_call(call: Call, env: CallEnv) -> ModelCallRecord:
+    """Meter the call, charge its trial and hand it to the trial's sink (once)."""
+    call.finished = True
     usage = usage_fields.to_record(call.usage) if call.usage else usage_fields.to_record(
         NeutralUsage())
     model = call.trial.model
+    unknown = call.status == 200 and (usage.input is None or usage.output is None)
     record = ModelCallRecord(
         trial_id=call.trial.trial_id, seq=call.seq, wire_api=call.upstream_api,
         client_api=call.client_api, model=str(call.body.get("model") or ""),
         upstream_model=model.model_id if not model.scripted else model.name,
         status_code=call.status, stream=call.stream, started_at=call.started_at,
         latency_s=time.perf_counter() - call.t0, ttft_s=call.ttft, usage=usage,
-        cost_usd=env.prices.cost_usd(model.price_key, usage) if call.usage else None,
+        cost_usd=env.prices.cost_usd(model.price_key, usage) if call.usage and not unknown
+        else None,
         bytes_in=call.bytes_in, bytes_out=call.bytes_out, error=call.error,
         scripted=model.scripted,
     )
-    call.trial.add(record)
+    if unknown:
+        bound = usage_bound(call, usage)
+        call.trial.add(record, bound, env.prices.cost_usd(model.price_key, bound))
+    else:
+        call.trial.add(record)
+    await env.writer.write(call.trial, record)
     return record
 
 
@@ -135,7 +178,7 @@ async def refuse_budget(call: Call, env: CallEnv, reason: str) -> web.Response:
                            code="insufficient_quota", kind="insufficient_quota")
     call.error = "budget_exceeded"
     call.bytes_out = len(body)
-    finish_record(call, env)
+    await finish_call(call, env)
     return web.Response(status=call.status, body=body, content_type=JSON)
 
 
@@ -160,15 +203,18 @@ async def forward(request: web.Request, call: Call, env: CallEnv) -> web.StreamR
     try:
         if reply.streaming:
             return await _stream(request, call, env, reply, injected)
-        return _whole(call, env, reply)
+        response = _whole(call, env, reply)
     finally:
-        finish_record(call, env)
+        if not call.finished:
+            await finish_call(call, env)
         _write_bodies(call, env, sent)
+    return response
 
 
 def _whole(call: Call, env: CallEnv, reply: UpstreamReply) -> web.Response:
     body = reply.body or b""
     call.status = reply.status
+    call.upstream_bytes = len(body)
     ctype = reply.content_type if reply.content_type else JSON
     if reply.status == 200:
         obj = loads_object(body)
@@ -232,8 +278,15 @@ async def _stream(request: web.Request, call: Call, env: CallEnv, reply: Upstrea
         writer = MessagesStreamWriter(model, f"msg_gw{call.seq}")
         pending = writer.start()
 
+    async def to_client(step: Awaitable[Any]) -> None:
+        try:
+            await step
+        except (ConnectionError, RuntimeError) as e:  # the client went away: keep reading
+            call.client_gone = True
+            call.error = f"client disconnected: {type(e).__name__}"
+
     async def emit(data: bytes) -> None:
-        if not data:
+        if not data or call.client_gone:
             return
         data = _scrub(data, env.secret)
         if call.ttft is None:
@@ -241,7 +294,7 @@ async def _stream(request: web.Request, call: Call, env: CallEnv, reply: Upstrea
         call.bytes_out += len(data)
         if call.out_log is not None:
             call.out_log.append(data)
-        await resp.write(data)
+        await to_client(resp.write(data))
 
     def translate(events: list[SseEvent]) -> bytes:
         assert reader is not None and writer is not None
@@ -253,13 +306,17 @@ async def _stream(request: web.Request, call: Call, env: CallEnv, reply: Upstrea
                     out += writer.feed(ne)
         return out
 
-    await resp.prepare(request)
+    await to_client(resp.prepare(request))
+    broke = False
     try:
         try:
             async for chunk in reply.chunks:
+                call.upstream_bytes += len(chunk)
                 events = parser.feed(chunk)
                 for ev in events:
                     tracker.feed(ev)
+                if call.client_gone:
+                    continue
                 if writer is not None:
                     out = translate(events)
                     if out:
@@ -277,16 +334,25 @@ async def _stream(request: web.Request, call: Call, env: CallEnv, reply: Upstrea
             elif drop_usage_chunk:
                 await emit(b"".join(ev.raw for ev in rest if not _usage_only(ev)))
         except (TimeoutError, aiohttp.ClientError) as e:
-            call.error = f"upstream stream broke: {type(e).__name__}: {e}"
-        if tracker.error and call.error is None:
-            call.error = f"upstream stream error: {tracker.error}"
-        if call.error is None and not tracker.finished:  # truncated or not a stream of this API
-            call.error = "upstream stream ended without its final event"
+            _upstream_problem(call, f"upstream stream broke: {type(e).__name__}: {e}")
+            broke = True
+        if tracker.error:
+            _upstream_problem(call, f"upstream stream error: {tracker.error}")
+        elif not tracker.finished and not broke:  # truncated or not a stream of this API
+            _upstream_problem(call, "upstream stream ended without its final event")
             call.trial.infra_error = call.trial.infra_error or call.error
-        await resp.write_eof()
-    except (ConnectionError, RuntimeError) as e:  # the client went away
-        call.error = call.error or f"client disconnected: {type(e).__name__}"
     finally:
         call.usage = tracker.usage
         await reply.release()
+    await finish_call(call, env)  # before the client sees the end of the stream
+    if not call.client_gone:
+        await to_client(resp.write_eof())
     return resp
+
+
+def _upstream_problem(call: Call, problem: str) -> None:
+    """The upstream's fault; after the client's own disconnect when both happened."""
+    if call.error is None:
+        call.error = problem
+    elif call.client_gone and "; " not in call.error:
+        call.error = f"{call.error}; {problem}"

@@ -37,7 +37,7 @@ def error_message(body: bytes) -> str:
     """The message of an error body of any API shape (or its text)."""
     try:
         value = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return body[:500].decode("utf-8", "replace")
     if isinstance(value, dict):
         err = value.get("error")

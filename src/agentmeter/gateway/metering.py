@@ -1,7 +1,14 @@
-"""Per-trial state and metering: budgets, call records, usage read from bodies and streams."""
+"""Per-trial state and metering: budgets, call records, usage read from bodies and streams.
+
+Two sums per trial: what the upstream *reported* (``usage``, ``cost_usd``: exact, ``None`` where
+unknown) and what the budget is *charged* (``charged_tokens``, ``charged_usd``): the reported
+usage, or for a served call whose usage is unknown an upper bound of it (``calls.usage_bound``).
+"""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +26,8 @@ class Budget(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_tokens: int | None = Field(default=None, ge=0, description="input (incl. cached) + output")
+    max_tokens: int | None = Field(default=None, ge=0, description="input (incl. cached) + output; "
+                                   "a served call with unknown usage is charged an upper bound")
     max_usd: float | None = Field(default=None, ge=0)
     max_calls: int | None = Field(default=None, ge=0)
 
@@ -38,9 +46,25 @@ class TrialMeter(BaseModel):
     model: str
     calls: list[ModelCallRecord] = Field(default_factory=list)
     usage: TokenUsage = Field(default_factory=TokenUsage)
-    cost_usd: float | None = None
+    cost_usd: float | None = Field(default=None, description="None when unpriced or when a served "
+                                   "call's usage is unknown (n/a, never a partial sum)")
     budget_exceeded: bool = False
     infra_error: str | None = None
+    charged_tokens: int = Field(default=0, description="what the token budget was charged")
+    charged_usd: float = Field(default=0.0, description="what the USD budget was charged")
+    calls_without_usage: int = Field(default=0, description="served calls whose usage is unknown")
+    stored_seqs: list[int] = Field(default_factory=list,
+                                   description="calls already stored by the trial's call sink")
+    sink_error: str | None = None
+
+
+#: receives each finished call record (on the gateway's writer thread), e.g. to store it
+CallSink = Callable[[ModelCallRecord], None]
+
+
+def usage_unknown(record: ModelCallRecord) -> bool:
+    """A served call (status 200) whose input or output tokens the upstream did not report."""
+    return record.status_code == 200 and (record.usage.input is None or record.usage.output is None)
 
 
 @dataclass
@@ -58,6 +82,26 @@ class TrialState:
     metered_calls: int = 0  # calls that reached the upstream (refusals excluded)
     budget_exceeded: bool = False
     infra_error: str | None = None
+    sink: CallSink | None = None
+    stored: set[int] = field(default_factory=set)  # seqs the sink stored (written by its thread)
+    sink_error: str | None = None
+    charged_tokens: int = 0
+    charged_usd: float = 0.0
+    calls_without_usage: int = 0
+    in_flight: int = 0
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+    def begin_call(self) -> None:
+        self.in_flight += 1
+        self.idle.clear()
+
+    def end_call(self) -> None:
+        self.in_flight -= 1
+        if self.in_flight == 0:
+            self.idle.set()
 
     def take_seq(self) -> int:
         seq, self.next_seq = self.next_seq, self.next_seq + 1
@@ -68,23 +112,34 @@ class TrialState:
         b = self.budget
         if b.max_calls is not None and self.metered_calls >= b.max_calls:
             return f"call budget of {b.max_calls} calls exhausted"
-        if b.max_tokens is not None and self.usage.total >= b.max_tokens:
-            return f"token budget of {b.max_tokens} tokens exhausted ({self.usage.total} used)"
-        if b.max_usd is not None and self.priced and self.cost_usd >= b.max_usd:
-            return f"cost budget of ${b.max_usd:.4f} exhausted (${self.cost_usd:.4f} spent)"
+        if b.max_tokens is not None and self.charged_tokens >= b.max_tokens:
+            return f"token budget of {b.max_tokens} tokens exhausted ({self.charged_tokens} charged)"
+        if b.max_usd is not None and self.priced and self.charged_usd >= b.max_usd:
+            return f"cost budget of ${b.max_usd:.4f} exhausted (${self.charged_usd:.4f} charged)"
         return None
 
-    def add(self, record: ModelCallRecord) -> None:
+    def add(self, record: ModelCallRecord, charged: TokenUsage | None = None,
+            charged_usd: float | None = None) -> None:
+        """Count a finished call: its reported usage and cost, and its budget charge (by default
+        the reported figures; ``charged`` when they are unknown)."""
         self.calls.append(record)
         if record.error != "budget_exceeded":
             self.metered_calls += 1
+        if usage_unknown(record):
+            self.calls_without_usage += 1
         self.usage = self.usage + record.usage
         self.cost_usd += record.cost_usd or 0.0
+        self.charged_tokens += (charged or record.usage).total
+        self.charged_usd += (charged_usd if charged_usd is not None else record.cost_usd) or 0.0
 
     def meter(self) -> TrialMeter:
+        priced = self.priced and self.calls_without_usage == 0
         return TrialMeter(trial_id=self.trial_id, model=self.model.name, calls=list(self.calls),
-                          usage=self.usage, cost_usd=self.cost_usd if self.priced else None,
-                          budget_exceeded=self.budget_exceeded, infra_error=self.infra_error)
+                          usage=self.usage, cost_usd=self.cost_usd if priced else None,
+                          budget_exceeded=self.budget_exceeded, infra_error=self.infra_error,
+                          charged_tokens=self.charged_tokens, charged_usd=self.charged_usd,
+                          calls_without_usage=self.calls_without_usage,
+                          stored_seqs=sorted(self.stored), sink_error=self.sink_error)
 
 
 def body_usage(api: WireApi, obj: dict[str, Any]) -> NeutralUsage | None:

@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
+import shutil
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
+from agentmeter.gateway import sockdir
 from agentmeter.gateway.calls import JSON, Call, CallEnv, forward, refuse_budget
 from agentmeter.gateway.errors import error_bytes
-from agentmeter.gateway.metering import Budget, ScriptedContext, TrialMeter, TrialState
+from agentmeter.gateway.metering import Budget, CallSink, ScriptedContext, TrialMeter, TrialState
+from agentmeter.gateway.persist import CallWriter
 from agentmeter.gateway.registry import ModelConfigError, ModelRegistry, UpstreamModel
 from agentmeter.gateway.scripted.model import ScriptedModel, tokens
-from agentmeter.gateway.sse import loads_object
+from agentmeter.gateway.sse import request_object
 from agentmeter.gateway.upstream import HttpUpstream, RetryPolicy, ScriptedUpstream, Upstream
 from agentmeter.pricing import PriceBook, UnpricedModelError
 from agentmeter.records import WireApi
@@ -27,6 +31,9 @@ CALL_ROUTES: dict[str, WireApi] = {
     "/v1/responses": "responses", "/responses": "responses",
     "/v1/messages": "messages", "/messages": "messages",
 }
+#: how long ``finish_trial`` waits for calls still reading their upstream (e.g. after the agent
+#: hung up mid-stream) before it closes the trial without them (their sink still stores them)
+SETTLE_S = 60.0
 
 
 class GatewayError(RuntimeError):
@@ -56,13 +63,20 @@ class Gateway:
         self._scripted = ScriptedModel()
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
+        self._writer = CallWriter()
+        self._own_socket_dir: Path | None = None
         self.port: int | None = None
         self.unix_socket: Path | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self, unix_socket: Path | None = None, host: str | None = None,
-                    port: int | None = None) -> None:
-        """Listen on a Unix socket and/or TCP (``port=0`` picks a free port: see ``.port``)."""
+                    port: int | None = None, *, private_socket: bool = False) -> None:
+        """Listen on a Unix socket and/or TCP (``port=0`` picks a free port: see ``.port``).
+        ``private_socket``: the socket in a new private directory (``sockdir``), removed by
+        ``stop`` or, after a SIGKILL, by the next gateway that starts."""
+        if private_socket:
+            self._own_socket_dir = sockdir.make()
+            unix_socket = self._own_socket_dir / "gw.sock"
         if unix_socket is None and host is None and port is None:
             host, port = "127.0.0.1", 0
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -98,9 +112,13 @@ class Gateway:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        await self._writer.close()
         self._upstreams.clear()
         if self.unix_socket is not None and self.unix_socket.exists():
             self.unix_socket.unlink()
+        if self._own_socket_dir is not None:
+            shutil.rmtree(self._own_socket_dir, ignore_errors=True)
+            self._own_socket_dir = None
 
     @property
     def base_url(self) -> str:
@@ -119,7 +137,10 @@ class Gateway:
         return um
 
     def open_trial(self, trial_id: str, model: str, *, budget: Budget | None = None,
-                   scripted: ScriptedContext | None = None) -> str:
+                   scripted: ScriptedContext | None = None, sink: CallSink | None = None) -> str:
+        """A token for the trial's calls. ``sink`` gets each call record as the call completes,
+        on the gateway's writer thread (see ``persist``); ``TrialMeter.stored_seqs`` says which
+        it took."""
         if trial_id in self._trials:
             raise GatewayError(f"trial {trial_id!r} is already open")
         um = self.check_model(model)
@@ -128,7 +149,8 @@ class Gateway:
         if budget.max_usd is not None and not priced:
             raise UnpricedModelError(f"model {model!r} has no price: cannot enforce max_usd")
         token = TOKEN_PREFIX + secrets.token_urlsafe(24)
-        state = TrialState(trial_id, token, um, budget, scripted or ScriptedContext(), priced)
+        state = TrialState(trial_id, token, um, budget, scripted or ScriptedContext(), priced,
+                           sink=sink)
         self._trials[trial_id] = state
         self._tokens[token] = state
         return token
@@ -138,10 +160,21 @@ class Gateway:
         return self._trial(trial_id).meter()
 
     def close_trial(self, trial_id: str) -> TrialMeter:
+        """Close now; calls still under way are not in the returned meter (their sink still
+        gets them). ``finish_trial`` waits for them."""
         state = self._trial(trial_id)
         del self._trials[trial_id]
         self._tokens.pop(state.token, None)
         return state.meter()
+
+    async def finish_trial(self, trial_id: str, settle_s: float = SETTLE_S) -> TrialMeter:
+        """Refuse the trial's token, wait (up to ``settle_s``) for its calls under way to be
+        metered, then close it."""
+        state = self._trial(trial_id)
+        self._tokens.pop(state.token, None)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(state.idle.wait(), settle_s)
+        return self.close_trial(trial_id)
 
     def _trial(self, trial_id: str) -> TrialState:
         try:
@@ -184,9 +217,9 @@ class Gateway:
             raw = await request.read()
         except (TimeoutError, aiohttp.ClientError, ConnectionError):
             return self._error(client_api, 400, "could not read the request body")
-        body = loads_object(raw)
-        if body is None:
-            return self._error(client_api, 400, "malformed JSON: the body must be a JSON object")
+        body = request_object(raw)
+        if isinstance(body, str):
+            return self._error(client_api, 400, body)
         um = trial.model
         upstream_api = client_api if client_api in um.wire_apis else um.wire_api
         if upstream_api != client_api and upstream_api != "chat":
@@ -197,18 +230,25 @@ class Gateway:
             upstream, key = self._upstream(um)
         except GatewayError as e:
             return self._error(client_api, 503, str(e))
-        env = CallEnv(self.prices, upstream, key, self.record_bodies_dir)
-        reason = trial.over_budget()
-        if reason is not None:
-            return await refuse_budget(call, env, reason)
-        return await forward(request, call, env)
+        env = CallEnv(self.prices, upstream, key, self.record_bodies_dir, self._writer)
+        trial.begin_call()
+        try:
+            reason = trial.over_budget()
+            if reason is not None:
+                return await refuse_budget(call, env, reason)
+            return await forward(request, call, env)
+        finally:
+            trial.end_call()
 
     async def _count_tokens(self, request: web.Request) -> web.Response:
         if self._auth(request) is None:
             return self._error("messages", 401, "invalid or unknown agentmeter trial token")
-        body = loads_object(await request.read())
-        if body is None:
-            return self._error("messages", 400, "malformed JSON: the body must be a JSON object")
+        try:
+            body = request_object(await request.read())
+        except (TimeoutError, aiohttp.ClientError, ConnectionError):
+            body = "could not read the request body"
+        if isinstance(body, str):
+            return self._error("messages", 400, body)
         from agentmeter.gateway.scripted.conversation import read
 
         estimate = tokens(read("messages", body).prompt_text)  # an estimate, not metered

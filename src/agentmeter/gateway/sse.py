@@ -70,9 +70,43 @@ def encode(data: dict[str, Any] | str, event: str | None = None) -> bytes:
 
 
 def loads_object(text: str | bytes) -> dict[str, Any] | None:
-    """JSON object or ``None`` (garbage, or JSON that is not an object)."""
+    """JSON object or ``None`` (garbage, JSON that is not an object, or nested too deeply for
+    the parser: ``RecursionError``)."""
     try:
         value = json.loads(text)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
+
+
+#: how deeply a client's request may nest: far beyond any real request (tool schemas nest a few
+#: levels), far below what breaks the JSON encoder or the translators (Python's recursion limit)
+MAX_REQUEST_DEPTH = 256
+
+
+def request_object(raw: bytes) -> dict[str, Any] | str:
+    """A client's JSON request body, or why it is refused (the message of a 400)."""
+    try:
+        value = json.loads(raw)
+    except RecursionError:
+        return f"request JSON nested deeper than {MAX_REQUEST_DEPTH} levels"
+    except (ValueError, UnicodeDecodeError):
+        value = None
+    if not isinstance(value, dict):
+        return "malformed JSON: the body must be a JSON object"
+    if raw.count(b"[") + raw.count(b"{") > MAX_REQUEST_DEPTH and _deeper_than(
+            value, MAX_REQUEST_DEPTH):
+        return f"request JSON nested deeper than {MAX_REQUEST_DEPTH} levels"
+    return value
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether containers nest more than ``limit`` deep (iterative: no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return False

@@ -20,9 +20,13 @@ async def serve(model: str, *, host: str, port: int, models: ModelRegistry, pric
                 budget: Budget | None, out: Path | None, announce: Callable[[str, str], None],
                 on_call: Callable[[str], None], stop: asyncio.Event) -> TrialMeter:
     gw = Gateway(models, prices)
-    await gw.start(host=host, port=port)
     session = "serve-" + secrets.token_hex(4)
-    token = gw.open_trial(session, model, budget=budget)
+    token = gw.open_trial(session, model, budget=budget)  # a bad model fails before listening
+    try:
+        await gw.start(host=host, port=port)
+    except BaseException:
+        await gw.stop()
+        raise
     announce(gw.base_url, token)
     seen = 0
     try:

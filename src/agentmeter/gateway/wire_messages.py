@@ -28,7 +28,7 @@ _STOP: dict[FinishReason, str] = {
 def _input_object(arguments: str) -> Any:
     try:
         value = json.loads(arguments) if arguments else {}
-    except ValueError:
+    except (ValueError, RecursionError):
         return {"_raw_arguments": arguments}
     return value if isinstance(value, dict) else {"value": value}
 

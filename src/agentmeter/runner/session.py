@@ -4,7 +4,6 @@ and the sandbox backend, execute the plan, close cleanly (also on Ctrl-C)."""
 from __future__ import annotations
 
 import secrets
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -224,13 +223,11 @@ async def _run_locked(store: Store, prepared: PreparedRun, run_id: str, backend:
         store.upsert_task(t.to_record(prepared.suite_name), run_id=run_id)
 
     gateway: Gateway | None = None
-    sock_dir = None
     if any(c.agent.uses_model for c in prepared.configs):
         registry, prices = models_and_prices(req)
         bodies = store.run_dir(run_id) / "bodies" if req.record_bodies else None
         gateway = Gateway(registry, prices, record_bodies_dir=bodies, allow_unpriced=req.allow_unpriced)
-        sock_dir = tempfile.TemporaryDirectory(prefix="agentmeter-gw-")
-        await gateway.start(unix_socket=Path(sock_dir.name) / "gw.sock", host="127.0.0.1", port=0)
+        await gateway.start(private_socket=True, host="127.0.0.1", port=0)
     ctx = TrialContext(store=store, run_id=run_id, backend=backend, gateway=gateway)
     plan = build_plan(prepared.configs, prepared.tasks, req.attempts)
     status = "interrupted"
@@ -242,8 +239,6 @@ async def _run_locked(store: Store, prepared: PreparedRun, run_id: str, backend:
     finally:
         if gateway is not None:
             await gateway.stop()
-        if sock_dir is not None:
-            sock_dir.cleanup()
         store.update_run_status(run_id, status,  # type: ignore[arg-type]
                                 finished_at=datetime.now(UTC))
     return run_id, progress

@@ -20,6 +20,7 @@ from agentmeter.gateway import Budget, Gateway, ScriptedContext, TrialMeter
 from agentmeter.records import (
     ArtifactRecord,
     ConfigRecord,
+    ModelCallRecord,
     PhaseTimings,
     TokenUsage,
     TrialRecord,
@@ -178,7 +179,7 @@ class TrialRunner:
             timings.agent_run = time.monotonic() - t0
             timings.agent_command = agent_run.command_s
             if token_open and self.ctx.gateway is not None:
-                meter = self.ctx.gateway.close_trial(rec.id)
+                meter = await self.ctx.gateway.finish_trial(rec.id)  # calls under way metered
                 token_open = False
             await self._save_diff(sandbox, snapshot)
 
@@ -237,7 +238,8 @@ class TrialRunner:
         token = gw.open_trial(self.rec.id, self.config.model.name,
                               budget=Budget(max_tokens=b.max_tokens, max_usd=b.max_usd,
                                             max_calls=b.max_calls),
-                              scripted=ScriptedContext(solution_script=solution))
+                              scripted=ScriptedContext(solution_script=solution),
+                              sink=self._store_call)
         return GatewayEndpoint(base_url=f"http://127.0.0.1:{GATEWAY_PORT}", token=token,
                                model=self.config.model.name,
                                host_base_url=gw.base_url if gw.port else None)
@@ -357,6 +359,11 @@ class TrialRunner:
         if verdict.problem and not rec.error:
             rec.error = verdict.problem
 
+    def _store_call(self, call: ModelCallRecord) -> None:
+        """The gateway's sink: each call stored as it completes (on the gateway's writer
+        thread), so a SIGKILLed runner loses no served call."""
+        self.ctx.store.add_model_calls(self.ctx.run_id, [call], try_number=self.rec.try_number)
+
     def _apply_meter(self, meter: TrialMeter) -> None:
         rec = self.rec
         if not meter.calls:  # no call was made: zero is known, not "not exposed"
@@ -366,5 +373,9 @@ class TrialRunner:
         rec.usage = meter.usage
         rec.cost_usd = meter.cost_usd
         rec.model_calls = len(meter.calls)
-        if meter.calls:
-            self.ctx.store.add_model_calls(self.ctx.run_id, meter.calls, try_number=rec.try_number)
+        if meter.calls_without_usage:
+            rec.extra["calls_without_usage"] = meter.calls_without_usage
+        stored = set(meter.stored_seqs)  # the rest: the sink failed (e.g. the store was locked)
+        unstored = [c for c in meter.calls if c.seq not in stored]
+        if unstored:
+            self.ctx.store.add_model_calls(self.ctx.run_id, unstored, try_number=rec.try_number)

@@ -33,6 +33,7 @@ from agentmeter.records import (
     ModelCallRecord,
     RunRecord,
     TaskRecord,
+    TokenUsage,
     TrialRecord,
     TrialStatus,
     utcnow,
@@ -46,6 +47,20 @@ from agentmeter.store.expressions import NOT_FINAL
 from agentmeter.store.migrations import current_version
 
 RunStatus = Literal["running", "finished", "interrupted", "imported"]
+
+#: upsert statements by (table, dialect, columns written): immutable, so shared by every store
+_UPSERTS: dict[tuple[str, str, tuple[str, ...]], Any] = {}
+
+
+def _call_totals(calls: Sequence[ModelCallRecord]) -> dict[str, Any]:
+    """A try's usage, cost and call count from its stored calls, summed as the gateway sums
+    them (``gateway.metering.TrialState``): the cost is n/a when a served call's is unknown."""
+    usage = TokenUsage()
+    for c in calls:
+        usage = usage + c.usage
+    unknown = any(c.status_code == 200 and c.cost_usd is None for c in calls)
+    cost = None if unknown else sum(c.cost_usd or 0.0 for c in calls)
+    return {"usage": usage, "cost_usd": cost, "model_calls": len(calls)}
 
 
 class Store:
@@ -111,20 +126,26 @@ class Store:
                 ) -> None:
         if not rows:
             return
-        keys = [c.name for c in table.primary_key.columns]
         dialect = conn.dialect.name
+        columns = tuple(rows[0])
+        stmt = _UPSERTS.get((table.name, dialect, columns))
+        if stmt is None:  # built once per shape: building ``excluded`` costs ~2 ms a time
+            stmt = self._upsert_statement(table, dialect, columns)
+            _UPSERTS[(table.name, dialect, columns)] = stmt
+        conn.execute(stmt, list(rows))
+
+    def _upsert_statement(self, table: sa.Table, dialect: str, columns: tuple[str, ...]) -> Any:
+        keys = [c.name for c in table.primary_key.columns]
         if dialect == "sqlite":
             stmt: Any = sqlite.insert(table)
         elif dialect == "postgresql":
             stmt = postgresql.insert(table)
         else:  # pragma: no cover - no such backend configured yet
             raise StoreError(f"{self.where}: upsert not implemented for {dialect}")
-        updates = {c: stmt.excluded[c] for c in rows[0] if c not in keys}
+        updates = {c: stmt.excluded[c] for c in columns if c not in keys}
         if updates:
-            stmt = stmt.on_conflict_do_update(index_elements=keys, set_=updates)
-        else:
-            stmt = stmt.on_conflict_do_nothing(index_elements=keys)
-        conn.execute(stmt, list(rows))
+            return stmt.on_conflict_do_update(index_elements=keys, set_=updates)
+        return stmt.on_conflict_do_nothing(index_elements=keys)
 
     # --- runs ----------------------------------------------------------------------------
 
@@ -260,18 +281,23 @@ class Store:
     def close_incomplete_trials(self, run_id: str, error: str = "interrupted"
                                 ) -> list[TrialRecord]:
         """Resume helper: mark every pending/running try ``infra_invalid`` (keeping its model
-        calls, so its spending stays accounted); the runner then re-runs the trial with the
-        next try number. Returns the closed tries."""
+        calls, stored as they completed, and totalling them on the try so its spending stays
+        accounted); the runner then re-runs the trial with the next try number. Returns the
+        closed tries."""
         now = utcnow()
         closed: list[TrialRecord] = []
         with self._write(f"incomplete trials of run {run_id!r}") as conn:
-            t = s.trials
+            t, mc = s.trials, s.model_calls
             rows = conn.execute(sa.select(t).where(t.c.run_id == run_id,
                                                    t.c.status.in_(NOT_FINAL))).mappings()
             for row in list(rows):
+                calls = [s.model_call_from_row(r) for r in conn.execute(sa.select(mc).where(
+                    mc.c.run_id == run_id, mc.c.trial_id == row["id"],
+                    mc.c.try_number == row["try_number"])).mappings()]
+                totals = _call_totals(calls) if calls else {}
                 trial = s.trial_from_row(row).model_copy(update={
                     "status": TrialStatus.INFRA_INVALID, "error": error, "passed": None,
-                    "finished_at": now})
+                    "finished_at": now, **totals})
                 self._upsert(conn, t, [s.trial_to_row(trial, now)])
                 closed.append(trial)
         return closed
@@ -297,8 +323,48 @@ class Store:
                         try_number: int = 0) -> None:
         """Record metered calls (idempotent: a call is keyed by trial, try and seq)."""
         rows = [s.model_call_to_row(run_id, try_number, c) for c in calls]
+        if rows and self._engine.dialect.name == "sqlite":
+            self._sqlite_upsert(s.model_calls, rows, f"model calls of run {run_id!r}")
+            return
         with self._write(f"model calls of run {run_id!r}") as conn:
             self._upsert(conn, s.model_calls, rows)
+
+    def _sqlite_upsert(self, table: sa.Table, rows: Sequence[dict[str, Any]], what: str) -> None:
+        """``_upsert`` in one ``BEGIN IMMEDIATE`` transaction straight on the driver: the same
+        SQL (compiled once from the same statement) and the same value conversions (each
+        column type's bind processor), without the per-execution cost of the SQL layer, which
+        was most of the time of storing one model call as it completes."""
+        sql, order, processors = self._sqlite_plan(table, tuple(rows[0]))
+        params = [tuple(processors[i](row[k]) if processors[i] else row[k]
+                        for i, k in enumerate(order)) for row in rows]
+        raw = self._engine.raw_connection()
+        try:
+            db = raw.driver_connection
+            assert db is not None
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.executemany(sql, params)
+            except BaseException as exc:
+                db.execute("ROLLBACK")
+                if isinstance(exc, self._engine.dialect.loaded_dbapi.IntegrityError):
+                    raise StoreError(f"{what}: rejected by the database: {exc}") from None
+                raise
+            db.execute("COMMIT")
+        finally:
+            raw.close()
+
+    def _sqlite_plan(self, table: sa.Table, columns: tuple[str, ...]
+                     ) -> tuple[str, tuple[str, ...], list[Any]]:
+        key = (table.name, "sqlite-driver", columns)
+        plan = _UPSERTS.get(key)
+        if plan is None:
+            dialect = self._engine.dialect
+            compiled = self._upsert_statement(table, "sqlite", columns).compile(dialect=dialect)
+            order = tuple(compiled.positiontup or ())
+            processors = [table.c[k].type.dialect_impl(dialect).bind_processor(dialect)
+                          for k in order]
+            plan = _UPSERTS[key] = (compiled.string, order, processors)
+        return plan
 
     def model_calls(self, run_id: str, trial_id: str | None = None,
                     try_number: int | None = None) -> list[ModelCallRecord]:

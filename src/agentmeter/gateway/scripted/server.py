@@ -50,7 +50,7 @@ def make_app(policy: Policy | None = None, solution_script: str | None = None,
                                 content_type="application/json")
         try:
             body = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             body = None
         if not isinstance(body, dict):
             return web.Response(status=400, body=error_bytes(api, 400, "malformed JSON body"),
