@@ -16,6 +16,7 @@ task), and the verifier (agent-written code run by the test: as root in a naive 
 
 from __future__ import annotations
 
+import re
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,7 @@ if [ "$(cat /app/answer.txt 2>/dev/null)" = solved ]; then echo 1 > /logs/verifi
 else echo 0 > /logs/verifier/reward.txt; fi
 """
 
-#: helpers every probe gets: report(), tried(), sc() (a raw syscall), x86-64 numbers
+#: helpers every probe gets: tried(), breach(), sc() (a raw syscall), attempt(), connect()
 PROBE_LIB = r'''
 import ctypes, os, socket, sys
 libc = ctypes.CDLL(None, use_errno=True)
@@ -50,6 +51,11 @@ def attempt(i, fn):
         print("contained:", i, repr(e)[:120], flush=True)
     if got:
         breach(i, repr(got)[:300])
+def connect(host, port):
+    s = socket.create_connection((host, port), timeout=3)
+    data = s.recv(200)
+    print("got:", data, flush=True)
+    return data
 '''
 
 
@@ -120,21 +126,11 @@ def hostile_tasks(secrets: dict[str, str], host_port: int, host_ip: str) -> list
     attempt("host.proc1_root_escape", lambda: read("/proc/1/root{canary}"))
     ''')
     net = _py(f'''
-    def connect(host):
-        s = socket.create_connection((host, {host_port}), timeout=3)
-        data = s.recv(200)
-        print("got:", data, flush=True)
-        return data
-    attempt("net.host_loopback", lambda: connect("127.0.0.1"))
-    attempt("net.host_address", lambda: connect("{host_ip}"))
+    attempt("net.host_loopback", lambda: connect("127.0.0.1", {host_port}))
+    attempt("net.host_address", lambda: connect("{host_ip}", {host_port}))
     ''')
     net_full = _py(f'''
-    def connect(host):
-        s = socket.create_connection((host, {host_port}), timeout=3)
-        data = s.recv(200)
-        print("got:", data, flush=True)
-        return data
-    attempt("net.full_host_loopback", lambda: connect("127.0.0.1"))
+    attempt("net.full_host_loopback", lambda: connect("127.0.0.1", {host_port}))
     ''')
     build_root = BASE + textwrap.dedent(f"""\
         RUN (echo TRIED:build.core_pattern; echo 'core.am-hostile' > /proc/sys/kernel/core_pattern \\
@@ -233,7 +229,6 @@ def hostile_tasks(secrets: dict[str, str], host_port: int, host_ip: str) -> list
 
 def _ids(script: str) -> tuple[str, ...]:
     """The attempt ids a script announces (``attempt("id"`` and ``echo TRIED:id``)."""
-    import re
     found = re.findall(r'attempt\("([^"]+)"', script) + re.findall(r"TRIED:([A-Za-z0-9_.]+)", script)
     return tuple(dict.fromkeys(found))
 

@@ -199,47 +199,39 @@ async def image_config(tag: str) -> ImageConfig:
                        user=cfg.get("User") or "")
 
 
+def _unshift(ti: tarfile.TarInfo) -> tarfile.TarInfo:
+    ti.uid, ti.gid = unshifted(ti.uid), unshifted(ti.gid)
+    ti.uname = ti.gname = ""
+    return ti
+
+
+def _import_unshifted(root: Path) -> tuple[int, bytes]:
+    """``docker import`` of ``root`` as a tar stream whose owners are mapped back from the
+    shifted ids (blocking; run in a thread). Returns docker's exit code and output."""
+    changes = [f"ENV PATH={DEFAULT_PATH}", f"LABEL agentmeter.base={DOCKER_BASE_ID}"]
+    cmd = ["docker", "import", *(a for c in changes for a in ("--change", c)), "-", BASE_TAG]
+    with subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            with tarfile.open(fileobj=proc.stdin, mode="w|", format=tarfile.GNU_FORMAT) as tar:
+                for entry in sorted(os.listdir(root)):
+                    tar.add(str(root / entry), arcname=entry, filter=_unshift)
+        except BrokenPipeError:
+            pass  # docker gave up: its output says why
+        finally:
+            proc.stdin.close()
+        out = proc.stdout.read()
+    return proc.returncode, out
+
+
 async def ensure_base_image() -> str:
     """Import the debootstrap base once; returns its tag."""
     if await image_exists(BASE_TAG):
         return BASE_TAG
     root = await asyncio.to_thread(ensure_debian_base)
-    changes = [f"ENV PATH={DEFAULT_PATH}", f"LABEL agentmeter.base={DOCKER_BASE_ID}"]
-    proc = await asyncio.create_subprocess_exec(
-        "docker", "import", *(a for c in changes for a in ("--change", c)), "-", BASE_TAG,
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    assert proc.stdin is not None
-
-    def unshift(ti: tarfile.TarInfo) -> tarfile.TarInfo:
-        ti.uid, ti.gid = unshifted(ti.uid), unshifted(ti.gid)
-        ti.uname = ti.gname = ""
-        return ti
-
-    loop = asyncio.get_running_loop()
-
-    class _Pipe:  # tarfile writes from a thread; the bytes go to docker's stdin on the loop
-        def write(self, data: bytes) -> int:
-            asyncio.run_coroutine_threadsafe(_feed(bytes(data)), loop).result()
-            return len(data)
-
-    async def _feed(data: bytes) -> None:
-        assert proc.stdin is not None
-        proc.stdin.write(data)
-        await proc.stdin.drain()
-
-    def make_tar() -> None:
-        with tarfile.open(fileobj=_Pipe(), mode="w|", format=tarfile.GNU_FORMAT) as tar:  # type: ignore[call-overload]
-            for entry in sorted(os.listdir(root)):
-                tar.add(str(root / entry), arcname=entry, filter=unshift)
-
-    try:
-        await asyncio.to_thread(make_tar)
-    except (BrokenPipeError, ConnectionResetError):
-        pass
-    finally:
-        proc.stdin.close()
-    out, _ = await proc.communicate()
-    if proc.returncode != 0:
+    code, out = await asyncio.to_thread(_import_unshifted, root)
+    if code != 0:
         raise SandboxError("docker import of the Debian base failed: "
                            + out.decode(errors="replace")[-2000:])
     return BASE_TAG
