@@ -18,7 +18,7 @@ enters the keeper's mount and network namespaces, then its user namespace as uid
 uid 1000 with ``setpriv`` (host 2**30 + 1000). Root in a sandbox is thus not host root: host-wide
 sysctls, host root's keyrings and host-owned files (``base = "host"``, task mounts: shown as
 nobody) refuse it. It cannot traverse ``/root``, so the keeper mounts the tree and binds the mount
-sources under ``STAGE_DIR`` (in its mount namespace only) for bwrap. The cached base and
+sources under ``local_dirs.STAGE_DIR`` (in its mount namespace only) for bwrap. The cached base and
 layers hold shifted owners, and their cache keys say so. User keyrings are per user namespace,
 hence per sandbox; each exec also joins a fresh session keyring (``masks.py``). In every exec
 ``/proc/sys`` and the other proc paths Docker protects are read-only or masked (``masks.py``);
@@ -38,7 +38,6 @@ import json
 import os
 import platform
 import secrets
-import shutil
 import signal
 import stat
 import subprocess
@@ -48,8 +47,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from agentmeter.paths import cache_dir
-from agentmeter.sandbox import cgroups, idmap, rootfs, seccomp
+from agentmeter.sandbox import cgroups, idmap, local_dirs, rootfs, seccomp
 from agentmeter.sandbox.archive import (
     COPY_OUT_MAX_BYTES,
     NO_SUCH_FILE,
@@ -84,11 +82,6 @@ from agentmeter.sandbox.spec import (
 ROOT_CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_SETGID",
              "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-#: where a root-run keeper mounts the sandbox tree ("root") and binds the spec's mount sources
-#: ("d0", "f1", ...: directories, files) for the sandbox's root to reach: empty mount points on
-#: the host, mounted on only in each keeper's own mount namespace
-STAGE_DIR = "/run/agentmeter-stage"
-
 _KEEPER_SCRIPT = r"""
 set -e
 cd "$AM_LAYERS"
@@ -101,10 +94,10 @@ mount -t overlay overlay -o "$AM_OVL_OPTS" "$AM_MERGED"
 for d in $AM_HOST_DIRS; do
   mount --rbind "$d" "$AM_MERGED$d"; mount -o remount,bind,ro,nodev,nosuid "$AM_MERGED$d"
 done
-if [ "$AM_NEWNET" = 1 ]; then ip link set lo up; fi
+ip link set lo up
 if [ -n "$AM_OWNER" ]; then
   # the network namespace is host root's: let the sandbox bind ports < 1024 in it, as Docker does
-  if [ "$AM_NEWNET" = 1 ]; then echo 0 > /proc/sys/net/ipv4/ip_unprivileged_port_start; fi
+  echo 0 > /proc/sys/net/ipv4/ip_unprivileged_port_start
   while [ $# -gt 0 ]; do mount --rbind "$1" "$2"; shift 2; done  # staged mount sources
   # the sandbox's user namespace; the harness writes its id map after "ready"
   exec unshare --user sh -c 'echo ready; while read -r _; do :; done'
@@ -112,58 +105,6 @@ fi
 echo ready
 exec cat >/dev/null
 """
-
-
-def _sandboxes_dir() -> Path:
-    return cache_dir() / "sandboxes"
-
-
-def _sandbox_owner(d: Path) -> tuple[int, int] | None:
-    """(owner pid, keeper pid) of a sandbox directory, -1 where unknown; None when the directory
-    cannot be attributed yet (an unnamed one younger than a minute may still be starting)."""
-    head, sep, _sid = d.name.partition("-")
-    named_owner = int(head) if sep and head.isdigit() else -1
-    try:
-        data = json.loads((d / "owner.json").read_text())
-        return int(data["owner"]), int(data["keeper"])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    if named_owner > 0:
-        return named_owner, -1  # killed before the keeper was recorded; its keeper exits with stdin
-    try:
-        if time.time() - d.stat().st_mtime < 60:
-            return None
-    except FileNotFoundError:
-        return None
-    return -1, -1
-
-
-def _stage_point(i: int, is_dir: bool) -> str:
-    """The mount point (made on first need) under which the keeper binds mount source ``i``."""
-    point = f"{STAGE_DIR}/{'d' if is_dir else 'f'}{i}"
-    if not os.path.lexists(point):
-        with contextlib.suppress(FileExistsError):
-            if is_dir:
-                os.mkdir(point, 0o755)
-            else:
-                os.close(os.open(point, os.O_CREAT | os.O_WRONLY | os.O_NOFOLLOW, 0o644))
-    return point
-
-
-def _rmtree(path: Path) -> None:
-    """rmtree that also removes what overlayfs leaves unreadable (its work dir is mode 000)."""
-    try:
-        shutil.rmtree(path)
-        return
-    except FileNotFoundError:
-        return
-    except OSError:
-        pass
-    for root, dirs, _files in os.walk(path):
-        for d in dirs:  # top-down: fixed before os.walk descends into it
-            with contextlib.suppress(OSError):
-                os.chmod(os.path.join(root, d), 0o700)
-    shutil.rmtree(path, ignore_errors=True)
 
 
 class LocalSandbox:
@@ -202,13 +143,13 @@ class LocalSandbox:
     @property
     def _tree(self) -> str:
         """Where the keeper mounts the sandbox tree (in its own mount namespace)."""
-        return f"{STAGE_DIR}/root" if self._shifted else f"{self.dir}/merged"
+        return f"{local_dirs.STAGE_DIR}/root" if self._shifted else f"{self.dir}/merged"
 
     @property
     def _resolv_conf(self) -> str:
         """The sandbox's resolv.conf (network "full") where bwrap can reach it."""
         if self._shifted:
-            return _stage_point(len(self.spec.mounts), False)
+            return local_dirs.stage_point(len(self.spec.mounts), False)
         return str(self.dir / "resolv.conf")
 
     @property
@@ -228,9 +169,6 @@ class LocalSandbox:
         if self._rootless:
             opts += ",userxattr"
         host_dirs = " ".join(rootfs.host_bind_dirs()) if self.spec.base == "host" else ""
-        # network: every sandbox has a network namespace of its own; "full" ones are attached
-        # to the outside by pasta (pasta.py, in _start), never to the host's loopback
-        new_net = True
         env = {
             "PATH": os.environ.get("PATH", DEFAULT_PATH),
             "AM_LAYERS": str(self._layers_dir),
@@ -238,13 +176,12 @@ class LocalSandbox:
             "AM_MERGED": self._tree,
             "AM_OVL_OPTS": opts,
             "AM_HOST_DIRS": host_dirs,
-            "AM_NEWNET": "1" if new_net else "0",
             "AM_DISK": str(self.spec.limits.disk_mb or ""),
             "AM_OWNER": f"{idmap.SHIFT_BASE}:{idmap.SHIFT_BASE}" if self._shifted else "",
         }
-        cmd = ["unshare", "--mount", "--propagation", "private"]
-        if new_net:
-            cmd.append("--net")
+        # network: every sandbox has a network namespace of its own; "full" ones are attached
+        # to the outside by pasta (pasta.py, in _start), never to the host's loopback
+        cmd = ["unshare", "--mount", "--propagation", "private", "--net"]
         if self._rootless:
             cmd[1:1] = ["--user", "--map-root-user"]
         cmd += ["sh", "-c", _KEEPER_SCRIPT, "sh"]
@@ -252,7 +189,7 @@ class LocalSandbox:
             (self.dir / "resolv.conf").write_text(resolv_conf()[0])
         if self._shifted:
             for i, m in enumerate(self.spec.mounts):
-                cmd += [str(m.source), _stage_point(i, m.source.is_dir())]
+                cmd += [str(m.source), local_dirs.stage_point(i, m.source.is_dir())]
             if self.spec.network == "full":
                 cmd += [str(self.dir / "resolv.conf"), self._resolv_conf]
         keeper = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -316,7 +253,7 @@ class LocalSandbox:
             if keep_upper is not None:
                 os.rename(self.upper, keep_upper)
         finally:
-            _rmtree(self.dir)
+            local_dirs.rmtree(self.dir)
 
     # -- exec ----------------------------------------------------------------------------
 
@@ -350,7 +287,7 @@ class LocalSandbox:
                 "--chdir", cwd, "--clearenv"]
         cmd += proc_masks()
         for i, m in enumerate(self.spec.mounts):
-            source = _stage_point(i, m.source.is_dir()) if self._shifted else str(m.source)
+            source = local_dirs.stage_point(i, m.source.is_dir()) if self._shifted else str(m.source)
             cmd += ["--ro-bind" if m.read_only else "--bind", source, m.target]
         if self.spec.network == "full" and self.spec.base != "host":  # network (pasta.py)
             cmd += ["--ro-bind", self._resolv_conf, "/etc/resolv.conf"]
@@ -517,7 +454,7 @@ class LocalBackend:
         if not self.rootless:
             idmap.check_range_free()
             ensure_tools(KEYRING_TOOLS, "per-exec session keyrings")
-            os.makedirs(f"{STAGE_DIR}/root", mode=0o755, exist_ok=True)
+            os.makedirs(f"{local_dirs.STAGE_DIR}/root", mode=0o755, exist_ok=True)
         elif missing(KEYRING_TOOLS):
             self.keyring = False
             warnings.warn("agentmeter: keyctl (keyutils) not found: sandbox processes share your "
@@ -552,7 +489,7 @@ class LocalBackend:
         sid = secrets.token_hex(6)
         # the owner's pid is in the name, so a runner killed before owner.json exists
         # still leaves a directory the next cleanup can attribute and remove
-        directory = _sandboxes_dir() / f"{os.getpid()}-{sid}"
+        directory = local_dirs.sandboxes_dir() / f"{os.getpid()}-{sid}"
         directory.parent.mkdir(parents=True, exist_ok=True)
         sb = LocalSandbox(spec, sid, directory, lowers, meta, self.rootless, self.layers.dir,
                           keyring=self.keyring)
@@ -560,20 +497,4 @@ class LocalBackend:
         return sb
 
     async def cleanup_stale(self) -> int:
-        removed = 0
-        top = _sandboxes_dir()
-        for d in top.iterdir() if top.is_dir() else []:
-            owner = _sandbox_owner(d)
-            if owner is None:
-                continue  # an old-style directory still starting, or removed meanwhile
-            owner_pid, keeper_pid = owner
-            if owner_pid > 0 and cgroups.pid_alive(owner_pid):
-                continue
-            if keeper_pid > 0 and cgroups.pid_alive(keeper_pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(keeper_pid, signal.SIGKILL)
-            _rmtree(d)
-            removed += 1
-        for g in cgroups.stale_groups():  # only groups whose owner process is dead
-            cgroups.Cgroup([g]).remove()
-        return removed
+        return local_dirs.remove_stale()

@@ -1,0 +1,97 @@
+"""Where local sandboxes live on the host, and removing what a dead owner left there.
+
+A sandbox directory ``<cache>/sandboxes/<owner pid>-<id>`` holds its upper dir and
+``owner.json`` (owner and keeper pids); ``remove_stale`` removes directories and cgroups whose
+owner died. Root-run keepers also use ``STAGE_DIR`` mount points (see local.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+from agentmeter.paths import cache_dir
+from agentmeter.sandbox import cgroups
+
+#: where a root-run keeper mounts the sandbox tree ("root") and binds the spec's mount sources
+#: ("d0", "f1", ...: directories, files) for the sandbox's root to reach: empty mount points on
+#: the host, mounted on only in each keeper's own mount namespace
+STAGE_DIR = "/run/agentmeter-stage"
+
+
+def sandboxes_dir() -> Path:
+    return cache_dir() / "sandboxes"
+
+
+def sandbox_owner(d: Path) -> tuple[int, int] | None:
+    """(owner pid, keeper pid) of a sandbox directory, -1 where unknown; None when the directory
+    cannot be attributed yet (an unnamed one younger than a minute may still be starting)."""
+    head, sep, _sid = d.name.partition("-")
+    named_owner = int(head) if sep and head.isdigit() else -1
+    try:
+        data = json.loads((d / "owner.json").read_text())
+        return int(data["owner"]), int(data["keeper"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    if named_owner > 0:
+        return named_owner, -1  # killed before the keeper was recorded; its keeper exits with stdin
+    try:
+        if time.time() - d.stat().st_mtime < 60:
+            return None
+    except FileNotFoundError:
+        return None
+    return -1, -1
+
+
+def stage_point(i: int, is_dir: bool) -> str:
+    """The mount point (made on first need) under which the keeper binds mount source ``i``."""
+    point = f"{STAGE_DIR}/{'d' if is_dir else 'f'}{i}"
+    if not os.path.lexists(point):
+        with contextlib.suppress(FileExistsError):
+            if is_dir:
+                os.mkdir(point, 0o755)
+            else:
+                os.close(os.open(point, os.O_CREAT | os.O_WRONLY | os.O_NOFOLLOW, 0o644))
+    return point
+
+
+def rmtree(path: Path) -> None:
+    """rmtree that also removes what overlayfs leaves unreadable (its work dir is mode 000)."""
+    try:
+        shutil.rmtree(path)
+        return
+    except FileNotFoundError:
+        return
+    except OSError:
+        pass
+    for root, dirs, _files in os.walk(path):
+        for d in dirs:  # top-down: fixed before os.walk descends into it
+            with contextlib.suppress(OSError):
+                os.chmod(os.path.join(root, d), 0o700)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def remove_stale() -> int:
+    """Remove sandboxes (and cgroups) of dead owners; returns how many directories."""
+    removed = 0
+    top = sandboxes_dir()
+    for d in top.iterdir() if top.is_dir() else []:
+        owner = sandbox_owner(d)
+        if owner is None:
+            continue  # an old-style directory still starting, or removed meanwhile
+        owner_pid, keeper_pid = owner
+        if owner_pid > 0 and cgroups.pid_alive(owner_pid):
+            continue
+        if keeper_pid > 0 and cgroups.pid_alive(keeper_pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(keeper_pid, signal.SIGKILL)
+        rmtree(d)
+        removed += 1
+    for g in cgroups.stale_groups():  # only groups whose owner process is dead
+        cgroups.Cgroup([g]).remove()
+    return removed
