@@ -8,9 +8,9 @@ import contextlib
 import os
 import signal
 import time
-import warnings
 from pathlib import Path
 
+from agentmeter.sandbox.notices import notice
 from agentmeter.sandbox.spec import Limits
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -92,9 +92,8 @@ def create(sandbox_id: str, limits: Limits) -> Cgroup | None:
     try:
         return _create(group_name(sandbox_id, os.getpid()), limits)
     except OSError as e:
-        warnings.warn(f"agentmeter: resource limits (memory/pids/cpus) not applied: cgroups are "
-                      f"not writable here ({e.strerror}); run as root or delegate a cgroup",
-                      RuntimeWarning, stacklevel=2)
+        notice(f"resource limits (memory/pids/cpus) not applied: cgroups are "
+               f"not writable here ({e.strerror}); run as root or delegate a cgroup")
         return None
 
 

@@ -45,7 +45,6 @@ import stat
 import subprocess
 import tarfile
 import time
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -66,6 +65,7 @@ from agentmeter.sandbox.hosttools import KEYRING_TOOLS, LOCAL_TOOLS, ensure_tool
 from agentmeter.sandbox.layers import LayerMeta, LocalLayerCache
 from agentmeter.sandbox.masks import KEYRING_WRAPPER, SessionNoticeFilter, proc_masks
 from agentmeter.sandbox.netsetup import SandboxNetwork, start_network
+from agentmeter.sandbox.notices import notice
 from agentmeter.sandbox.output import CappedBuffer, collect_output
 from agentmeter.sandbox.pasta import Pasta, resolv_conf, start_pasta
 from agentmeter.sandbox.protocol import DEFAULT_IGNORE, OutputCallback
@@ -486,9 +486,8 @@ class LocalBackend:
         ensure_tools(LOCAL_TOOLS, "local sandboxes")
         self.rootless = os.geteuid() != 0
         if not seccomp.supported():
-            warnings.warn(f"agentmeter: no seccomp filter for {platform.machine()} (only x86_64 "
-                          "and aarch64): sandboxed processes may use every syscall",
-                          RuntimeWarning, stacklevel=2)
+            notice(f"no seccomp filter for {platform.machine()} (only x86_64 "
+                   "and aarch64): sandboxed processes may use every syscall")
         self.keyring = True
         if not self.rootless:
             idmap.check_range_free()
@@ -496,15 +495,14 @@ class LocalBackend:
             os.makedirs(f"{local_dirs.STAGE_DIR}/root", mode=0o755, exist_ok=True)
         elif missing(KEYRING_TOOLS):
             self.keyring = False
-            warnings.warn("agentmeter: keyctl (keyutils) not found: sandbox processes share your "
-                          "session keyring; install keyutils to give each its own",
-                          RuntimeWarning, stacklevel=2)
+            notice("keyctl (keyutils) not found: sandbox processes share your "
+                   "session keyring; install keyutils to give each its own")
         self.progress = progress
         self.layers = LocalLayerCache(self)
         if self.rootless:
-            warnings.warn("agentmeter: running as an ordinary user: sandboxes use a user "
-                          "namespace (agent processes are uid 1000 inside, your uid outside), and "
-                          "cgroup limits may be unavailable", RuntimeWarning, stacklevel=2)
+            notice("running as an ordinary user: sandboxes use a user "
+                   "namespace (agent processes are uid 1000 inside, your uid outside), and "
+                   "cgroup limits may be unavailable")
 
     def base_lower(self, base: str) -> str:
         if base == "host":
