@@ -1,5 +1,5 @@
 """The local backend run by an ordinary user (uid 1000): user namespaces instead of root, limits
-that need cgroups degrade with a printed warning. The test drops privileges for a child Python
+that need cgroups degrade with a printed notice. The test drops privileges for a child Python
 process that uses the package from a private copy (root's home is not readable by that user)."""
 
 from __future__ import annotations
@@ -18,42 +18,43 @@ import pytest
 import agentmeter
 
 CHILD = r'''
-import asyncio, json, os, socket, tempfile, time, warnings
+import asyncio, json, os, socket, tempfile, time
 from pathlib import Path
+from agentmeter.sandbox import notices
 from agentmeter.sandbox.local import LocalBackend
 from agentmeter.sandbox.spec import ExposedSocket, Limits, SandboxSpec
 
 async def main():
     out = {}
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        backend = LocalBackend()
-        sock = Path(tempfile.mkdtemp()) / "s.sock"
-        async def handle(r, w):
-            w.write(b"pong:" + await r.readline()); await w.drain(); w.close()
-        server = await asyncio.start_unix_server(handle, path=str(sock))
-        sb = await backend.start(SandboxSpec(base="host", limits=Limits(memory_mb=256),
-                                             exposed_sockets=(ExposedSocket(host_path=sock, port=18999),)))
-        out["warnings"] = [str(w.message) for w in caught]
-        out["dir"] = str(sb.dir)
-        r = await sb.exec("id -u; echo hi > /workspace/f; cat /workspace/f; ls -A /root | wc -l;"
-                          " grep CapEff /proc/self/status", user="agent")
-        out["root_uid"] = (await sb.exec("id -u", user="root")).stdout.strip()
-        out["exec"] = [r.exit_code, r.stdout]
-        snap = await sb.snapshot()
-        await sb.exec("echo more > /workspace/g", user="agent")
-        out["diff"] = (await sb.diff(snap)).created
-        r = await sb.exec("exec 3<>/dev/tcp/127.0.0.1/18999; echo ping >&3; cat <&3", user="agent",
-                          timeout=10)
-        out["bridge"] = r.stdout
-        r = await sb.exec("(setsid sleep 300 &); sleep 60", timeout=1)
-        out["timed_out"] = r.timed_out
-        host = socket.socket(); host.bind(("127.0.0.1", 0)); host.listen()
-        r = await sb.exec(f"exec 3<>/dev/tcp/127.0.0.1/{host.getsockname()[1]} && echo reached", timeout=10)
-        out["net"] = r.stdout
-        await sb.stop()
-        server.close()
-        out["dir_gone"] = not Path(out["dir"]).exists()
+    caught = []
+    notices.set_sink(caught.append)
+    backend = LocalBackend()
+    sock = Path(tempfile.mkdtemp()) / "s.sock"
+    async def handle(r, w):
+        w.write(b"pong:" + await r.readline()); await w.drain(); w.close()
+    server = await asyncio.start_unix_server(handle, path=str(sock))
+    sb = await backend.start(SandboxSpec(base="host", limits=Limits(memory_mb=256),
+                                         exposed_sockets=(ExposedSocket(host_path=sock, port=18999),)))
+    out["warnings"] = list(caught)
+    out["dir"] = str(sb.dir)
+    r = await sb.exec("id -u; echo hi > /workspace/f; cat /workspace/f; ls -A /root | wc -l;"
+                      " grep CapEff /proc/self/status", user="agent")
+    out["root_uid"] = (await sb.exec("id -u", user="root")).stdout.strip()
+    out["exec"] = [r.exit_code, r.stdout]
+    snap = await sb.snapshot()
+    await sb.exec("echo more > /workspace/g", user="agent")
+    out["diff"] = (await sb.diff(snap)).created
+    r = await sb.exec("exec 3<>/dev/tcp/127.0.0.1/18999; echo ping >&3; cat <&3", user="agent",
+                      timeout=10)
+    out["bridge"] = r.stdout
+    r = await sb.exec("(setsid sleep 300 &); sleep 60", timeout=1)
+    out["timed_out"] = r.timed_out
+    host = socket.socket(); host.bind(("127.0.0.1", 0)); host.listen()
+    r = await sb.exec(f"exec 3<>/dev/tcp/127.0.0.1/{host.getsockname()[1]} && echo reached", timeout=10)
+    out["net"] = r.stdout
+    await sb.stop()
+    server.close()
+    out["dir_gone"] = not Path(out["dir"]).exists()
     print(json.dumps(out))
 
 asyncio.run(main())
@@ -95,7 +96,7 @@ def _check_rootless(root: Path) -> None:
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
-    # limits that need cgroups degrade with a printed warning, never silently
+    # limits that need cgroups degrade with a printed notice, never silently
     assert any("limits" in w and "not applied" in w for w in out["warnings"]), out["warnings"]
     assert any("ordinary user" in w for w in out["warnings"])
     code, stdout = out["exec"]
