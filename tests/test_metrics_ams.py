@@ -133,7 +133,9 @@ def hand_frame() -> TrialFrame:
 
 
 def test_hand_scoring_table1() -> None:
-    card = score(hand_frame(), ScoringSpec(tiers="stored"), budgets=table1())
+    # the "exclude" reading of infra_invalid (the default is "zero": test_infra_zero_default)
+    card = score(hand_frame(), ScoringSpec(tiers="stored", infra_invalid="exclude"),
+                 budgets=table1())
     a = card.row("A")
     # easy: B=[.01,.04,.10,.18,.26], tau .12; e1 pass C=.05, e2 fail C=.20
     e = a.tiers["easy"]
@@ -170,11 +172,18 @@ def test_hand_scoring_table1() -> None:
     assert any("infra_invalid" in n for n in card.notes)
 
 
-def test_infra_as_zero_policy() -> None:
-    card = score(hand_frame(), ScoringSpec(tiers="stored", infra="zero"), budgets=table1())
+def test_infra_zero_default() -> None:
+    """The paper's reading is the default: h1 (infra_invalid, C = 5.00 > τ_hard) stays in the
+    denominator and contributes zero everywhere, EFR included (as a missing trial would)."""
+    card = score(hand_frame(), ScoringSpec(tiers="stored"), budgets=table1())
+    assert card.infra_policy == "zero"
     h = card.row("A").tiers["hard"]
-    assert h.n_counted == 2 and h.sr == 0.5
+    assert h.n_counted == 2 and h.sr == 0.5 and h.efr == 0.0
     assert h.score == pytest.approx(0.6 * 0.5 + 0.4 * 0.2)
+    explicit = score(hand_frame(), ScoringSpec(tiers="stored", infra_invalid="zero"),
+                     budgets=table1())
+    assert explicit.row("A").ams == card.row("A").ams
+    assert card.row("A").ams == pytest.approx((0.21 + 0.345 + 0.38) / 3)
 
 
 def test_scalar_forms_match_paper_equations() -> None:

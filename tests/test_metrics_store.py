@@ -1,5 +1,6 @@
 """Scoring straight from a real SQLite store: latest-completed-try selection, infra_invalid
-excluded from quality but kept in spending, unfinished tries ignored, several runs."""
+contributing zero to quality (or excluded, on request) but kept in spending, unfinished tries
+ignored, several runs."""
 
 from __future__ import annotations
 
@@ -78,8 +79,14 @@ def test_score_from_store_matches_hand_values(tmp_path: Path) -> None:
     a, b = card.row("A"), card.row("B")
     assert a.tiers["easy"].score == pytest.approx(0.21)
     assert a.tiers["medium"].score == pytest.approx(0.345)
-    assert a.tiers["hard"].n_counted == 1 and a.tiers["hard"].score == pytest.approx(0.76)
-    assert a.ams == pytest.approx((0.21 + 0.345 + 0.76) / 3)
+    # the paper's reading (default): h1 infra_invalid stays in |T_hard| = 2 and contributes
+    # zero: SR .5, CBQ [0,0,0,.5,.5] -> .2, EFR 0 -> (.6·.5 + .4·.2)·1 = .38
+    assert a.tiers["hard"].n_counted == 2 and a.tiers["hard"].score == pytest.approx(0.38)
+    assert a.ams == pytest.approx((0.21 + 0.345 + 0.38) / 3)
+    # --infra-invalid exclude: h1 leaves the denominator -> SR 1, CBQ [0,0,0,1,1] -> .76
+    excl = score(frame, ScoringSpec(tiers="stored", infra_invalid="exclude"), budgets=table1())
+    assert excl.row("A").tiers["hard"].n_counted == 1
+    assert excl.row("A").ams == pytest.approx((0.21 + 0.345 + 0.76) / 3)
     assert a.n_infra_invalid == 1 and a.passes == 3
     assert a.usd == pytest.approx(7.07) and a.usd_per_pass == pytest.approx(7.07 / 3)
     assert b.n_missing == 1 and b.ams == pytest.approx((0.6 * 0.5 + 0.4 * 0.5) / 3)

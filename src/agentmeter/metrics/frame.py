@@ -184,7 +184,10 @@ class CellMatrix:
 
     ``state`` is MISSING / SCORED / INFRA. Quality figures are 0 outside SCORED cells; cost and
     token figures of the selected trial are NaN when unknown or missing. ``spend_*`` add up every
-    completed try of the chosen (config, task, attempt), infra_invalid ones included.
+    completed try of *every* attempt of the (config, task), selected or not, infra_invalid ones
+    included (§3.5: "Attempted runs remain part of token and cost accounting"); NaN when some
+    try's cost is unknown (a total with a hole in it is not a total); tokens are NaN only when
+    no try of the cell exposed any.
     """
 
     state: NDArray[np.int8]
@@ -225,10 +228,15 @@ def cell_matrix(frame: TrialFrame) -> CellMatrix:
     brk[1:] = (cta[1:] != cta[:-1]) | (att[1:] != att[:-1])
     starts = np.flatnonzero(brk)
     ends = np.concatenate((starts[1:], [n])) - 1  # index (in order) of the selected try
-    spend_usd = np.add.reduceat(frame.cost_usd[order], starts)
-    spend_tok = np.add.reduceat(np.where(np.isnan(tokens), 0.0, tokens)[order], starts)
-    all_nan_tok = np.logical_and.reduceat(np.isnan(tokens[order]), starts)
-    spend_tok[all_nan_tok] = np.nan
+    # spending: every try of every attempt of the cell
+    cell_of_row = (frame.config * n_t + frame.task).astype(np.int64)
+    spend_usd_cell = np.zeros(n_c * n_t)
+    np.add.at(spend_usd_cell, cell_of_row, frame.cost_usd)  # NaN (unknown) propagates
+    spend_tok_cell = np.zeros(n_c * n_t)
+    np.add.at(spend_tok_cell, cell_of_row, np.where(np.isnan(tokens), 0.0, tokens))
+    tok_known = np.zeros(n_c * n_t, dtype=np.bool_)
+    tok_known[cell_of_row[~np.isnan(tokens)]] = True
+    spend_tok_cell[~tok_known] = np.nan  # no try of the cell exposed a token count
     sel = order[ends]
     sel_cell = cta[ends]
     sel_scored = SCORED_STATUS[frame.status[sel]]
@@ -248,8 +256,8 @@ def cell_matrix(frame: TrialFrame) -> CellMatrix:
     out["tokens"][ci, ti] = tokens[rows]
     out["turns"][ci, ti] = frame.turns[rows]
     out["interactions"][ci, ti] = frame.tool_calls[rows]
-    out["spend_usd"][ci, ti] = spend_usd[g]
-    out["spend_tokens"][ci, ti] = spend_tok[g]
+    out["spend_usd"][ci, ti] = spend_usd_cell[ci * n_t + ti]
+    out["spend_tokens"][ci, ti] = spend_tok_cell[ci * n_t + ti]
     chosen_attempt[ci, ti] = frame.attempt[rows]
     return CellMatrix(state, reward, passed, attempt=chosen_attempt, **out)
 

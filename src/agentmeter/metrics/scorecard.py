@@ -17,7 +17,8 @@ class Interval(BaseModel):
 class TierFigures(BaseModel):
     tier: Tier
     n_tasks: int = Field(description="|T_g| in the scoring")
-    n_counted: int = Field(description="tasks in the denominator (infra_invalid excluded)")
+    n_counted: int = Field(description="tasks in the denominator: |T_g| (infra_invalid ones "
+                           "left out only with infra_invalid = exclude)")
     passes: int
     sr: float | None
     cbq: list[float | None] = Field(description="CBQ_g(c, b) for b in the tier's grid")
@@ -38,10 +39,12 @@ class ConfigRow(BaseModel):
     passes: int
     pass_rate: float | None = Field(description="Pass/N over the scoring's tasks")
     tiers: dict[Tier, TierFigures]
-    tokens: float | None = Field(description="raw tokens spent, infra_invalid tries included")
-    usd: float | None = Field(description="billable USD spent, infra_invalid tries included")
-    tok_per_pass: float | None
-    usd_per_pass: float | None
+    tokens: float | None = Field(description="raw tokens spent by every completed try of every "
+                                 "attempt (selected or not, infra_invalid included)")
+    usd: float | None = Field(description="billable USD spent by every completed try of every "
+                              "attempt (selected or not, infra_invalid included)")
+    tok_per_pass: float | None = Field(description="tokens / passes")
+    usd_per_pass: float | None = Field(description="usd / passes")
     ams: float | None
     delta_best: float | None = Field(description="same-model AMS gap to the best agent")
     ci: dict[str, Interval] = Field(default_factory=dict)
