@@ -214,6 +214,14 @@ def test_bootstrap_over_attempts_and_latest_attempt_selection() -> None:
             if cands:
                 passes += max(cands, key=lambda x: x[2])[3] == P
         assert card.rows[c].passes == passes
+        # Tok/Pass and USD/Pass divide the spending of every attempt, selected or not (§3.5:
+        # "Attempted runs remain part of token and cost accounting")
+        mine = [x for x in rows if x[0] == c]
+        assert card.rows[c].usd == pytest.approx(sum(x[5] for x in mine))
+        assert card.rows[c].usd_per_pass == pytest.approx(sum(x[5] for x in mine) / passes)
+        assert card.rows[c].tok_per_pass == pytest.approx(sum(x[6] for x in mine) / passes)
+        ci = card.rows[c].ci["usd_per_pass"]  # replicates divide the same total spending
+        assert ci.low <= sum(x[5] for x in mine) / passes * 1.5
 
 
 def test_pass_at_k_by_hand() -> None:
