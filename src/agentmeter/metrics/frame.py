@@ -82,12 +82,15 @@ class TrialFrame:
     tool_calls: FloatArray
     task_categories: list[str | None] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: files read more than once by the try's agent (the runner's trajectory analytics;
+    #: NaN where not recorded, e.g. imported data); empty = NaN for every row
+    repeated_reads: FloatArray = field(default_factory=lambda: np.zeros(0))
 
     def __post_init__(self) -> None:
         n = len(self.config)
-        for name in ("task", "attempt", "try_order", "status", "reward", "passed", "input",
-                     "output", "cache_creation", "cache_read", "reasoning", "cost_usd", "turns",
-                     "model_calls", "tool_calls"):
+        if len(self.repeated_reads) == 0 and n:
+            object.__setattr__(self, "repeated_reads", np.full(n, np.nan))
+        for name in ROW_COLUMNS[1:]:
             if len(getattr(self, name)) != n:
                 raise ValueError(f"TrialFrame column {name!r} has {len(getattr(self, name))} "
                                  f"rows, expected {n}")
@@ -145,7 +148,7 @@ class TrialFrame:
 
 ROW_COLUMNS = ("config", "task", "attempt", "try_order", "status", "reward", "passed", "input",
                 "output", "cache_creation", "cache_read", "reasoning", "cost_usd", "turns",
-                "model_calls", "tool_calls")
+                "model_calls", "tool_calls", "repeated_reads")
 
 
 def _nan_sum(a: FloatArray, b: FloatArray) -> FloatArray:
@@ -200,6 +203,8 @@ class CellMatrix:
     spend_usd: FloatArray
     spend_tokens: FloatArray
     attempt: IntArray  # chosen attempt, -1 when missing
+    #: repeated file reads of the selected trial (NaN when missing or not recorded)
+    repeated_reads: FloatArray
 
     @property
     def scored(self) -> BoolArray:
@@ -213,7 +218,7 @@ def cell_matrix(frame: TrialFrame) -> CellMatrix:
     state = np.zeros(shape, dtype=np.int8)
     nan = np.full(shape, np.nan)
     out = {k: nan.copy() for k in ("cost", "tokens", "turns", "interactions", "spend_usd",
-                                  "spend_tokens")}
+                                  "spend_tokens", "repeated_reads")}
     reward, passed = np.zeros(shape), np.zeros(shape)
     chosen_attempt = np.full(shape, -1, dtype=np.int64)
     if n == 0:
@@ -255,6 +260,7 @@ def cell_matrix(frame: TrialFrame) -> CellMatrix:
     out["cost"][ci, ti] = frame.cost_usd[rows]
     out["tokens"][ci, ti] = tokens[rows]
     out["turns"][ci, ti] = frame.turns[rows]
+    out["repeated_reads"][ci, ti] = frame.repeated_reads[rows]
     out["interactions"][ci, ti] = frame.tool_calls[rows]
     out["spend_usd"][ci, ti] = spend_usd_cell[ci * n_t + ti]
     out["spend_tokens"][ci, ti] = spend_tok_cell[ci * n_t + ti]
@@ -278,7 +284,7 @@ def frame_from_arrays(configs: Sequence[ConfigInfo], task_ids: Sequence[str],
     n = len(np.asarray(config))
     cols: dict[str, FloatArray] = {}
     for name in ("reward", "passed", "input", "output", "cache_creation", "cache_read",
-                 "reasoning", "cost_usd", "turns", "model_calls", "tool_calls"):
+                 "reasoning", "cost_usd", "turns", "model_calls", "tool_calls", "repeated_reads"):
         value = columns.pop(name, None)
         default = 0.0 if name in ("model_calls", "tool_calls") else np.nan
         cols[name] = (np.full(n, default) if value is None
@@ -297,4 +303,5 @@ def frame_from_arrays(configs: Sequence[ConfigInfo], task_ids: Sequence[str],
         reward=cols["reward"], passed=cols["passed"], input=cols["input"],
         output=cols["output"], cache_creation=cols["cache_creation"],
         cache_read=cols["cache_read"], reasoning=cols["reasoning"], cost_usd=cols["cost_usd"],
-        turns=cols["turns"], model_calls=cols["model_calls"], tool_calls=cols["tool_calls"])
+        turns=cols["turns"], model_calls=cols["model_calls"], tool_calls=cols["tool_calls"],
+        repeated_reads=cols["repeated_reads"])

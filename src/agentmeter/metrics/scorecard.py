@@ -27,6 +27,20 @@ class TierFigures(BaseModel):
     score: float | None
 
 
+class RepeatedReads(BaseModel):
+    """Repeated file reads (a file read again by the same trajectory; the runner's
+    ``extra["trajectory"]["repeated_reads"]``) over a configuration's selected trials, one per
+    task. Descriptive (§1: "fails after 4.78M tokens and 30 repeated file reads"), not an AMS
+    component."""
+
+    trajectories: int = Field(description="selected trials that recorded the count")
+    not_recorded: int = Field(description="selected trials without it (imported, older stores)")
+    total: int
+    mean: float | None = Field(description="per recorded trajectory; None when none recorded")
+    max: int | None
+    with_repeats: int = Field(description="trajectories with at least one repeated read")
+
+
 class ConfigRow(BaseModel):
     config_id: str
     label: str
@@ -47,6 +61,8 @@ class ConfigRow(BaseModel):
     usd_per_pass: float | None = Field(description="usd / passes")
     ams: float | None
     delta_best: float | None = Field(description="same-model AMS gap to the best agent")
+    repeated_reads: RepeatedReads | None = Field(default=None,
+                                                 description="None: no selected trial")
     ci: dict[str, Interval] = Field(default_factory=dict)
 
 

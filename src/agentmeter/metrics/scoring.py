@@ -29,6 +29,7 @@ from agentmeter.metrics.cost import resolve_costs
 from agentmeter.metrics.diagnostics import delta_best, model_summaries, winners
 from agentmeter.metrics.effort import Calibration, calibrate
 from agentmeter.metrics.frame import (
+    MISSING,
     SCORED,
     TIERS,
     CellMatrix,
@@ -42,6 +43,7 @@ from agentmeter.metrics.scorecard import (
     BootstrapInfo,
     ConfigRow,
     Interval,
+    RepeatedReads,
     Scorecard,
     TierFigures,
     TierSetup,
@@ -204,6 +206,19 @@ def score(frame: TrialFrame, spec: ScoringSpec | None = None, *,
                      n_tasks=len(frame.task_ids), bootstrap=boot_info, notes=notes)
 
 
+def repeated_reads(cells: CellMatrix, c: int) -> RepeatedReads | None:
+    """The repeated-read summary of configuration ``c``'s selected trials (None: none)."""
+    present = cells.state[c] != MISSING
+    if not present.any():
+        return None
+    values = cells.repeated_reads[c][present]
+    known = values[~np.isnan(values)]
+    return RepeatedReads(trajectories=int(known.size), not_recorded=int((np.isnan(values)).sum()),
+                         total=int(known.sum()), mean=float(known.mean()) if known.size else None,
+                         max=int(known.max()) if known.size else None,
+                         with_repeats=int((known > 0).sum()))
+
+
 def _rows(frame: TrialFrame, cells: CellMatrix, stats: Statistics, plan: ScoringPlan,
           cis: dict[str, tuple[FloatArray, FloatArray]]) -> list[ConfigRow]:
     n = counts(cells)
@@ -243,5 +258,6 @@ def _rows(frame: TrialFrame, cells: CellMatrix, stats: Statistics, plan: Scoring
             tokens=None if unknown_tok else float(stats.spend_tokens[0, c]),
             usd=None if unknown_usd else float(stats.spend_usd[0, c]),
             tok_per_pass=_opt(per_pass_tok[0, c]), usd_per_pass=_opt(per_pass_usd[0, c]),
-            ams=ams_values[c], delta_best=gaps[c], ci=ci))
+            ams=ams_values[c], delta_best=gaps[c], ci=ci,
+            repeated_reads=repeated_reads(cells, c)))
     return rows
