@@ -52,11 +52,13 @@ def test_billable_cost_by_hand() -> None:
 
 
 def test_currency_conversion_and_missing_cache_rates() -> None:
-    # CNY prices at 1 USD = 6.77 CNY, no cache rates: cache tokens bill as input
-    rates = UsdRates.from_model_rates(ModelRates(input=Decimal(4), output=Decimal(16)),
-                                      usd_per_unit=1 / 6.77)
-    c = billable_cost(rates, np.array([1000.0]), np.array([100.0]), np.array([0.0]),
-                      np.array([400.0]))
+    # CNY prices at 1 USD = 6.77 CNY, no cache rates: cache tokens make the cost n/a, unless
+    # the entry chose cache_price_fallback = "input" (then they bill as input)
+    plain = ModelRates(input=Decimal(4), output=Decimal(16))
+    args = (np.array([1000.0]), np.array([100.0]), np.array([0.0]), np.array([400.0]))
+    assert math.isnan(billable_cost(UsdRates.from_model_rates(plain, 1 / 6.77), *args)[0])
+    chosen = plain.model_copy(update={"cache_price_fallback": "input"})
+    c = billable_cost(UsdRates.from_model_rates(chosen, usd_per_unit=1 / 6.77), *args)
     assert c[0] == pytest.approx((600 * 4 + 100 * 16 + 400 * 4) / 1e6 / 6.77)
 
 

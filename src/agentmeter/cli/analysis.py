@@ -30,7 +30,7 @@ from agentmeter.metrics.ams import INFRA_POLICIES
 from agentmeter.metrics.budgets import DUPLICATE_BUDGETS
 from agentmeter.metrics.registry import METRICS, MetricError, MetricInputs, metric_names
 from agentmeter.metrics.registry import compute as compute_metrics
-from agentmeter.pricing import PriceBook, PricingError, PricingSnapshot
+from agentmeter.pricing import CACHE_FALLBACKS, PriceBook, PricingError, PricingSnapshot
 from agentmeter.pricing.reprice import RepriceError, reprice_run
 from agentmeter.report import scorecard_table as view
 from agentmeter.report.summary import evaluation_table
@@ -58,6 +58,9 @@ InfraOpt = Annotated[str, typer.Option(
 DupOpt = Annotated[str, typer.Option(
     "--duplicate-budgets", help="derived budget grids: keep (default; one point per quantile, "
     "five like Table 1, even when rounded points coincide) or merge (equal points once)")]
+FallbackOpt = Annotated[str, typer.Option(
+    "--cache-price-fallback", help="cache tokens whose price entry has no cache price: none "
+    "(default; their cost is n/a) or input (billed at the input rate, said in the notes)")]
 _TIERS = ("easy", "medium", "hard")
 
 
@@ -98,9 +101,11 @@ def _budgets(value: str) -> BudgetSpec | None:
         raise fail(str(e)) from None
 
 
-def _book(prices: list[Path] | None) -> PriceBook:
+def _book(prices: list[Path] | None, fallback: str = "none") -> PriceBook:
+    choice("--cache-price-fallback", fallback, CACHE_FALLBACKS)
     try:
-        return PriceBook.load(prices or [])
+        return PriceBook.load(prices or [],
+                              cache_price_fallback="input" if fallback == "input" else None)
     except PricingError as e:
         raise fail(str(e)) from None
 
@@ -178,6 +183,7 @@ def score_cmd(
         "mean task score is >= 6 (mean) or when all its tasks pass (all); the paper does not "
         "say which")] = "mean",
     infra_invalid: InfraOpt = "zero", duplicate_budgets: DupOpt = "keep",
+    cache_price_fallback: FallbackOpt = "none",
     prices: PricesOpt = None, store: StoreOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Score runs: the AgentMeter leaderboard (Pass, Tok/Pass, USD/Pass, tier scores, AMS with
@@ -190,10 +196,11 @@ def score_cmd(
     if resamples < 0:
         raise fail("--resamples must be >= 0")
     _spec("calibrate", None, 0, False, infra_invalid, duplicate_budgets)  # options first
+    book = _book(prices, cache_price_fallback)
     st = open_store(store)
     frame, pool, mode = _frames(st, runs, subset, suite, tiers)
     spec = _spec(mode, alpha, resamples, bool(prices), infra_invalid, duplicate_budgets)
-    book, fixed = _book(prices), _budgets(budgets)
+    fixed = _budgets(budgets)
 
     @functools.cache
     def trials() -> StoredTrials:
@@ -250,6 +257,7 @@ def compare_cmd(
     top_k: Annotated[int, typer.Option("--top-k", help="k of Top-k kept")] = 3,
     tiers: TiersOpt = "calibrate", budgets: BudgetsOpt = "derive", prices: PricesOpt = None,
     infra_invalid: InfraOpt = "zero", duplicate_budgets: DupOpt = "keep",
+    cache_price_fallback: FallbackOpt = "none",
     store: StoreOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Rank agreement of two scorings (Spearman, Kendall τ-b, MAE of AMS, Top-1/Top-k kept):
@@ -261,6 +269,7 @@ def compare_cmd(
     if top_k < 1:
         raise fail("--top-k must be >= 1")
     _spec("calibrate", None, 0, False, infra_invalid, duplicate_budgets)
+    book = _book(prices, cache_price_fallback)
     st: Store | None = None
     pool: TrialFrame | None = None
     cards: list[Scorecard] = []
@@ -273,7 +282,7 @@ def compare_cmd(
         frame, full, mode = _frames(st, [run], sub or None, suite, tiers)
         pool = pool if pool is not None else full
         cards.append(score(frame, _spec(mode, None, 0, bool(prices), infra_invalid,
-                                        duplicate_budgets), prices=_book(prices),
+                                        duplicate_budgets), prices=book,
                            budgets=_budgets(budgets), calibration_frame=pool))
     agreement = compare_scorecards(cards[0], cards[1], top_k)
     if as_json:
@@ -370,6 +379,7 @@ def core_subset_cmd(
                     ] = None,
     suite: SuiteOpt = None, tiers: TiersOpt = "calibrate", budgets: BudgetsOpt = "derive",
     infra_invalid: InfraOpt = "zero", duplicate_budgets: DupOpt = "keep",
+    cache_price_fallback: FallbackOpt = "none",
     prices: PricesOpt = None, store: StoreOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Pick K tasks per tier whose AMS ranking best preserves the full run's (stratified core
@@ -377,10 +387,11 @@ def core_subset_cmd(
     if per_tier < 1:
         raise fail("--per-tier must be >= 1")
     _spec("calibrate", None, 0, False, infra_invalid, duplicate_budgets)
+    book = _book(prices, cache_price_fallback)
     st = open_store(store)
     frame, _, mode = _frames(st, [run_id], None, None, tiers)
     p = prepare(frame, _spec(mode, None, 0, bool(prices), infra_invalid, duplicate_budgets),
-                prices=_book(prices),
+                prices=book,
                 budgets=_budgets(budgets))
     if len(p.frame.configs) < 2:
         raise fail(f"run {run_id} has {len(p.frame.configs)} configuration(s): a ranking needs "
