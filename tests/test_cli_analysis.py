@@ -54,8 +54,11 @@ def test_score_json_shape_and_values(tmp_path: Path) -> None:
     assert set(data) == {"runs", "subset", "scorecard", "pass_k", "allocation"}
     card = data["scorecard"]
     rows = {r["config_id"]: r for r in card["rows"]}
-    assert rows["A"]["ams"] == pytest.approx((0.21 + 0.345 + 0.76) / 3)
+    # the paper's reading by default: A's infra_invalid h1 contributes zero (hard .38, not .76)
+    assert rows["A"]["ams"] == pytest.approx((0.21 + 0.345 + 0.38) / 3)
+    assert card["infra_policy"] == "zero"
     assert rows["A"]["usd"] == pytest.approx(7.07) and rows["A"]["passes"] == 3
+    assert rows["A"]["repeated_reads"]["not_recorded"] == 6  # the summary is in the JSON
     assert "pass_rate" in rows["A"]["ci"]  # AMS CI is n/a when a resample has no hard task
     assert card["winners"]["ams"] == ["A"] and card["bootstrap"]["resamples"] == 50
     assert {t["tier"] for t in card["tiers"]} == {"easy", "medium", "hard"}
@@ -77,10 +80,22 @@ def test_score_table_and_errors(tmp_path: Path) -> None:
     tiers = tmp_path / "tiers.toml"
     tiers.write_text('easy = ["e1", "e2"]\nmedium = ["m1", "m2"]\nh1 = "hard"\nh2 = "hard"\n')
     code, out, _ = cli("score", "r1", "--store", str(tmp_path), "--tiers", str(tiers),
-                       "--budgets", "table1", "--json")
+                       "--budgets", "table1", "--infra-invalid", "exclude", "--json")
     assert code == 0
     a = next(r for r in json.loads(out)["scorecard"]["rows"] if r["config_id"] == "A")
     assert a["ams"] == pytest.approx((0.21 + 0.345 + 0.76) / 3)
+    # unknown option values name the allowed ones, on every command computing the AMS
+    for cmd in (["score", "r1"], ["compare", "r1", "r1"], ["core-subset", "r1", "--per-tier",
+                                                            "1"], ["report", "r1"]):
+        code, _, err = cli(*cmd, "--store", str(tmp_path), "--infra-invalid", "drop")
+        assert code == 2 and "--infra-invalid 'drop': use zero or exclude" in err, (cmd, err)
+        code, _, err = cli(*cmd, "--store", str(tmp_path), "--duplicate-budgets", "x")
+        assert code == 2 and "--duplicate-budgets 'x': use keep or merge" in err, (cmd, err)
+    code, out, _ = cli("report", "r1", "--store", str(tmp_path), "--tiers", "stored",
+                       "--resamples", "0", "--infra-invalid", "exclude", "--json")
+    assert code == 0 and json.loads(out)["scorecard"]["infra_policy"] == "exclude"
+    code, out, _ = cli("score", "r1", "--store", str(tmp_path))
+    assert code == 0 and "repeated file reads" in out and "infra_invalid: zero" in out
 
 
 def _reward_run(store: Store, run: str, day: int, rewards: dict[str, float]) -> None:

@@ -52,11 +52,13 @@ def test_billable_cost_by_hand() -> None:
 
 
 def test_currency_conversion_and_missing_cache_rates() -> None:
-    # CNY prices at 1 USD = 6.77 CNY, no cache rates: cache tokens bill as input
-    rates = UsdRates.from_model_rates(ModelRates(input=Decimal(4), output=Decimal(16)),
-                                      usd_per_unit=1 / 6.77)
-    c = billable_cost(rates, np.array([1000.0]), np.array([100.0]), np.array([0.0]),
-                      np.array([400.0]))
+    # CNY prices at 1 USD = 6.77 CNY, no cache rates: cache tokens make the cost n/a, unless
+    # the entry chose cache_price_fallback = "input" (then they bill as input)
+    plain = ModelRates(input=Decimal(4), output=Decimal(16))
+    args = (np.array([1000.0]), np.array([100.0]), np.array([0.0]), np.array([400.0]))
+    assert math.isnan(billable_cost(UsdRates.from_model_rates(plain, 1 / 6.77), *args)[0])
+    chosen = plain.model_copy(update={"cache_price_fallback": "input"})
+    c = billable_cost(UsdRates.from_model_rates(chosen, usd_per_unit=1 / 6.77), *args)
     assert c[0] == pytest.approx((600 * 4 + 100 * 16 + 400 * 4) / 1e6 / 6.77)
 
 
@@ -133,7 +135,9 @@ def hand_frame() -> TrialFrame:
 
 
 def test_hand_scoring_table1() -> None:
-    card = score(hand_frame(), ScoringSpec(tiers="stored"), budgets=table1())
+    # the "exclude" reading of infra_invalid (the default is "zero": test_infra_zero_default)
+    card = score(hand_frame(), ScoringSpec(tiers="stored", infra_invalid="exclude"),
+                 budgets=table1())
     a = card.row("A")
     # easy: B=[.01,.04,.10,.18,.26], tau .12; e1 pass C=.05, e2 fail C=.20
     e = a.tiers["easy"]
@@ -170,11 +174,18 @@ def test_hand_scoring_table1() -> None:
     assert any("infra_invalid" in n for n in card.notes)
 
 
-def test_infra_as_zero_policy() -> None:
-    card = score(hand_frame(), ScoringSpec(tiers="stored", infra="zero"), budgets=table1())
+def test_infra_zero_default() -> None:
+    """The paper's reading is the default: h1 (infra_invalid, C = 5.00 > τ_hard) stays in the
+    denominator and contributes zero everywhere, EFR included (as a missing trial would)."""
+    card = score(hand_frame(), ScoringSpec(tiers="stored"), budgets=table1())
+    assert card.infra_policy == "zero"
     h = card.row("A").tiers["hard"]
-    assert h.n_counted == 2 and h.sr == 0.5
+    assert h.n_counted == 2 and h.sr == 0.5 and h.efr == 0.0
     assert h.score == pytest.approx(0.6 * 0.5 + 0.4 * 0.2)
+    explicit = score(hand_frame(), ScoringSpec(tiers="stored", infra_invalid="zero"),
+                     budgets=table1())
+    assert explicit.row("A").ams == card.row("A").ams
+    assert card.row("A").ams == pytest.approx((0.21 + 0.345 + 0.38) / 3)
 
 
 def test_scalar_forms_match_paper_equations() -> None:

@@ -88,7 +88,14 @@ def test_derived_budgets_by_hand() -> None:
     assert "medium" not in spec.tiers  # no priced run -> no grid (AMS n/a, with a note)
     assert round_budget(0.123) == 0.12 and round_budget(0.00042) == 0.00042
     nofail = derive_budgets({"hard": np.array([1.0])}, {"hard": np.zeros(0)})
-    assert nofail.tiers["hard"].budgets == [1.0] and nofail.tiers["hard"].tau is None
+    # one cost: the five quantiles coincide; the grid keeps its five points (Eq. 4 averages
+    # over five), unless merging is asked for
+    assert nofail.tiers["hard"].budgets == [1.0] * 5 and nofail.tiers["hard"].tau is None
+    merged = derive_budgets({"hard": np.array([1.0])}, {"hard": np.zeros(0)}, duplicates="merge")
+    assert merged.tiers["hard"].budgets == [1.0]
+    # rounded quantiles that coincide: .1014 .102 .103 .104 round to .10; the P90 .3416 -> .34
+    tied = derive_budgets({"easy": np.array([0.101, 0.102, 0.103, 0.104, 0.5])}, {})
+    assert tied.tiers["easy"].budgets == [0.1, 0.1, 0.1, 0.1, 0.34]
 
 
 def test_calibration_drives_tiers_and_budgets() -> None:

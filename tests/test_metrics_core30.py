@@ -79,12 +79,12 @@ def test_core30_diagnostics() -> None:
         usd = sum(x[5] for x in mine)
         assert r.tok_per_pass == (pytest.approx(tok / passes) if passes else None)
         assert r.usd_per_pass == (pytest.approx(usd / passes) if passes else None)
-        # tier score by the paper's formulas, infra_invalid out of the denominator
+        # tier score by the paper's formulas: infra_invalid contributes zero, |T_g| = 10
         scores = []
         for g, lo in (("easy", 0), ("medium", 10), ("hard", 20)):
             tb = table1().tiers[g]
             valid = [x for x in mine if lo <= x[1] < lo + 10 and x[3] != INF]
-            d = len(valid)
+            d = 10
             sr = sum(x[4] for x in valid) / d
             au = sum(sum(x[4] for x in valid if x[5] <= b) / d for b in tb.budgets) / 5
             assert tb.tau is not None
@@ -214,6 +214,14 @@ def test_bootstrap_over_attempts_and_latest_attempt_selection() -> None:
             if cands:
                 passes += max(cands, key=lambda x: x[2])[3] == P
         assert card.rows[c].passes == passes
+        # Tok/Pass and USD/Pass divide the spending of every attempt, selected or not (§3.5:
+        # "Attempted runs remain part of token and cost accounting")
+        mine = [x for x in rows if x[0] == c]
+        assert card.rows[c].usd == pytest.approx(sum(x[5] for x in mine))
+        assert card.rows[c].usd_per_pass == pytest.approx(sum(x[5] for x in mine) / passes)
+        assert card.rows[c].tok_per_pass == pytest.approx(sum(x[6] for x in mine) / passes)
+        ci = card.rows[c].ci["usd_per_pass"]  # replicates divide the same total spending
+        assert ci.low <= sum(x[5] for x in mine) / passes * 1.5
 
 
 def test_pass_at_k_by_hand() -> None:

@@ -1,5 +1,6 @@
 """Scoring straight from a real SQLite store: latest-completed-try selection, infra_invalid
-excluded from quality but kept in spending, unfinished tries ignored, several runs."""
+contributing zero to quality (or excluded, on request) but kept in spending, unfinished tries
+ignored, several runs."""
 
 from __future__ import annotations
 
@@ -78,8 +79,14 @@ def test_score_from_store_matches_hand_values(tmp_path: Path) -> None:
     a, b = card.row("A"), card.row("B")
     assert a.tiers["easy"].score == pytest.approx(0.21)
     assert a.tiers["medium"].score == pytest.approx(0.345)
-    assert a.tiers["hard"].n_counted == 1 and a.tiers["hard"].score == pytest.approx(0.76)
-    assert a.ams == pytest.approx((0.21 + 0.345 + 0.76) / 3)
+    # the paper's reading (default): h1 infra_invalid stays in |T_hard| = 2 and contributes
+    # zero: SR .5, CBQ [0,0,0,.5,.5] -> .2, EFR 0 -> (.6·.5 + .4·.2)·1 = .38
+    assert a.tiers["hard"].n_counted == 2 and a.tiers["hard"].score == pytest.approx(0.38)
+    assert a.ams == pytest.approx((0.21 + 0.345 + 0.38) / 3)
+    # --infra-invalid exclude: h1 leaves the denominator -> SR 1, CBQ [0,0,0,1,1] -> .76
+    excl = score(frame, ScoringSpec(tiers="stored", infra_invalid="exclude"), budgets=table1())
+    assert excl.row("A").tiers["hard"].n_counted == 1
+    assert excl.row("A").ams == pytest.approx((0.21 + 0.345 + 0.76) / 3)
     assert a.n_infra_invalid == 1 and a.passes == 3
     assert a.usd == pytest.approx(7.07) and a.usd_per_pass == pytest.approx(7.07 / 3)
     assert b.n_missing == 1 and b.ams == pytest.approx((0.6 * 0.5 + 0.4 * 0.5) / 3)
@@ -126,3 +133,26 @@ def test_calibrated_scoring_from_store(tmp_path: Path) -> None:
     assert card.bootstrap is not None
     for r in card.rows:
         assert r.ams is None or 0 <= r.ams <= 1
+
+
+def test_repeated_reads_summarised_per_configuration(tmp_path: Path) -> None:
+    """The runner's per-trial repeated-read counts, summed over each configuration's selected
+    trials (the retried infra try of A h2 is not the selected one; B recorded none)."""
+    with populate(tmp_path) as store:
+        for task, n, try_number, status, cost in (
+                ("e1", 3, 0, S.PASSED, 0.05), ("e2", 0, 0, S.FAILED, 0.20),
+                ("m1", 7, 0, S.FAILED, 0.50), ("h2", 100, 0, S.INFRA_INVALID, 0.30),
+                ("h2", 2, 1, S.PASSED, 1.00)):
+            t = _trial("r1", "A", task, status, cost, 10, try_number=try_number)
+            t.extra["trajectory"] = {"files_read": n + 1, "distinct_files_read": 1,
+                                     "repeated_reads": n}
+            store.save_trial(t)
+        frame = load_frame(store, "r1")
+    card = score(frame, ScoringSpec(tiers="stored"), budgets=table1())
+    rr = card.row("A").repeated_reads
+    # selected: e1 3, e2 0, m1 7, h2 2 (try 1, not the infra try's 100); m2, h1 not recorded
+    assert rr is not None and rr.trajectories == 4 and rr.not_recorded == 2
+    assert rr.total == 12 and rr.mean == 3.0 and rr.max == 7 and rr.with_repeats == 3
+    b = card.row("B").repeated_reads
+    assert b is not None and b.trajectories == 0 and b.mean is None and b.not_recorded == 5
+    assert card.model_dump(mode="json")["rows"][0]["repeated_reads"]["total"] == 12

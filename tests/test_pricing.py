@@ -44,10 +44,13 @@ def test_unexposed_components_are_not_imputed() -> None:
     assert cost(RATES, TokenUsage()) is None
 
 
-def test_missing_cache_rates_bill_as_input() -> None:
+def test_missing_cache_rates_make_the_cost_na_unless_a_fallback_is_chosen() -> None:
+    # was: billed as input without a word; now n/a (Eq. 2 does not impute), or input by choice
     plain = ModelRates(input=Decimal(2), output=Decimal(8))
     u = TokenUsage(input=1_000, output=0, cache_creation=100, cache_read=300)
-    assert cost(plain, u) == Decimal(2) * 1_000 / 10**6
+    assert cost(plain, u) is None
+    chosen = ModelRates(input=Decimal(2), output=Decimal(8), cache_price_fallback="input")
+    assert cost(chosen, u) == Decimal(2) * 1_000 / 10**6  # tests/test_pricing_cache.py: more
 
 
 def write(tmp_path: Path, text: str, name: str = "snap.toml") -> Path:

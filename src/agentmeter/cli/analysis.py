@@ -26,9 +26,11 @@ from agentmeter.metrics import (
     select_core,
     table1,
 )
+from agentmeter.metrics.ams import INFRA_POLICIES
+from agentmeter.metrics.budgets import DUPLICATE_BUDGETS
 from agentmeter.metrics.registry import METRICS, MetricError, MetricInputs, metric_names
 from agentmeter.metrics.registry import compute as compute_metrics
-from agentmeter.pricing import PriceBook, PricingError, PricingSnapshot
+from agentmeter.pricing import CACHE_FALLBACKS, PriceBook, PricingError, PricingSnapshot
 from agentmeter.pricing.reprice import RepriceError, reprice_run
 from agentmeter.report import scorecard_table as view
 from agentmeter.report.summary import evaluation_table
@@ -49,6 +51,16 @@ SubsetOpt = Annotated[str | None, typer.Option(
     "on the full run)")]
 SuiteOpt = Annotated[Path | None, typer.Option(
     "--suite", help="suite dir for --subset (default: the run's own suite)")]
+InfraOpt = Annotated[str, typer.Option(
+    "--infra-invalid", help="an infra_invalid selected trial in CBQ/CostAUBQC/EFR/SR: zero "
+    "(default; the paper: missing, task-invalid, failed and over-budget trials contribute zero) "
+    "or exclude (left out of the tier's denominator)")]
+DupOpt = Annotated[str, typer.Option(
+    "--duplicate-budgets", help="derived budget grids: keep (default; one point per quantile, "
+    "five like Table 1, even when rounded points coincide) or merge (equal points once)")]
+FallbackOpt = Annotated[str, typer.Option(
+    "--cache-price-fallback", help="cache tokens whose price entry has no cache price: none "
+    "(default; their cost is n/a) or input (billed at the input rate, said in the notes)")]
 _TIERS = ("easy", "medium", "hard")
 
 
@@ -89,9 +101,11 @@ def _budgets(value: str) -> BudgetSpec | None:
         raise fail(str(e)) from None
 
 
-def _book(prices: list[Path] | None) -> PriceBook:
+def _book(prices: list[Path] | None, fallback: str = "none") -> PriceBook:
+    choice("--cache-price-fallback", fallback, CACHE_FALLBACKS)
     try:
-        return PriceBook.load(prices or [])
+        return PriceBook.load(prices or [],
+                              cache_price_fallback="input" if fallback == "input" else None)
     except PricingError as e:
         raise fail(str(e)) from None
 
@@ -136,9 +150,20 @@ def _frames(store: Store, runs: list[str], subset: str | None, suite: Path | Non
     return frame, full, mode
 
 
-def _spec(mode: str, alpha: float | None, resamples: int, reprice: bool) -> ScoringSpec:
-    return ScoringSpec(tiers=mode, alpha=alpha, resamples=resamples,  # type: ignore[arg-type]
-                       reprice=reprice)
+def choice(option: str, value: str, allowed: tuple[str, ...]) -> str:
+    """``value`` if allowed, else a one-line error naming the allowed values."""
+    if value not in allowed:
+        raise fail(f"{option} {value!r}: use {' or '.join(allowed)}")
+    return value
+
+
+def _spec(mode: str, alpha: float | None, resamples: int, reprice: bool,
+          infra: str = "zero", duplicates: str = "keep") -> ScoringSpec:
+    choice("--infra-invalid", infra, INFRA_POLICIES)
+    choice("--duplicate-budgets", duplicates, DUPLICATE_BUDGETS)
+    return ScoringSpec.model_validate({"tiers": mode, "alpha": alpha, "resamples": resamples,
+                                       "reprice": reprice, "infra_invalid": infra,
+                                       "duplicate_budgets": duplicates})
 
 
 # --- score ---------------------------------------------------------------------------------
@@ -157,6 +182,8 @@ def score_cmd(
         "--scenario-pass", help="AgencyBench Pass@k over scenarios: a scenario passes when its "
         "mean task score is >= 6 (mean) or when all its tasks pass (all); the paper does not "
         "say which")] = "mean",
+    infra_invalid: InfraOpt = "zero", duplicate_budgets: DupOpt = "keep",
+    cache_price_fallback: FallbackOpt = "none",
     prices: PricesOpt = None, store: StoreOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Score runs: the AgentMeter leaderboard (Pass, Tok/Pass, USD/Pass, tier scores, AMS with
@@ -168,10 +195,12 @@ def score_cmd(
         raise fail("--alpha must be in [0, 1]")
     if resamples < 0:
         raise fail("--resamples must be >= 0")
+    _spec("calibrate", None, 0, False, infra_invalid, duplicate_budgets)  # options first
+    book = _book(prices, cache_price_fallback)
     st = open_store(store)
     frame, pool, mode = _frames(st, runs, subset, suite, tiers)
-    spec = _spec(mode, alpha, resamples, bool(prices))
-    book, fixed = _book(prices), _budgets(budgets)
+    spec = _spec(mode, alpha, resamples, bool(prices), infra_invalid, duplicate_budgets)
+    fixed = _budgets(budgets)
 
     @functools.cache
     def trials() -> StoredTrials:
@@ -227,6 +256,8 @@ def compare_cmd(
     subset: SubsetOpt = None, suite: SuiteOpt = None,
     top_k: Annotated[int, typer.Option("--top-k", help="k of Top-k kept")] = 3,
     tiers: TiersOpt = "calibrate", budgets: BudgetsOpt = "derive", prices: PricesOpt = None,
+    infra_invalid: InfraOpt = "zero", duplicate_budgets: DupOpt = "keep",
+    cache_price_fallback: FallbackOpt = "none",
     store: StoreOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Rank agreement of two scorings (Spearman, Kendall τ-b, MAE of AMS, Top-1/Top-k kept):
@@ -237,6 +268,8 @@ def compare_cmd(
         b = f"{a.partition('@')[0]}@{subset}"
     if top_k < 1:
         raise fail("--top-k must be >= 1")
+    _spec("calibrate", None, 0, False, infra_invalid, duplicate_budgets)
+    book = _book(prices, cache_price_fallback)
     st: Store | None = None
     pool: TrialFrame | None = None
     cards: list[Scorecard] = []
@@ -248,7 +281,8 @@ def compare_cmd(
         run, _, sub = spec_text.partition("@")
         frame, full, mode = _frames(st, [run], sub or None, suite, tiers)
         pool = pool if pool is not None else full
-        cards.append(score(frame, _spec(mode, None, 0, bool(prices)), prices=_book(prices),
+        cards.append(score(frame, _spec(mode, None, 0, bool(prices), infra_invalid,
+                                        duplicate_budgets), prices=book,
                            budgets=_budgets(budgets), calibration_frame=pool))
     agreement = compare_scorecards(cards[0], cards[1], top_k)
     if as_json:
@@ -344,15 +378,20 @@ def core_subset_cmd(
     save: Annotated[str | None, typer.Option(help="save as this subset name in suite.toml")
                     ] = None,
     suite: SuiteOpt = None, tiers: TiersOpt = "calibrate", budgets: BudgetsOpt = "derive",
+    infra_invalid: InfraOpt = "zero", duplicate_budgets: DupOpt = "keep",
+    cache_price_fallback: FallbackOpt = "none",
     prices: PricesOpt = None, store: StoreOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Pick K tasks per tier whose AMS ranking best preserves the full run's (stratified core
     subset, AgentMeter §5.4); optionally save it as a named subset of the suite."""
     if per_tier < 1:
         raise fail("--per-tier must be >= 1")
+    _spec("calibrate", None, 0, False, infra_invalid, duplicate_budgets)
+    book = _book(prices, cache_price_fallback)
     st = open_store(store)
     frame, _, mode = _frames(st, [run_id], None, None, tiers)
-    p = prepare(frame, _spec(mode, None, 0, bool(prices)), prices=_book(prices),
+    p = prepare(frame, _spec(mode, None, 0, bool(prices), infra_invalid, duplicate_budgets),
+                prices=book,
                 budgets=_budgets(budgets))
     if len(p.frame.configs) < 2:
         raise fail(f"run {run_id} has {len(p.frame.configs)} configuration(s): a ranking needs "

@@ -10,8 +10,11 @@ from typing import Annotated
 
 import typer
 
+from agentmeter.cli.analysis import DupOpt, InfraOpt, choice
 from agentmeter.cli.common import console, err, fail, open_store
 from agentmeter.metrics import ScoringSpec
+from agentmeter.metrics.ams import INFRA_POLICIES
+from agentmeter.metrics.budgets import DUPLICATE_BUDGETS
 from agentmeter.metrics.scorecard import LEADERBOARD_SORTS
 from agentmeter.report.html import collect, write_html_report
 from agentmeter.report.html.collect import DEFAULT_RESAMPLES
@@ -27,6 +30,7 @@ def report_cmd(
     tiers: Annotated[str, typer.Option(help="calibrate | stored")] = "calibrate",
     resamples: Annotated[int, typer.Option(help="bootstrap resamples for CIs (0 = none)")]
     = DEFAULT_RESAMPLES,
+    infra_invalid: InfraOpt = "zero", duplicate_budgets: DupOpt = "keep",
     store: Annotated[Path | None, typer.Option("--store", help="runs directory")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
@@ -38,7 +42,11 @@ def report_cmd(
         raise fail(f"--tiers {tiers!r}: use calibrate or stored")
     if resamples < 0:
         raise fail("--resamples must be >= 0")
-    spec = ScoringSpec(tiers=tiers, resamples=resamples)  # type: ignore[arg-type]
+    choice("--infra-invalid", infra_invalid, INFRA_POLICIES)
+    choice("--duplicate-budgets", duplicate_budgets, DUPLICATE_BUDGETS)
+    spec = ScoringSpec.model_validate({"tiers": tiers, "resamples": resamples,
+                                       "infra_invalid": infra_invalid,
+                                       "duplicate_budgets": duplicate_budgets})
     st = open_store(store)
     try:
         if html is not None:

@@ -145,9 +145,10 @@ async def finish_call(call: Call, env: CallEnv) -> ModelCallRecord:
     )
     if unknown:
         bound = usage_bound(call, usage)
-        call.trial.add(record, bound, env.prices.cost_usd(model.price_key, bound))
-    else:
-        call.trial.add(record)
+        call.trial.add(record, bound, env.prices.charge_usd(model.price_key, bound))
+    else:  # a cost n/a for want of a cache price is charged an upper bound, never zero
+        call.trial.add(record, None, env.prices.charge_usd(model.price_key, usage)
+                       if call.usage and record.cost_usd is None else None)
     await env.writer.write(call.trial, record)
     return record
 

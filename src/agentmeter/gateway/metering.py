@@ -139,7 +139,10 @@ class TrialState:
         self.charged_usd += (charged_usd if charged_usd is not None else record.cost_usd) or 0.0
 
     def meter(self) -> TrialMeter:
-        priced = self.priced and self.calls_without_usage == 0
+        # n/a, never a partial sum: a served call without usage or without a price (cache
+        # tokens the price entry cannot price) makes the trial's cost unknown
+        priced = (self.priced and self.calls_without_usage == 0
+                  and all(c.cost_usd is not None for c in self.calls if c.status_code == 200))
         return TrialMeter(trial_id=self.trial_id, model=self.model.name, calls=list(self.calls),
                           usage=self.usage, cost_usd=self.cost_usd if priced else None,
                           budget_exceeded=self.budget_exceeded, infra_error=self.infra_error,

@@ -9,9 +9,12 @@ For tier g with task set T_g, budget grid B_g and threshold τ_g, per configurat
     TierScore_g(c)  = [α·SR_g + (1 − α)·CostAUBQC_g]·(1 − EFR_g)        (7)
     AMS(c)          = 1/3 Σ_g TierScore_g(c)                            (8)
 
-Missing trials (never run) count in |T_g| and contribute zero (Eq. 4's note). Infra-invalid
-selected trials are not attributable to the configuration: with ``infra="exclude"`` (default)
-they leave the denominator, with ``infra="zero"`` they count as missing.
+Missing trials (never run) count in |T_g| and contribute zero (Eq. 4's note: "Missing,
+task-invalid, failed, and over-budget trials contribute zero at that budget point"). An
+infra_invalid selected trial is read the same way by default (``infra_invalid="zero"``: it
+stays in |T_g| and contributes zero); ``infra_invalid="exclude"`` takes it out of the
+denominator instead (§3.5: such attempts are "excluded from model–CLI conclusions when they
+are not attributable to the configuration"). docs/metrics.md quotes both.
 
 Everything is computed from per-task *contributions* summed over tasks, so the bootstrap
 (:mod:`agentmeter.metrics.uncertainty`) only has to re-weight tasks. Figures that cannot be
@@ -28,7 +31,9 @@ import numpy as np
 
 from agentmeter.metrics.frame import INFRA, MISSING, SCORED, CodeArray, FloatArray
 
-InfraPolicy = Literal["exclude", "zero"]
+InfraPolicy = Literal["zero", "exclude"]
+#: the readings of an infra_invalid cell, the paper's first (the default)
+INFRA_POLICIES: tuple[InfraPolicy, ...] = ("zero", "exclude")
 DEFAULT_ALPHA = 0.6
 
 
@@ -43,7 +48,7 @@ class TierInputs:
 
 
 def contributions(cells: TierInputs, budgets: list[float], tau: float | None,
-                  infra: InfraPolicy = "exclude") -> FloatArray:
+                  infra: InfraPolicy = "zero") -> FloatArray:
     """Per-task contributions, shape (configs, tasks, 4 + |B|):
     [R, 1[y=0 ∧ C>τ], counted, unknown cost, R·1[C≤b] for b in B]."""
     scored = cells.state == SCORED

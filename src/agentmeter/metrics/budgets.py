@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -29,6 +30,10 @@ TABLE1_PATH = SHIPPED_DIR / "agentmeter-table1.toml"
 #: the cost quantiles the derived budget grids use (five points, like Table 1)
 DEFAULT_QUANTILES: tuple[float, ...] = (0.10, 0.25, 0.50, 0.75, 0.90)
 FAILED_QUANTILE = 0.90
+
+#: derived grids: keep a point per quantile (the paper's five; default) or merge equal ones
+DuplicateBudgets = Literal["keep", "merge"]
+DUPLICATE_BUDGETS: tuple[DuplicateBudgets, ...] = ("keep", "merge")
 
 
 class BudgetError(ValueError):
@@ -79,13 +84,20 @@ def round_budget(value: float, decimals: int = 2) -> float:
 
 def derive_tier_budget(costs: FloatArray, failed_costs: FloatArray,
                        quantiles: tuple[float, ...] = DEFAULT_QUANTILES,
-                       decimals: int = 2) -> TierBudget | None:
+                       decimals: int = 2, duplicates: DuplicateBudgets = "keep"
+                       ) -> TierBudget | None:
     """B_g from the tier's run costs and τ_g from its failed runs' costs (NaN = unknown, skipped).
-    ``None`` when the tier has no priced run. Equal rounded grid points are merged."""
+    ``None`` when the tier has no priced run.
+
+    The grid has one point per quantile, always (five by default, like Table 1), even when
+    rounded quantiles coincide: Eq. 4 averages over the grid's points, and "We set each budget
+    grid to rounded tier-specific cost quantiles" makes each quantile a point. ``duplicates=
+    "merge"`` is the other reading (equal rounded points counted once)."""
     known = costs[~np.isnan(costs)]
     if known.size == 0:
         return None
-    grid = sorted({round_budget(float(q), decimals) for q in np.quantile(known, quantiles)})
+    points = [round_budget(float(q), decimals) for q in np.quantile(known, quantiles)]
+    grid = sorted(set(points)) if duplicates == "merge" else sorted(points)
     failed = failed_costs[~np.isnan(failed_costs)]
     tau = (round_budget(float(np.quantile(failed, FAILED_QUANTILE)), decimals)
            if failed.size else None)
@@ -95,11 +107,13 @@ def derive_tier_budget(costs: FloatArray, failed_costs: FloatArray,
 def derive_budgets(costs_by_tier: dict[Tier, FloatArray],
                    failed_by_tier: dict[Tier, FloatArray],
                    quantiles: tuple[float, ...] = DEFAULT_QUANTILES,
-                   decimals: int = 2, source: str = "calibration") -> BudgetSpec:
+                   decimals: int = 2, source: str = "calibration",
+                   duplicates: DuplicateBudgets = "keep") -> BudgetSpec:
     tiers: dict[Tier, TierBudget] = {}
     for g in TIERS:
         tb = derive_tier_budget(costs_by_tier.get(g, np.zeros(0)),
-                                failed_by_tier.get(g, np.zeros(0)), quantiles, decimals)
+                                failed_by_tier.get(g, np.zeros(0)), quantiles, decimals,
+                                duplicates)
         if tb is not None:
             tiers[g] = tb
     return BudgetSpec(tiers=tiers, source=source)

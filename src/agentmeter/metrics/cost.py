@@ -23,23 +23,29 @@ from agentmeter.records import NO_MODEL
 
 @dataclass(frozen=True)
 class UsdRates:
-    """USD per token (already divided by a million and converted to USD)."""
+    """USD per token (already divided by a million and converted to USD). A cache rate of
+    ``None`` is a price the entry does not have: rows with such tokens cost NaN (n/a)."""
 
     input: float
     output: float
-    cache_write: float
-    cache_read: float
+    cache_write: float | None
+    cache_read: float | None
 
     @classmethod
     def from_model_rates(cls, rates: ModelRates, usd_per_unit: float = 1.0) -> UsdRates:
+        """Missing cache rates stay ``None``, or become the input rate when the entry chose
+        ``cache_price_fallback = "input"``."""
         def per_token(x: object) -> float:
             return float(x) * usd_per_unit / 1_000_000  # type: ignore[arg-type]
 
+        fallback = rates.input if rates.cache_price_fallback == "input" else None
+
+        def cache(v: object) -> float | None:
+            v = v if v is not None else fallback
+            return None if v is None else per_token(v)
+
         return cls(input=per_token(rates.input), output=per_token(rates.output),
-                   cache_write=per_token(rates.cache_write if rates.cache_write is not None
-                                         else rates.input),
-                   cache_read=per_token(rates.cache_read if rates.cache_read is not None
-                                        else rates.input))
+                   cache_write=cache(rates.cache_write), cache_read=cache(rates.cache_read))
 
 
 def billable_cost(rates: UsdRates, x: FloatArray, y: FloatArray, a: FloatArray,
@@ -48,9 +54,30 @@ def billable_cost(rates: UsdRates, x: FloatArray, y: FloatArray, a: FloatArray,
     x, y, a, h = (np.asarray(v, dtype=np.float64) for v in (x, y, a, h))
     a0, h0, y0 = (np.nan_to_num(v, nan=0.0) for v in (a, h, y))
     n = np.where(np.isnan(x), 0.0, np.maximum(np.nan_to_num(x, nan=0.0) - a0 - h0, 0.0))
-    c = rates.input * n + rates.output * y0 + rates.cache_write * a0 + rates.cache_read * h0
+    c = (rates.input * n + rates.output * y0 + (rates.cache_write or 0.0) * a0
+         + (rates.cache_read or 0.0) * h0)
     nothing = np.isnan(x) & np.isnan(y) & np.isnan(a) & np.isnan(h)
-    return np.where(nothing, np.nan, c)
+    unpriced = (((a0 > 0) & (rates.cache_write is None))
+                | ((h0 > 0) & (rates.cache_read is None)))
+    return np.where(nothing | unpriced, np.nan, c)
+
+
+def _cache_notes(label: str, source: str, rates: ModelRates, a: FloatArray,
+                 h: FloatArray) -> list[str]:
+    """Say how the cache tokens an entry has no price for were billed (never silently)."""
+    missing = [name for name, v, rate in (("cache-creation", a, rates.cache_write),
+                                           ("cache-read", h, rates.cache_read))
+               if rate is None and bool((np.nan_to_num(v, nan=0.0) > 0).any())]
+    if not missing:
+        return []
+    what = " and ".join(missing)
+    trials = int(((np.nan_to_num(a, nan=0.0) > 0) & (rates.cache_write is None)
+                  | (np.nan_to_num(h, nan=0.0) > 0) & (rates.cache_read is None)).sum())
+    if rates.cache_price_fallback == "input":
+        return [f"{label}: {source} has no {what} price; {trials} trial(s)' {what} tokens are "
+                "billed at the input rate (cache_price_fallback = input)"]
+    return [f"{label}: {source} has no {what} price; {trials} trial(s) with {what} tokens "
+            "cost n/a (cache_price_fallback = input bills them as input)"]
 
 
 @dataclass(frozen=True)
@@ -91,6 +118,8 @@ def resolve_costs(frame: TrialFrame, book: PriceBook | None = None, *,
         rates = UsdRates.from_model_rates(quote.rates, quote.usd_per_unit)
         cost[rows] = billable_cost(rates, frame.input[rows], frame.output[rows],
                                    frame.cache_creation[rows], frame.cache_read[rows])
+        notes.extend(_cache_notes(info.label, quote.source, quote.rates,
+                                  frame.cache_creation[rows], frame.cache_read[rows]))
     if unpriced:
         notes.append("no price for " + ", ".join(sorted(unpriced_keys))
                      + ": their unpriced trials' cost is n/a")

@@ -82,12 +82,15 @@ class TrialFrame:
     tool_calls: FloatArray
     task_categories: list[str | None] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: files read more than once by the try's agent (the runner's trajectory analytics;
+    #: NaN where not recorded, e.g. imported data); empty = NaN for every row
+    repeated_reads: FloatArray = field(default_factory=lambda: np.zeros(0))
 
     def __post_init__(self) -> None:
         n = len(self.config)
-        for name in ("task", "attempt", "try_order", "status", "reward", "passed", "input",
-                     "output", "cache_creation", "cache_read", "reasoning", "cost_usd", "turns",
-                     "model_calls", "tool_calls"):
+        if len(self.repeated_reads) == 0 and n:
+            object.__setattr__(self, "repeated_reads", np.full(n, np.nan))
+        for name in ROW_COLUMNS[1:]:
             if len(getattr(self, name)) != n:
                 raise ValueError(f"TrialFrame column {name!r} has {len(getattr(self, name))} "
                                  f"rows, expected {n}")
@@ -145,7 +148,7 @@ class TrialFrame:
 
 ROW_COLUMNS = ("config", "task", "attempt", "try_order", "status", "reward", "passed", "input",
                 "output", "cache_creation", "cache_read", "reasoning", "cost_usd", "turns",
-                "model_calls", "tool_calls")
+                "model_calls", "tool_calls", "repeated_reads")
 
 
 def _nan_sum(a: FloatArray, b: FloatArray) -> FloatArray:
@@ -184,7 +187,10 @@ class CellMatrix:
 
     ``state`` is MISSING / SCORED / INFRA. Quality figures are 0 outside SCORED cells; cost and
     token figures of the selected trial are NaN when unknown or missing. ``spend_*`` add up every
-    completed try of the chosen (config, task, attempt), infra_invalid ones included.
+    completed try of *every* attempt of the (config, task), selected or not, infra_invalid ones
+    included (§3.5: "Attempted runs remain part of token and cost accounting"); NaN when some
+    try's cost is unknown (a total with a hole in it is not a total); tokens are NaN only when
+    no try of the cell exposed any.
     """
 
     state: NDArray[np.int8]
@@ -197,6 +203,8 @@ class CellMatrix:
     spend_usd: FloatArray
     spend_tokens: FloatArray
     attempt: IntArray  # chosen attempt, -1 when missing
+    #: repeated file reads of the selected trial (NaN when missing or not recorded)
+    repeated_reads: FloatArray
 
     @property
     def scored(self) -> BoolArray:
@@ -210,7 +218,7 @@ def cell_matrix(frame: TrialFrame) -> CellMatrix:
     state = np.zeros(shape, dtype=np.int8)
     nan = np.full(shape, np.nan)
     out = {k: nan.copy() for k in ("cost", "tokens", "turns", "interactions", "spend_usd",
-                                  "spend_tokens")}
+                                  "spend_tokens", "repeated_reads")}
     reward, passed = np.zeros(shape), np.zeros(shape)
     chosen_attempt = np.full(shape, -1, dtype=np.int64)
     if n == 0:
@@ -225,10 +233,15 @@ def cell_matrix(frame: TrialFrame) -> CellMatrix:
     brk[1:] = (cta[1:] != cta[:-1]) | (att[1:] != att[:-1])
     starts = np.flatnonzero(brk)
     ends = np.concatenate((starts[1:], [n])) - 1  # index (in order) of the selected try
-    spend_usd = np.add.reduceat(frame.cost_usd[order], starts)
-    spend_tok = np.add.reduceat(np.where(np.isnan(tokens), 0.0, tokens)[order], starts)
-    all_nan_tok = np.logical_and.reduceat(np.isnan(tokens[order]), starts)
-    spend_tok[all_nan_tok] = np.nan
+    # spending: every try of every attempt of the cell
+    cell_of_row = (frame.config * n_t + frame.task).astype(np.int64)
+    spend_usd_cell = np.zeros(n_c * n_t)
+    np.add.at(spend_usd_cell, cell_of_row, frame.cost_usd)  # NaN (unknown) propagates
+    spend_tok_cell = np.zeros(n_c * n_t)
+    np.add.at(spend_tok_cell, cell_of_row, np.where(np.isnan(tokens), 0.0, tokens))
+    tok_known = np.zeros(n_c * n_t, dtype=np.bool_)
+    tok_known[cell_of_row[~np.isnan(tokens)]] = True
+    spend_tok_cell[~tok_known] = np.nan  # no try of the cell exposed a token count
     sel = order[ends]
     sel_cell = cta[ends]
     sel_scored = SCORED_STATUS[frame.status[sel]]
@@ -247,9 +260,10 @@ def cell_matrix(frame: TrialFrame) -> CellMatrix:
     out["cost"][ci, ti] = frame.cost_usd[rows]
     out["tokens"][ci, ti] = tokens[rows]
     out["turns"][ci, ti] = frame.turns[rows]
+    out["repeated_reads"][ci, ti] = frame.repeated_reads[rows]
     out["interactions"][ci, ti] = frame.tool_calls[rows]
-    out["spend_usd"][ci, ti] = spend_usd[g]
-    out["spend_tokens"][ci, ti] = spend_tok[g]
+    out["spend_usd"][ci, ti] = spend_usd_cell[ci * n_t + ti]
+    out["spend_tokens"][ci, ti] = spend_tok_cell[ci * n_t + ti]
     chosen_attempt[ci, ti] = frame.attempt[rows]
     return CellMatrix(state, reward, passed, attempt=chosen_attempt, **out)
 
@@ -270,7 +284,7 @@ def frame_from_arrays(configs: Sequence[ConfigInfo], task_ids: Sequence[str],
     n = len(np.asarray(config))
     cols: dict[str, FloatArray] = {}
     for name in ("reward", "passed", "input", "output", "cache_creation", "cache_read",
-                 "reasoning", "cost_usd", "turns", "model_calls", "tool_calls"):
+                 "reasoning", "cost_usd", "turns", "model_calls", "tool_calls", "repeated_reads"):
         value = columns.pop(name, None)
         default = 0.0 if name in ("model_calls", "tool_calls") else np.nan
         cols[name] = (np.full(n, default) if value is None
@@ -289,4 +303,5 @@ def frame_from_arrays(configs: Sequence[ConfigInfo], task_ids: Sequence[str],
         reward=cols["reward"], passed=cols["passed"], input=cols["input"],
         output=cols["output"], cache_creation=cols["cache_creation"],
         cache_read=cols["cache_read"], reasoning=cols["reasoning"], cost_usd=cols["cost_usd"],
-        turns=cols["turns"], model_calls=cols["model_calls"], tool_calls=cols["tool_calls"])
+        turns=cols["turns"], model_calls=cols["model_calls"], tool_calls=cols["tool_calls"],
+        repeated_reads=cols["repeated_reads"])

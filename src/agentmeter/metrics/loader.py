@@ -68,7 +68,7 @@ def load_frame(store: Store, run_ids: str | Sequence[str]) -> TrialFrame:
         config=config_col[final], task=task_col[final], attempt=attempt[final],
         try_order=try_order[final], status=code[final], reward=f(5), passed=f(6), input=f(7),
         output=f(8), cache_creation=f(9), cache_read=f(10), reasoning=f(11), cost_usd=f(12),
-        turns=f(13), model_calls=f(14), tool_calls=f(15), notes=notes)
+        turns=f(13), model_calls=f(14), tool_calls=f(15), repeated_reads=f(16), notes=notes)
 
 
 def _recode(seen: dict[str, int], ordered: list[str]) -> np.ndarray:

@@ -17,13 +17,28 @@ class Interval(BaseModel):
 class TierFigures(BaseModel):
     tier: Tier
     n_tasks: int = Field(description="|T_g| in the scoring")
-    n_counted: int = Field(description="tasks in the denominator (infra_invalid excluded)")
+    n_counted: int = Field(description="tasks in the denominator: |T_g| (infra_invalid ones "
+                           "left out only with infra_invalid = exclude)")
     passes: int
     sr: float | None
     cbq: list[float | None] = Field(description="CBQ_g(c, b) for b in the tier's grid")
     cost_aubqc: float | None
     efr: float | None
     score: float | None
+
+
+class RepeatedReads(BaseModel):
+    """Repeated file reads (a file read again by the same trajectory; the runner's
+    ``extra["trajectory"]["repeated_reads"]``) over a configuration's selected trials, one per
+    task. Descriptive (§1: "fails after 4.78M tokens and 30 repeated file reads"), not an AMS
+    component."""
+
+    trajectories: int = Field(description="selected trials that recorded the count")
+    not_recorded: int = Field(description="selected trials without it (imported, older stores)")
+    total: int
+    mean: float | None = Field(description="per recorded trajectory; None when none recorded")
+    max: int | None
+    with_repeats: int = Field(description="trajectories with at least one repeated read")
 
 
 class ConfigRow(BaseModel):
@@ -38,12 +53,16 @@ class ConfigRow(BaseModel):
     passes: int
     pass_rate: float | None = Field(description="Pass/N over the scoring's tasks")
     tiers: dict[Tier, TierFigures]
-    tokens: float | None = Field(description="raw tokens spent, infra_invalid tries included")
-    usd: float | None = Field(description="billable USD spent, infra_invalid tries included")
-    tok_per_pass: float | None
-    usd_per_pass: float | None
+    tokens: float | None = Field(description="raw tokens spent by every completed try of every "
+                                 "attempt (selected or not, infra_invalid included)")
+    usd: float | None = Field(description="billable USD spent by every completed try of every "
+                              "attempt (selected or not, infra_invalid included)")
+    tok_per_pass: float | None = Field(description="tokens / passes")
+    usd_per_pass: float | None = Field(description="usd / passes")
     ams: float | None
     delta_best: float | None = Field(description="same-model AMS gap to the best agent")
+    repeated_reads: RepeatedReads | None = Field(default=None,
+                                                 description="None: no selected trial")
     ci: dict[str, Interval] = Field(default_factory=dict)
 
 

@@ -15,15 +15,21 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from agentmeter.metrics.aggregate import ScoringPlan, Statistics, TierPlan, counts, statistics
 from agentmeter.metrics.ams import DEFAULT_ALPHA, InfraPolicy
-from agentmeter.metrics.budgets import DEFAULT_QUANTILES, BudgetSpec, derive_budgets
+from agentmeter.metrics.budgets import (
+    DEFAULT_QUANTILES,
+    BudgetSpec,
+    DuplicateBudgets,
+    derive_budgets,
+)
 from agentmeter.metrics.cost import resolve_costs
 from agentmeter.metrics.diagnostics import delta_best, model_summaries, winners
 from agentmeter.metrics.effort import Calibration, calibrate
 from agentmeter.metrics.frame import (
+    MISSING,
     SCORED,
     TIERS,
     CellMatrix,
@@ -37,6 +43,7 @@ from agentmeter.metrics.scorecard import (
     BootstrapInfo,
     ConfigRow,
     Interval,
+    RepeatedReads,
     Scorecard,
     TierFigures,
     TierSetup,
@@ -50,10 +57,16 @@ class ScoringSpec(BaseModel):
 
     alpha: float | None = Field(default=None, ge=0, le=1,
                                 description="None: the budget file's alpha, else 0.6")
-    infra: InfraPolicy = "exclude"
+    infra_invalid: InfraPolicy = Field(
+        default="zero", validation_alias=AliasChoices("infra_invalid", "infra"),
+        description="an infra_invalid selected trial in Eqs. 3-6: zero (the paper: it "
+        "contributes zero, |T_g| unchanged) or exclude (it leaves the denominator)")
     tiers: Literal["calibrate", "stored"] = "calibrate"
     budget_quantiles: tuple[float, ...] = DEFAULT_QUANTILES
     budget_decimals: int = 2
+    duplicate_budgets: DuplicateBudgets = Field(
+        default="keep", description="derived grids: keep one point per quantile even when "
+        "rounded points coincide (the paper's five), or merge them")
     reprice: bool = False
     resamples: int = Field(default=0, ge=0, description="bootstrap resamples; 0 = no CIs")
     ci_level: float = Field(default=0.95, gt=0, lt=1)
@@ -132,7 +145,8 @@ def prepare(frame: TrialFrame, spec: ScoringSpec | None = None, *,
     frame, pool, tier_source = _tiers_for(frame, spec, calibration, calibration_frame, notes)
     if budgets is None:
         costs, failed = _tiered_cost_pools(pool)
-        budgets = derive_budgets(costs, failed, spec.budget_quantiles, spec.budget_decimals)
+        budgets = derive_budgets(costs, failed, spec.budget_quantiles, spec.budget_decimals,
+                                 duplicates=spec.duplicate_budgets)
         budget_source = "calibration quantiles"
     else:
         budget_source = budgets.source or "given"
@@ -156,7 +170,7 @@ def prepare(frame: TrialFrame, spec: ScoringSpec | None = None, *,
         setups.append(TierSetup(tier=g, n_tasks=len(tasks), budgets=tb.budgets if tb else None,
                                 tau=tb.tau if tb else None))
     plan = ScoringPlan(tiers=(tier_plans[0], tier_plans[1], tier_plans[2]), alpha=alpha,
-                       infra=spec.infra)
+                       infra=spec.infra_invalid)
     return Prepared(frame, cell_matrix(frame), plan, setups, tier_source, budget_source, notes)
 
 
@@ -180,14 +194,29 @@ def score(frame: TrialFrame, spec: ScoringSpec | None = None, *,
                                   over_attempts=attempts is not None)
     rows = _rows(frame, cells, stats, plan, cis)
     if any(r.n_infra_invalid for r in rows):
-        notes.append("infra_invalid trials are "
-                     + ("excluded from quality denominators" if spec.infra == "exclude"
-                        else "counted as zero quality")
+        notes.append("infra_invalid selected trials "
+                     + ("are excluded from the tier denominators (--infra-invalid exclude)"
+                        if spec.infra_invalid == "exclude"
+                        else "contribute zero in Eqs. 3-6 (the paper's reading; "
+                        "--infra-invalid exclude leaves them out of the denominators)")
                      + "; their spending stays in Tok/Pass and USD/Pass")
     return Scorecard(rows=rows, models=model_summaries(rows), winners=winners(rows),
-                     tiers=p.setups, alpha=plan.alpha, infra_policy=spec.infra,
+                     tiers=p.setups, alpha=plan.alpha, infra_policy=spec.infra_invalid,
                      tier_source=p.tier_source, budget_source=p.budget_source,
                      n_tasks=len(frame.task_ids), bootstrap=boot_info, notes=notes)
+
+
+def repeated_reads(cells: CellMatrix, c: int) -> RepeatedReads | None:
+    """The repeated-read summary of configuration ``c``'s selected trials (None: none)."""
+    present = cells.state[c] != MISSING
+    if not present.any():
+        return None
+    values = cells.repeated_reads[c][present]
+    known = values[~np.isnan(values)]
+    return RepeatedReads(trajectories=int(known.size), not_recorded=int((np.isnan(values)).sum()),
+                         total=int(known.sum()), mean=float(known.mean()) if known.size else None,
+                         max=int(known.max()) if known.size else None,
+                         with_repeats=int((known > 0).sum()))
 
 
 def _rows(frame: TrialFrame, cells: CellMatrix, stats: Statistics, plan: ScoringPlan,
@@ -229,5 +258,6 @@ def _rows(frame: TrialFrame, cells: CellMatrix, stats: Statistics, plan: Scoring
             tokens=None if unknown_tok else float(stats.spend_tokens[0, c]),
             usd=None if unknown_usd else float(stats.spend_usd[0, c]),
             tok_per_pass=_opt(per_pass_tok[0, c]), usd_per_pass=_opt(per_pass_usd[0, c]),
-            ams=ams_values[c], delta_best=gaps[c], ci=ci))
+            ams=ams_values[c], delta_best=gaps[c], ci=ci,
+            repeated_reads=repeated_reads(cells, c)))
     return rows

@@ -69,16 +69,22 @@ def percentile_interval(replicates: FloatArray, level: float) -> tuple[FloatArra
 
 @dataclass(frozen=True)
 class AttemptCells:
-    """Per-attempt cell matrices stacked on a leading axis (attempts, configs, tasks)."""
+    """Per-attempt cell matrices stacked on a leading axis (attempts, configs, tasks), and the
+    cells' spending over every attempt (what Tok/Pass and USD/Pass divide, whichever attempt a
+    replicate draws for quality)."""
 
     cells: list[CellMatrix]
+    spend_usd: FloatArray
+    spend_tokens: FloatArray
 
     @classmethod
     def from_frame(cls, frame: TrialFrame) -> AttemptCells | None:
         attempts = np.unique(frame.attempt)
         if len(attempts) <= 1:
             return None
-        return cls([cell_matrix(_rows(frame, frame.attempt == a)) for a in attempts])
+        every = cell_matrix(frame)
+        return cls([cell_matrix(_rows(frame, frame.attempt == a)) for a in attempts],
+                   every.spend_usd, every.spend_tokens)
 
     def draw(self, rng: np.random.Generator) -> CellMatrix:
         """One available attempt per (config, task), uniformly."""
@@ -91,10 +97,10 @@ class AttemptCells:
         pick = np.argmax(avail & (rank == k[None]), axis=0)[None]
         fields = {}
         for name in ("state", "reward", "passed", "cost", "tokens", "turns", "interactions",
-                     "spend_usd", "spend_tokens", "attempt"):
+                     "attempt", "repeated_reads"):
             stacked = np.stack([getattr(c, name) for c in self.cells])
             fields[name] = np.take_along_axis(stacked, pick, axis=0)[0]
-        return CellMatrix(**fields)
+        return CellMatrix(spend_usd=self.spend_usd, spend_tokens=self.spend_tokens, **fields)
 
 
 def _rows(frame: TrialFrame, keep: BoolArray) -> TrialFrame:

@@ -6,14 +6,14 @@ Price keys are ``provider/model`` (``openai/gpt-5``), ``provider:model`` or a ba
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from agentmeter.pricing.formula import ModelRates, cost
+from agentmeter.pricing.formula import CacheFallback, ModelRates, charge_bound, cost
 from agentmeter.pricing.snapshot import PricingError, PricingSnapshot, scripted_snapshot
 from agentmeter.records import TokenUsage
 
@@ -79,41 +79,65 @@ def _genai_rates(price_key: str, input_tokens: int) -> ModelRates | None:
 
 
 class PriceBook:
+    """``cache_price_fallback``: the fallback for entries (of any source, genai-prices
+    included) that set none themselves; ``None`` keeps cache tokens without a price n/a."""
+
     def __init__(self, snapshots: Sequence[PricingSnapshot] = (), *,
-                 use_genai_prices: bool = True, include_scripted: bool = True) -> None:
+                 use_genai_prices: bool = True, include_scripted: bool = True,
+                 cache_price_fallback: CacheFallback | None = None) -> None:
         self.snapshots = ([scripted_snapshot()] if include_scripted else []) + list(snapshots)
         self.use_genai_prices = use_genai_prices
+        self.cache_price_fallback = cache_price_fallback
 
     @classmethod
-    def load(cls, paths: Iterable[Path], *, use_genai_prices: bool = True) -> PriceBook:
-        return cls([PricingSnapshot.load(p) for p in paths], use_genai_prices=use_genai_prices)
+    def load(cls, paths: Iterable[Path], *, use_genai_prices: bool = True,
+             cache_price_fallback: CacheFallback | None = None) -> PriceBook:
+        return cls([PricingSnapshot.load(p) for p in paths], use_genai_prices=use_genai_prices,
+                   cache_price_fallback=cache_price_fallback)
 
     def quote(self, price_key: str, input_tokens: int = 0) -> PriceQuote | None:
+        found: PriceQuote | None = None
         for snap in reversed(self.snapshots):
             rates = snap.rates(price_key)
             if rates is not None:
-                return PriceQuote(rates, snap.usd_per_unit, snap.label or snap.source or "snapshot",
-                                  snap.fake)
-        if self.use_genai_prices:
+                found = PriceQuote(rates, snap.usd_per_unit,
+                                   snap.label or snap.source or "snapshot", snap.fake)
+                break
+        if found is None and self.use_genai_prices:
             rates = _genai_rates(price_key, input_tokens)
             if rates is not None:
-                return PriceQuote(rates, 1.0, "genai-prices", False)
-        return None
+                found = PriceQuote(rates, 1.0, "genai-prices", False)
+        if (found is not None and self.cache_price_fallback is not None
+                and found.rates.cache_price_fallback is None):
+            found = replace(found, rates=found.rates.model_copy(
+                update={"cache_price_fallback": self.cache_price_fallback}))
+        return found
 
-    def cost_usd(self, price_key: str | None, usage: TokenUsage) -> float | None:
-        """Eq. 2 cost in USD at the snapshot's fixed rate.
-
-        ``None`` when the model is unpriced or the usage exposes nothing.
-        """
+    def _usd(self, price_key: str | None, usage: TokenUsage,
+             formula: Callable[[ModelRates, TokenUsage], Decimal | None]) -> float | None:
         if price_key is None:
             return None
         quote = self.quote(price_key, usage.input or 0)
         if quote is None:
             return None
-        amount = cost(quote.rates, usage)
+        amount = formula(quote.rates, usage)
         if amount is None:
             return None
         return float(amount * Decimal(str(quote.usd_per_unit)))
+
+    def cost_usd(self, price_key: str | None, usage: TokenUsage) -> float | None:
+        """Eq. 2 cost in USD at the snapshot's fixed rate.
+
+        ``None`` when the model is unpriced, the usage exposes nothing, or it has cache tokens
+        the entry has no price for (and no fallback is chosen).
+        """
+        return self._usd(price_key, usage, cost)
+
+    def charge_usd(self, price_key: str | None, usage: TokenUsage) -> float | None:
+        """What a USD budget is charged for ``usage``: :meth:`cost_usd`, or when that is n/a for
+        want of a cache price, the upper bound :func:`~agentmeter.pricing.formula.charge_bound`.
+        ``None`` only when the model is unpriced or the usage exposes nothing."""
+        return self._usd(price_key, usage, charge_bound)
 
     def require(self, price_keys: Iterable[str | None], *, allow_unpriced: bool = False) -> None:
         """Fail before a run when a model has no price (unless allowed)."""

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from agentmeter.pricing.book import PriceBook
 from agentmeter.pricing.snapshot import PricingSnapshot
-from agentmeter.records import NO_MODEL, ConfigRecord, TrialRecord
+from agentmeter.records import NO_MODEL, ConfigRecord, TokenUsage, TrialRecord
 from agentmeter.store import queries
 from agentmeter.store.db import Store
 
@@ -45,6 +45,10 @@ def _price_key(config: ConfigRecord | None) -> str | None:
         return None
     name = config.model.name
     return config.model.price_key or (name if name not in (NO_MODEL, "unknown") else None)
+
+
+def _exposes(u: TokenUsage) -> bool:
+    return any(v is not None for v in (u.input, u.output, u.cache_creation, u.cache_read))
 
 
 def _metered(t: TrialRecord) -> bool:
@@ -79,8 +83,9 @@ def reprice_run(store: Store, run_id: str, snapshots: Sequence[PricingSnapshot],
         for seq, usage in mine:
             call_costs[(t.id, t.try_number, seq)] = book.cost_usd(key, usage) if priced else None
         if mine:
-            new = (sum(call_costs[(t.id, t.try_number, s)] or 0.0 for s, _ in mine)
-                   if priced else None)
+            costs = [call_costs[(t.id, t.try_number, s)] for s, u in mine if _exposes(u)]
+            # n/a once a call with usage has no cost (cache tokens without a cache price)
+            new = (sum(c or 0.0 for c in costs) if priced and None not in costs else None)
         elif _metered(t):
             new = book.cost_usd(key, t.usage) if priced else None
         else:

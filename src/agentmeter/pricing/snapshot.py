@@ -11,6 +11,8 @@ fake = false                 # true for made-up prices (the scripted model's)
 input = 2.0                  # per million tokens, in `currency`
 output = 8.0
 cache_read = 0.5             # optional; cache_write optional
+# cache_price_fallback = "input"   # optional, here or per entry: bill cache tokens of an entry
+                                   # without a cache price as input (else their cost is n/a)
 ```
 """
 
@@ -22,7 +24,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentmeter.pricing.formula import ModelRates
+from agentmeter.pricing.formula import CacheFallback, ModelRates
 from agentmeter.tomlfile import read_toml, validate_toml
 
 
@@ -38,6 +40,8 @@ class PricingSnapshot(BaseModel):
     usd_per_unit: float = Field(default=1.0, gt=0, description="fixed exchange rate to USD")
     label: str = ""
     fake: bool = False
+    cache_price_fallback: CacheFallback | None = Field(
+        default=None, description="applies to the entries that do not set their own")
     models: dict[str, ModelRates] = Field(default_factory=dict)
     source: str | None = Field(default=None, description="file it was loaded from")
 
@@ -49,12 +53,13 @@ class PricingSnapshot(BaseModel):
         return validate_toml(cls, {**data, "source": str(path)}, path, PricingError)
 
     def rates(self, price_key: str) -> ModelRates | None:
-        if price_key in self.models:
-            return self.models[price_key]
-        for pattern, rates in self.models.items():
-            if "*" in pattern and fnmatch.fnmatchcase(price_key, pattern):
-                return rates
-        return None
+        found = self.models.get(price_key)
+        if found is None:
+            found = next((rates for pattern, rates in self.models.items()
+                          if "*" in pattern and fnmatch.fnmatchcase(price_key, pattern)), None)
+        if found is not None and found.cache_price_fallback is None and self.cache_price_fallback:
+            return found.model_copy(update={"cache_price_fallback": self.cache_price_fallback})
+        return found
 
 
 SHIPPED_DIR = Path(__file__).parent / "snapshots"

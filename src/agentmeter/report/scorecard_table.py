@@ -79,6 +79,25 @@ def leaderboard(card: Scorecard, title: str, *, by: str = "ams",
     return table
 
 
+def repeated_reads_table(card: Scorecard) -> Table:
+    """Repeated file reads per configuration over its selected trials (descriptive)."""
+    table = Table("configuration", "trajectories", "repeated reads", "per trajectory", "max",
+                  "with repeats", "not recorded",
+                  title="repeated file reads (selected trials; not an AMS component)",
+                  title_justify="left")
+    for k in card.ranked():
+        r = card.rows[k]
+        rr = r.repeated_reads
+        if rr is None:
+            table.add_row(r.label, "0", NA, NA, NA, NA, "0")
+            continue
+        table.add_row(r.label, str(rr.trajectories), str(rr.total) if rr.trajectories else NA,
+                      _f(rr.mean, ".2f"), NA if rr.max is None else str(rr.max),
+                      f"{rr.with_repeats}/{rr.trajectories}" if rr.trajectories else NA,
+                      str(rr.not_recorded))
+    return table
+
+
 def _labels(card: Scorecard, ids: Sequence[str]) -> str:
     names = {r.config_id: r.label for r in card.rows}
     return ", ".join(names.get(i, i) for i in ids) or NA
@@ -102,6 +121,7 @@ def details(card: Scorecard) -> RenderableType:
                       NA if t.budgets is None else ", ".join(f"{b:g}" for b in t.budgets),
                       NA if t.tau is None else f"{t.tau:g}")
     parts.append(setup)
+    parts.append(repeated_reads_table(card))
     if card.models:
         spread = Table("model", "best agent", "AMS", "worst agent", "AMS", "spread",
                        title="agent choice per model", title_justify="left")

@@ -50,7 +50,7 @@ CHUNK = 50_000
 #: the columns of :func:`trial_columns` rows, in order
 TRIAL_COLUMNS = ("config_id", "task_id", "attempt", "try_order", "status_code", "reward",
                  "passed", *USAGE_COLUMNS.values(), "cost_usd", "turns", "model_calls",
-                 "tool_calls")
+                 "tool_calls", "repeated_reads")
 
 
 def _oldest_first(runs: Sequence[RunRecord]) -> list[RunRecord]:
@@ -178,7 +178,10 @@ def trial_columns(store: Store, runs: Sequence[RunRecord], chunk: int = CHUNK
                            try_order(ids).label("try_order"),
                            status_code(t.c.status).label("status_code"), t.c.reward, t.c.passed,
                            *(t.c[c] for c in USAGE_COLUMNS.values()), t.c.cost_usd, t.c.turns,
-                           t.c.model_calls, tool_calls_total(conn.dialect.name).label("tool_calls")]
+                           t.c.model_calls, tool_calls_total(conn.dialect.name).label("tool_calls"),
+                           # the runner's trajectory analytics (NULL where not recorded)
+                           t.c.extra[("trajectory", "repeated_reads")].as_float()
+                           .label("repeated_reads")]
         result = conn.execution_options(stream_results=True, yield_per=chunk).execute(
             sa.select(*cols).where(t.c.run_id.in_(ids)))
         yield from result.partitions(chunk)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from agentmeter.metrics.frame import INFRA, SCORED, TIERS
-from agentmeter.metrics.scorecard import ConfigRow, Interval
+from agentmeter.metrics.scorecard import ConfigRow, Interval, RepeatedReads
 from agentmeter.report.html.charts import display, pairs
 from agentmeter.report.html.collect import ConfigView, ReportData, scored_cells
 from agentmeter.report.html.fmt import NA, compact, esc, num, pct, sort_key, usd
@@ -27,6 +27,12 @@ def _td(text: str, key: float | None | str, cls: str = "num") -> str:
 
 def _ci(ci: Interval | None) -> str:
     return "" if ci is None else f'<span class="ci">[{ci.low:.3f}, {ci.high:.3f}]</span>'
+
+
+def _rereads(rr: RepeatedReads | None) -> str:
+    if rr is None or rr.mean is None:
+        return _td(NA, None)
+    return _td(f"{rr.mean:.2f} <small>({rr.total}, max {rr.max})</small>", rr.mean)
 
 
 def header(data: ReportData, title: str) -> str:
@@ -55,7 +61,9 @@ def leaderboard(data: ReportData) -> str:
             *((f"{g.capitalize()} pass", "num") for g in TIERS),
             ("Tok/Pass", "num"), ("USD/Pass", "num"),
             *((f"S<sub>{g}</sub>", "num") for g in TIERS), ("AMS [CI]", "num"),
-            ("Δbest", "num"), ("Infra", "num")]
+            ("Δbest", "num"), ("Infra", "num"),
+            ('<span title="repeated file reads per selected trajectory (total, max); '
+             'descriptive, not an AMS component">Rep. reads</span>', "num")]
     if data.evaluation:  # the judges' cost: evaluation, not the configuration's own spending
         head.append(('<span title="judge model calls grading the tries (evaluation cost, '
                      'not part of the agent\'s cost)">Judge USD</span>', "num"))
@@ -80,7 +88,8 @@ def leaderboard(data: ReportData) -> str:
         cells += [_td(f"<b>{num(r.ams)}</b> {_ci(r.ci.get('ams'))}" if r.ams is not None
                       else NA, r.ams),
                   _td(num(r.delta_best), r.delta_best),
-                  _td(str(r.n_infra_invalid), float(r.n_infra_invalid))]
+                  _td(str(r.n_infra_invalid), float(r.n_infra_invalid)),
+                  _rereads(r.repeated_reads)]
         if data.evaluation:
             ev = data.evaluation.get(cfg.id)
             cost = ev.cost_usd if ev is not None else None
