@@ -14,7 +14,6 @@ import aiohttp
 import anthropic
 import openai
 import pytest
-from aiohttp import web
 from test_gateway import SECRET, serve
 
 from agentmeter.gateway import Budget, Gateway, ModelRegistry, ScriptedContext, UpstreamModel
