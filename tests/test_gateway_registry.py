@@ -32,7 +32,7 @@ def test_models_file_errors_name_file_and_field(tmp_path: Path) -> None:
         ModelRegistry.load(f)
 
 
-@pytest.mark.parametrize("provider", ["openai", "anthropic", "openrouter", "deepseek",
+@pytest.mark.parametrize("provider", ["openai", "anthropic", "gemini", "openrouter", "deepseek",
                                       "dashscope", "moonshot", "zhipu", "minimax", "vllm",
                                       "llamacpp", "ollama"])
 def test_builtin_providers(provider: str) -> None:
@@ -41,9 +41,17 @@ def test_builtin_providers(provider: str) -> None:
     assert (m.key_env is None) == (provider in ("vllm", "llamacpp", "ollama"))
 
 
+def test_gemini_provider_speaks_gemini_and_prices_as_google() -> None:
+    m = ModelRegistry().resolve("gemini/gemini-2.5-pro")
+    assert m.wire_api == "gemini" and m.key_env == "GEMINI_API_KEY"
+    assert m.base_url == "https://generativelanguage.googleapis.com/v1beta"
+    assert m.price_key == "google/gemini-2.5-pro" and m.model_id == "gemini-2.5-pro"
+    assert PriceBook().quote(m.price_key) is not None  # genai-prices knows Google's prices
+
+
 def test_scripted_names_and_unknowns() -> None:
     reg = ModelRegistry()
-    assert reg.resolve("scripted/solver").wire_apis == ("chat", "responses", "messages")
+    assert reg.resolve("scripted/solver").wire_apis == ("chat", "responses", "messages", "gemini")
     assert reg.resolve("scripted-chat/explorer-3").wire_apis == ("chat",)
     for bad in ("scripted/nope", "gpt-5", "acme/x"):
         with pytest.raises(ModelConfigError):

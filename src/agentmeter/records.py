@@ -49,7 +49,7 @@ class TrialStatus(StrEnum):
 #: the final statuses, in the order metrics code them (``FINAL_STATUSES[code]``)
 FINAL_STATUSES: tuple[TrialStatus, ...] = tuple(s for s in TrialStatus if s.final)
 
-WireApi = Literal["chat", "responses", "messages"]
+WireApi = Literal["chat", "responses", "messages", "gemini"]
 
 #: the model name of configurations whose agent uses no model (oracle, nop)
 NO_MODEL = "none"

@@ -16,17 +16,15 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 from aiohttp import web
 
-from agentmeter.gateway import translate_messages, translate_responses
+from agentmeter.gateway import translate
 from agentmeter.gateway import usage as usage_fields
-from agentmeter.gateway.errors import convert_error, error_bytes
+from agentmeter.gateway.errors import convert_error, error_bytes, gemini_budget_bytes
 from agentmeter.gateway.metering import StreamUsage, TrialState, body_usage
 from agentmeter.gateway.neutral import NeutralUsage
 from agentmeter.gateway.persist import CallWriter
 from agentmeter.gateway.sse import SseEvent, SseParser, loads_object
 from agentmeter.gateway.upstream import Upstream, UpstreamReply, UpstreamRequest
-from agentmeter.gateway.wire_chat import ChatStreamReader, completion_from_body
-from agentmeter.gateway.wire_messages import MessagesStreamWriter, message_body
-from agentmeter.gateway.wire_responses import ResponsesStreamWriter, response_body
+from agentmeter.gateway.wire_gemini import Framing
 from agentmeter.records import ModelCallRecord, TokenUsage, WireApi, utcnow
 
 if TYPE_CHECKING:
@@ -65,6 +63,8 @@ class Call:
     upstream_bytes: int = 0  # body bytes the upstream sent (a bound of unreported output)
     client_gone: bool = False
     finished: bool = False
+    stream_route: bool | None = None  # Gemini: streaming is the URL's method, not a body field
+    sse: bool = True  # Gemini: a stream as SSE (``?alt=sse``), else as one JSON array
 
     @property
     def translated(self) -> bool:
@@ -72,6 +72,8 @@ class Call:
 
     @property
     def stream(self) -> bool:
+        if self.stream_route is not None:
+            return self.stream_route
         return self.body.get("stream") is True
 
 
@@ -82,30 +84,10 @@ def _scrub(data: bytes, secret: str | None) -> bytes:
 
 
 def upstream_body(call: Call) -> tuple[dict[str, Any], bool]:
-    """The body sent upstream and whether we added ``include_usage`` the client did not ask for."""
-    if call.translated:
-        if call.client_api == "responses":
-            body = translate_responses.to_chat(call.body)
-        else:
-            body = translate_messages.to_chat(call.body)
-    else:
-        body = dict(call.body)
-    body["model"] = call.trial.model.model_id
-    injected = False
-    if call.upstream_api == "chat" and body.get("stream") is True:
-        opts = body.get("stream_options")
-        opts = dict(opts) if isinstance(opts, dict) else {}
-        if opts.get("include_usage") is not True:
-            opts["include_usage"] = True
-            injected = not call.translated
-        body["stream_options"] = opts
-    return body, injected
-
-
-#: request fields that cap a reply's output tokens (reasoning included), per client API
-MAX_OUTPUT_FIELDS: dict[WireApi, tuple[str, ...]] = {
-    "chat": ("max_completion_tokens", "max_tokens"), "responses": ("max_output_tokens",),
-    "messages": ("max_tokens",)}
+    """The body sent upstream and whether we added ``include_usage`` the client did not ask for
+    (raises ``translate.UnsupportedRequest``)."""
+    return translate.request_body(call.client_api, call.upstream_api, call.body, call.stream,
+                                  call.trial.model.model_id)
 
 
 def usage_bound(call: Call, usage: TokenUsage) -> TokenUsage:
@@ -113,12 +95,7 @@ def usage_bound(call: Call, usage: TokenUsage) -> TokenUsage:
     unreported count replaced by an upper bound. Input: the request's size in bytes (a token is
     at least one byte of its text). Output: the request's output cap when it set one, else the
     bytes the upstream sent (which bounds visible output, not hidden reasoning)."""
-    cap = None
-    for name in MAX_OUTPUT_FIELDS[call.client_api]:
-        value = call.body.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            cap = value
-            break
+    cap = translate.output_cap(call.client_api, call.body)
     return usage.model_copy(update={
         "input": usage.input if usage.input is not None else call.bytes_in,
         "output": usage.output if usage.output is not None else (
@@ -172,6 +149,8 @@ async def refuse_budget(call: Call, env: CallEnv, reason: str) -> web.Response:
     call.seq = call.trial.take_seq()
     if call.client_api == "messages":
         call.status, body = 402, error_bytes("messages", 402, f"agentmeter budget: {reason}")
+    elif call.client_api == "gemini":
+        call.status, body = 429, gemini_budget_bytes(f"agentmeter budget: {reason}")
     else:
         call.status = 429
         body = error_bytes(call.client_api, 429, f"agentmeter budget: {reason}",
@@ -183,12 +162,16 @@ async def refuse_budget(call: Call, env: CallEnv, reason: str) -> web.Response:
 
 
 async def forward(request: web.Request, call: Call, env: CallEnv) -> web.StreamResponse:
+    try:
+        sent, injected = upstream_body(call)
+    except translate.UnsupportedRequest as e:  # refused before it is a call: not metered
+        return web.Response(status=400, body=error_bytes(call.client_api, 400, str(e)),
+                            content_type=JSON)
     call.seq = call.trial.take_seq()
-    sent, injected = upstream_body(call)
     if env.bodies_dir is not None:
         call.out_log = []
     headers = {k.lower(): v for k, v in request.headers.items()}
-    req = UpstreamRequest(call.upstream_api, sent, sent.get("stream") is True, headers,
+    req = UpstreamRequest(call.upstream_api, sent, call.stream, headers,
                           cache_key=call.trial.trial_id,
                           solution_script=call.trial.scripted.solution_script)
     try:
@@ -226,7 +209,8 @@ def _whole(call: Call, env: CallEnv, reply: UpstreamReply) -> web.Response:
         else:
             call.usage = body_usage(call.upstream_api, obj)
             if call.translated:
-                body, ctype = _render_whole(call, obj), JSON
+                body, ctype = translate.render_whole(call.client_api, call.upstream_api, obj,
+                                                     _client_model(call), call.seq), JSON
     else:
         if call.error is None:
             call.error = f"upstream {reply.status}"
@@ -239,17 +223,8 @@ def _whole(call: Call, env: CallEnv, reply: UpstreamReply) -> web.Response:
     return web.Response(status=call.status, body=body, content_type=ctype)
 
 
-def _render_whole(call: Call, obj: dict[str, Any]) -> bytes:
-    import json
-
-    c = completion_from_body(obj)
-    model = str(call.body.get("model") or call.trial.model.name)
-    rid = str(obj.get("id") or f"gw{call.seq}")
-    if call.client_api == "responses":
-        out = response_body(c, model, f"resp_{rid}", int(time.time()))
-    else:
-        out = message_body(c, model, f"msg_{rid}")
-    return json.dumps(out).encode()
+def _client_model(call: Call) -> str:
+    return str(call.body.get("model") or call.trial.model.name)
 
 
 def _usage_only(ev: SseEvent) -> bool:
@@ -266,17 +241,15 @@ async def _stream(request: web.Request, call: Call, env: CallEnv, reply: Upstrea
     resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream",
                                                    "Cache-Control": "no-cache"})
     parser, tracker = SseParser(), StreamUsage(call.upstream_api)
-    reader = ChatStreamReader() if call.translated else None
-    writer: ResponsesStreamWriter | MessagesStreamWriter | None = None
-    pending = b""
-    model = str(call.body.get("model") or call.trial.model.name)
-    if call.client_api == "responses" and reader is not None:
-        writer = ResponsesStreamWriter(model, f"resp_gw{call.trial.trial_id}_{call.seq}",
-                                       int(time.time()))
+    framing = Framing(call.sse) if call.client_api == "gemini" else None
+    reader, writer, pending = None, None, b""
+    if call.translated:
+        reader = translate.stream_reader(call.upstream_api)
+        writer = translate.stream_writer(call.client_api, call.body, _client_model(call),
+                                         f"gw{call.trial.trial_id}_{call.seq}", framing)
         pending = writer.start()
-    elif call.client_api == "messages" and reader is not None:
-        writer = MessagesStreamWriter(model, f"msg_gw{call.seq}")
-        pending = writer.start()
+    elif framing is not None and not framing.sse:  # Gemini's SSE re-framed as a JSON array
+        resp.content_type = "application/json"
 
     async def to_client(step: Awaitable[Any]) -> None:
         try:
@@ -296,15 +269,15 @@ async def _stream(request: web.Request, call: Call, env: CallEnv, reply: Upstrea
             call.out_log.append(data)
         await to_client(resp.write(data))
 
-    def translate(events: list[SseEvent]) -> bytes:
+    def translated(events: list[SseEvent]) -> bytes:
         assert reader is not None and writer is not None
-        out = b""
-        for ev in events:
-            obj = loads_object(ev.data) if ev.data != "[DONE]" else None
-            if obj is not None:
-                for ne in reader.feed(obj):
-                    out += writer.feed(ne)
-        return out
+        objects = [obj for ev in events if ev.data != "[DONE]"
+                   and (obj := loads_object(ev.data)) is not None]
+        return translate.translate_events(reader, writer, objects)
+
+    def reframed(events: list[SseEvent]) -> bytes:
+        assert framing is not None
+        return b"".join(framing.item(ev.data) for ev in events if ev.data)
 
     await to_client(resp.prepare(request))
     broke = False
@@ -318,9 +291,11 @@ async def _stream(request: web.Request, call: Call, env: CallEnv, reply: Upstrea
                 if call.client_gone:
                     continue
                 if writer is not None:
-                    out = translate(events)
+                    out = translated(events)
                     if out:
                         out, pending = pending + out, b""
+                elif framing is not None and not framing.sse:
+                    out = reframed(events)
                 elif drop_usage_chunk:
                     out = b"".join(ev.raw for ev in events if not _usage_only(ev))
                 else:
@@ -330,7 +305,11 @@ async def _stream(request: web.Request, call: Call, env: CallEnv, reply: Upstrea
             for ev in rest:
                 tracker.feed(ev)
             if writer is not None:
-                await emit(pending + translate(rest) + writer.end())
+                assert reader is not None
+                tail = translated(rest) + b"".join(writer.feed(ne) for ne in reader.close())
+                await emit(pending + tail + writer.end())
+            elif framing is not None and not framing.sse:
+                await emit(reframed(rest) + framing.close())
             elif drop_usage_chunk:
                 await emit(b"".join(ev.raw for ev in rest if not _usage_only(ev)))
         except (TimeoutError, aiohttp.ClientError) as e:

@@ -17,9 +17,20 @@ _OPENAI_TYPES = {
     404: "invalid_request_error", 429: "rate_limit_error",
 }
 
+#: Google's canonical status names (google.rpc.Code) by HTTP status
+GEMINI_STATUS = {
+    400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+    409: "ABORTED", 413: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 499: "CANCELLED",
+    500: "INTERNAL", 501: "UNIMPLEMENTED", 502: "UNAVAILABLE", 503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+
 
 def error_body(api: WireApi, status: int, message: str, *, code: str | None = None,
                kind: str | None = None) -> dict[str, Any]:
+    if api == "gemini":
+        return {"error": {"code": status, "message": message,
+                          "status": kind or GEMINI_STATUS.get(status, "UNKNOWN")}}
     if api == "messages":
         return {"type": "error",
                 "error": {"type": kind or _ANTHROPIC_TYPES.get(status, "api_error"),
@@ -31,6 +42,17 @@ def error_body(api: WireApi, status: int, message: str, *, code: str | None = No
 def error_bytes(api: WireApi, status: int, message: str, *, code: str | None = None,
                 kind: str | None = None) -> bytes:
     return json.dumps(error_body(api, status, message, code=code, kind=kind)).encode()
+
+
+def gemini_budget_bytes(message: str) -> bytes:
+    """A budget refusal in Gemini's shape: quota exhausted, for good (a ``PerDay`` quota id, which
+    Google's clients treat as not worth retrying within the session)."""
+    body = error_body("gemini", 429, message)
+    body["error"]["details"] = [{
+        "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+        "violations": [{"subject": "agentmeter trial", "description": message,
+                        "quotaId": "AgentmeterTrialBudgetPerDay"}]}]
+    return json.dumps(body).encode()
 
 
 def error_message(body: bytes) -> str:

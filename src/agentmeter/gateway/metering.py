@@ -151,7 +151,8 @@ class TrialState:
 
 def body_usage(api: WireApi, obj: dict[str, Any]) -> NeutralUsage | None:
     """The usage of a whole (non-streamed) reply body."""
-    usage = obj.get("usage")
+    usage = obj.get("usageMetadata", obj.get("usage_metadata")) if api == "gemini" \
+        else obj.get("usage")
     return usage_fields.parse(api, usage) if isinstance(usage, dict) else None
 
 
@@ -168,6 +169,9 @@ class StreamUsage:
 
     def feed(self, ev: SseEvent) -> None:
         data = ev.data
+        if self.api == "gemini":
+            self._gemini(data)
+            return
         if self.api == "chat":
             if data == "[DONE]":
                 self.finished = True
@@ -205,6 +209,25 @@ class StreamUsage:
                 self.usage = usage_fields.from_messages(self._messages)
         elif kind == "error":
             self._error(data)
+
+    def _gemini(self, data: str) -> None:
+        """Each event a whole response; the usage is cumulative (the last one counts); the final
+        event is the one with a finish reason."""
+        if not any(k in data for k in ("sage", "inish", '"error"')):
+            return
+        obj = loads_object(data)
+        if obj is None:
+            return
+        if isinstance(obj.get("error"), dict):
+            self._error(data)
+        meta = obj.get("usageMetadata", obj.get("usage_metadata"))
+        if isinstance(meta, dict):
+            self.usage = usage_fields.from_gemini(meta)
+        cands = obj.get("candidates")
+        if isinstance(cands, list) and any(
+                isinstance(c, dict) and (c.get("finishReason") or c.get("finish_reason"))
+                for c in cands):
+            self.finished = True
 
     def _error(self, data: str) -> None:
         obj = loads_object(data)

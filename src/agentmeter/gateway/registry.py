@@ -12,7 +12,7 @@ upstream_model = "qwen3-coder-plus"   # sent upstream; defaults to the name afte
 ```
 
 Without a file, ``provider/model`` names resolve through the built-in providers below, and
-``scripted/<policy>`` (all three APIs) or ``scripted-chat/<policy>`` (Chat Completions only) name
+``scripted/<policy>`` (all four APIs) or ``scripted-chat/<policy>`` (Chat Completions only) name
 the in-process scripted model.
 """
 
@@ -69,6 +69,8 @@ class Provider(BaseModel):
     wire_api: WireApi = "chat"
     extra_wire_apis: tuple[WireApi, ...] = ()
     key_env: str | None = None
+    price_prefix: str | None = Field(default=None, description="the price key's provider, when "
+                                     "not the provider's own name (``gemini/x`` → ``google/x``)")
 
 
 BUILTIN_PROVIDERS: dict[str, Provider] = {
@@ -76,6 +78,8 @@ BUILTIN_PROVIDERS: dict[str, Provider] = {
                        extra_wire_apis=("chat",), key_env="OPENAI_API_KEY"),
     "anthropic": Provider(base_url="https://api.anthropic.com/v1", wire_api="messages",
                           key_env="ANTHROPIC_API_KEY"),
+    "gemini": Provider(base_url="https://generativelanguage.googleapis.com/v1beta",
+                       wire_api="gemini", key_env="GEMINI_API_KEY", price_prefix="google"),
     "openrouter": Provider(base_url="https://openrouter.ai/api/v1", key_env="OPENROUTER_API_KEY"),
     "deepseek": Provider(base_url="https://api.deepseek.com/v1", key_env="DEEPSEEK_API_KEY"),
     "dashscope": Provider(base_url="https://dashscope-intl.aliyuncs.com/compatible-mode/v1",
@@ -130,7 +134,8 @@ class ModelRegistry:
                 Policy.parse(rest)
             except PolicyError as e:
                 raise ModelConfigError(str(e)) from e
-            apis: tuple[WireApi, ...] = ("responses", "messages") if prefix == "scripted" else ()
+            apis: tuple[WireApi, ...] = (("responses", "messages", "gemini")
+                                         if prefix == "scripted" else ())
             return UpstreamModel(name=name, base_url="scripted", wire_api="chat",
                                  extra_wire_apis=apis, price_key=name)
         provider = BUILTIN_PROVIDERS.get(prefix)
@@ -140,4 +145,5 @@ class ModelRegistry:
                 f"({', '.join(sorted(BUILTIN_PROVIDERS))}); add it to a models file")
         return UpstreamModel(name=name, base_url=provider.base_url, wire_api=provider.wire_api,
                              extra_wire_apis=provider.extra_wire_apis, key_env=provider.key_env,
-                             price_key=None if prefix in _LOCAL else name)
+                             price_key=None if prefix in _LOCAL else
+                             f"{provider.price_prefix or prefix}/{rest}")

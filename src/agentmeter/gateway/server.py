@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from agentmeter.gateway import sockdir
+from agentmeter.gateway import sockdir, translate
 from agentmeter.gateway.calls import JSON, Call, CallEnv, forward, refuse_budget
 from agentmeter.gateway.errors import error_bytes
 from agentmeter.gateway.metering import (
@@ -47,7 +47,15 @@ class GatewayError(RuntimeError):
     pass
 
 
+#: Gemini's paths: ``POST <prefix>/{model}:generateContent`` (and its siblings)
+GEMINI_PREFIXES = ("/v1beta/models", "/v1/models")
+GEMINI_METHODS = ("generateContent", "streamGenerateContent", "countTokens")
+
+
 def _api_of(request: web.Request) -> WireApi:
+    if request.path.startswith(GEMINI_PREFIXES) and request.path.count("/") == 3 or \
+            "x-goog-api-key" in request.headers or "key" in request.query:
+        return "gemini"
     if "anthropic-version" in request.headers or request.path.rstrip("/").endswith(
             ("/messages", "/count_tokens")) or "x-api-key" in request.headers:
         return "messages"
@@ -91,6 +99,10 @@ class Gateway:
             app.router.add_post(path, self._handle_call)
         for path in ("/v1/messages/count_tokens", "/messages/count_tokens"):
             app.router.add_post(path, self._count_tokens)
+        for prefix in GEMINI_PREFIXES:
+            app.router.add_post(prefix + "/{target}", self._gemini)
+            app.router.add_get(prefix + "/{target}", self._gemini_model)
+        app.router.add_get("/v1beta/models", self._list_models)
         for path in ("/v1/models", "/models"):
             app.router.add_get(path, self._list_models)
         app.router.add_route("*", "/{tail:.*}", self._fallback)
@@ -209,6 +221,7 @@ class Gateway:
         auth = request.headers.get("Authorization", "")
         token = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
         token = token or request.headers.get("x-api-key", "") or request.headers.get("api-key", "")
+        token = token or request.headers.get("x-goog-api-key", "") or request.query.get("key", "")
         return self._tokens.get(token) if token else None
 
     @staticmethod
@@ -217,7 +230,21 @@ class Gateway:
                             content_type=JSON)
 
     async def _handle_call(self, request: web.Request) -> web.StreamResponse:
-        client_api = CALL_ROUTES[request.path]
+        return await self._call(request, CALL_ROUTES[request.path])
+
+    async def _gemini(self, request: web.Request) -> web.StreamResponse:
+        model, _, method = request.match_info["target"].rpartition(":")
+        if method == "countTokens":
+            return await self._count_tokens(request, "gemini")
+        if not model or method not in GEMINI_METHODS:
+            return self._error("gemini", 404, f"no method {method!r} on models/{model} "
+                               f"(served: {', '.join(GEMINI_METHODS)})")
+        stream = method == "streamGenerateContent"
+        return await self._call(request, "gemini", stream=stream,
+                                sse=request.query.get("alt") == "sse")
+
+    async def _call(self, request: web.Request, client_api: WireApi, *,
+                    stream: bool | None = None, sse: bool = True) -> web.StreamResponse:
         trial = self._auth(request)
         if trial is None:
             return self._error(client_api, 401, "invalid or unknown agentmeter trial token",
@@ -230,11 +257,11 @@ class Gateway:
         if isinstance(body, str):
             return self._error(client_api, 400, body)
         um = trial.model
-        upstream_api = client_api if client_api in um.wire_apis else um.wire_api
-        if upstream_api != client_api and upstream_api != "chat":
+        upstream_api = translate.upstream_api(client_api, um.wire_apis)
+        if upstream_api is None:
             return self._error(client_api, 400, f"model {um.name!r} speaks only {um.wire_api}; "
                                f"translation from {client_api} to it is not supported")
-        call = Call(trial, client_api, upstream_api, body, len(raw))
+        call = Call(trial, client_api, upstream_api, body, len(raw), stream_route=stream, sse=sse)
         try:
             upstream, key = self._upstream(um)
         except GatewayError as e:
@@ -249,25 +276,47 @@ class Gateway:
         finally:
             trial.end_call()
 
-    async def _count_tokens(self, request: web.Request) -> web.Response:
+    async def _count_tokens(self, request: web.Request,
+                            api: WireApi = "messages") -> web.Response:
+        """An estimate of a request's input tokens (not metered, not sent upstream)."""
         if self._auth(request) is None:
-            return self._error("messages", 401, "invalid or unknown agentmeter trial token")
+            return self._error(api, 401, "invalid or unknown agentmeter trial token")
         try:
             body = request_object(await request.read())
         except (TimeoutError, aiohttp.ClientError, ConnectionError):
             body = "could not read the request body"
         if isinstance(body, str):
-            return self._error("messages", 400, body)
+            return self._error(api, 400, body)
         from agentmeter.gateway.scripted.conversation import read
 
-        estimate = tokens(read("messages", body).prompt_text)  # an estimate, not metered
+        if api == "gemini":  # countTokens takes contents, or a whole generateContentRequest
+            inner = body.get("generateContentRequest", body.get("generate_content_request"))
+            estimate = tokens(read("gemini", inner if isinstance(inner, dict) else body)
+                              .prompt_text)
+            return web.json_response({"totalTokens": max(estimate, 1)})
+        estimate = tokens(read("messages", body).prompt_text)
         return web.json_response({"input_tokens": max(estimate, 1)})
+
+    @staticmethod
+    def _gemini_entry(name: str) -> dict[str, Any]:
+        return {"name": f"models/{name}", "baseModelId": name, "version": "agentmeter",
+                "displayName": name, "inputTokenLimit": 1048576, "outputTokenLimit": 65536,
+                "supportedGenerationMethods": list(GEMINI_METHODS)}
+
+    async def _gemini_model(self, request: web.Request) -> web.Response:
+        trial = self._auth(request)
+        if trial is None:
+            return self._error("gemini", 401, "invalid or unknown agentmeter trial token")
+        return web.json_response(self._gemini_entry(trial.model.name))
 
     async def _list_models(self, request: web.Request) -> web.Response:
         trial = self._auth(request)
+        api = "gemini" if request.path.startswith("/v1beta") else _api_of(request)
         if trial is None:
-            return self._error(_api_of(request), 401, "invalid or unknown agentmeter trial token")
+            return self._error(api, 401, "invalid or unknown agentmeter trial token")
         name = trial.model.name
+        if api == "gemini":
+            return web.json_response({"models": [self._gemini_entry(name)]})
         entry = {"id": name, "object": "model", "type": "model", "created": 0,
                  "created_at": "1970-01-01T00:00:00Z", "owned_by": "agentmeter",
                  "display_name": name}

@@ -20,7 +20,10 @@ from agentmeter.records import WireApi
 
 API_PATHS: dict[WireApi, str] = {
     "chat": "/chat/completions", "responses": "/responses", "messages": "/messages",
+    "gemini": "/models/{model}:generateContent",
 }
+#: Gemini streams: SSE (the model is named in the URL, the key in a header, never the URL)
+GEMINI_STREAM_PATH = "/models/{model}:streamGenerateContent?alt=sse"
 #: client headers passed on to the upstream (never credentials)
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta", "openai-beta", "user-agent")
 
@@ -86,7 +89,7 @@ class ScriptedUpstream:
 
     async def send(self, req: UpstreamRequest) -> UpstreamReply:
         reply = self.engine.respond(self.policy, req.api, req.body, cache_key=req.cache_key,
-                                    solution_script=req.solution_script)
+                                    solution_script=req.solution_script, stream=req.stream)
         if reply.content_type == "text/event-stream":
             return UpstreamReply(reply.status, reply.content_type, chunks=_iterate(reply.chunks))
         return UpstreamReply(reply.status, reply.content_type, body=reply.body)
@@ -131,12 +134,16 @@ class HttpUpstream:
             headers.setdefault("anthropic-version", "2023-06-01")
             if self.key:
                 headers["x-api-key"] = self.key
+        elif req.api == "gemini":
+            if self.key:
+                headers["x-goog-api-key"] = self.key
         elif self.key:
             headers["Authorization"] = f"Bearer {self.key}"
         return headers
 
     async def send(self, req: UpstreamRequest) -> UpstreamReply:
-        url = self.model.base_url.rstrip("/") + API_PATHS[req.api]
+        path = GEMINI_STREAM_PATH if req.api == "gemini" and req.stream else API_PATHS[req.api]
+        url = self.model.base_url.rstrip("/") + path.replace("{model}", self.model.model_id)
         data = json.dumps(req.body).encode()
         headers = self._headers(req)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.retry.connect_timeout,

@@ -1,7 +1,9 @@
 """Usage in each wire API's own fields, both ways: parse what an upstream reported, render it.
 
 Parsing keeps exactly what was reported: a field the upstream did not send stays ``None``.
-``input`` always includes cached input (Anthropic's ``input_tokens`` excludes it, so it is added).
+``input`` always includes cached input (Anthropic's ``input_tokens`` excludes it, so it is added);
+``output`` always includes reasoning (Gemini's ``candidatesTokenCount`` excludes its
+``thoughtsTokenCount``, so they are added, as OpenAI's ``completion_tokens`` include reasoning).
 """
 
 from __future__ import annotations
@@ -59,11 +61,29 @@ def from_messages(u: Any) -> NeutralUsage:
     )
 
 
+def from_gemini(u: Any) -> NeutralUsage:
+    """Gemini's ``usageMetadata``. Its JSON omits counts that are zero (proto3), so a missing
+    candidates or thoughts count next to a reported one is zero; with neither reported the output
+    is what ``totalTokenCount`` leaves after the prompt, or ``None``."""
+    prompt, tool_prompt = _int(u, "promptTokenCount"), _int(u, "toolUsePromptTokenCount")
+    candidates, thoughts = _int(u, "candidatesTokenCount"), _int(u, "thoughtsTokenCount")
+    total = _int(u, "totalTokenCount")
+    source = None if prompt is None and tool_prompt is None else (prompt or 0) + (tool_prompt or 0)
+    if candidates is not None or thoughts is not None:
+        output: int | None = (candidates or 0) + (thoughts or 0)
+    else:
+        output = max(total - source, 0) if total is not None and source is not None else None
+    return NeutralUsage(input=source, output=output,
+                        cache_read=_int(u, "cachedContentTokenCount"), reasoning=thoughts)
+
+
 def parse(api: WireApi, u: Any) -> NeutralUsage:
     if api == "chat":
         return from_chat(u)
     if api == "responses":
         return from_responses(u)
+    if api == "gemini":
+        return from_gemini(u)
     return from_messages(u)
 
 
@@ -109,4 +129,16 @@ def to_messages(u: NeutralUsage) -> dict[str, Any]:
         "cache_creation_input_tokens": u.cache_creation or 0,
         "cache_read_input_tokens": u.cache_read or 0,
         "output_tokens": u.output or 0,
+    }
+
+
+def to_gemini(u: NeutralUsage) -> dict[str, Any]:
+    """Gemini's ``usageMetadata``: the four counts and their total (candidates exclude thoughts)."""
+    thoughts = u.reasoning or 0
+    return {
+        "promptTokenCount": u.input or 0,
+        "candidatesTokenCount": max((u.output or 0) - thoughts, 0),
+        "cachedContentTokenCount": u.cache_read or 0,
+        "thoughtsTokenCount": thoughts,
+        "totalTokenCount": (u.input or 0) + (u.output or 0),
     }

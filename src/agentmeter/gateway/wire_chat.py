@@ -120,6 +120,9 @@ class ChatStreamReader:
             out.append(UsageReport(usage_fields.from_chat(chunk["usage"])))
         return out
 
+    def close(self) -> list[NeutralEvent]:
+        return []
+
 
 def completion_from_body(body: dict[str, Any]) -> Completion:
     """A non-stream chat completion → neutral completion."""

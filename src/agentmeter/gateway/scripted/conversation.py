@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentmeter.gateway.wire_gemini import field as gfield
+from agentmeter.gateway.wire_gemini import parts_of
 from agentmeter.records import WireApi
 
 MINI_SWE_SUBMIT = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
@@ -46,7 +48,20 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
+def _gemini_tools(raw: Any) -> list[OfferedTool]:
+    out: list[OfferedTool] = []
+    for t in _list(raw):
+        decls = gfield(t, "functionDeclarations")
+        for d in _list(decls):
+            schema = gfield(d, "parametersJsonSchema") or gfield(d, "parameters")
+            if isinstance(d, dict) and isinstance(d.get("name"), str):
+                out.append(OfferedTool(d["name"], schema if isinstance(schema, dict) else {}))
+    return out
+
+
 def _tools(api: WireApi, raw: Any) -> list[OfferedTool]:
+    if api == "gemini":
+        return _gemini_tools(raw)
     out: list[OfferedTool] = []
     for t in _list(raw):
         if not isinstance(t, dict):
@@ -90,12 +105,36 @@ def _new_prompt(conv: Conversation, text: str) -> None:
         conv.prompt_user_text = text
 
 
+def _read_gemini(conv: Conversation, body: dict[str, Any]) -> tuple[Any, list[Any]]:
+    """Gemini ``contents``: ``model`` turns, ``user`` turns of text or of function responses."""
+    items = _list(body.get("contents"))
+    for c in items:
+        if not isinstance(c, dict):
+            continue
+        if c.get("role") == "model":
+            conv.assistant_turns += 1
+            continue
+        parts = parts_of(c)
+        results = sum(1 for p in parts if gfield(p, "functionResponse") is not None)
+        text = "".join(p["text"] for p in parts if isinstance(p.get("text"), str))
+        if results:
+            conv.tool_results += results
+        else:
+            _new_prompt(conv, text)
+        conv.last_user_text = text
+    return [gfield(body, "systemInstruction")], items
+
+
 def read(api: WireApi, body: dict[str, Any]) -> Conversation:
     conv = Conversation(tools=_tools(api, body.get("tools")))
-    if api == "responses":
-        items = body.get("input")
-        items = [{"role": "user", "content": items}] if isinstance(items, str) else _list(items)
-        head: Any = [body.get("instructions")]
+    head: Any
+    items: list[Any]
+    if api == "gemini":
+        head, items = _read_gemini(conv, body)
+    elif api == "responses":
+        raw = body.get("input")
+        items = [{"role": "user", "content": raw}] if isinstance(raw, str) else _list(raw)
+        head = [body.get("instructions")]
         for it in items:
             if not isinstance(it, dict):
                 continue
@@ -126,6 +165,7 @@ def read(api: WireApi, body: dict[str, Any]) -> Conversation:
                     _new_prompt(conv, _text(m.get("content")))
     conv.prompt_text = _dump([head, body.get("tools"), items])
     conv.tail_text = _dump(items[-1]) if items else ""
-    conv.last_user_text = _last_user_text(items)
+    if api != "gemini":
+        conv.last_user_text = _last_user_text(items)
     conv.submit_protocol = MINI_SWE_SUBMIT in conv.prompt_text
     return conv

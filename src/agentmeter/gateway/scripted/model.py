@@ -4,7 +4,9 @@ Token counts are deterministic: ceil(characters / 4) of the canonical prompt and
 Prefix caching is simulated per cache key (the trial): the common prefix with the key's previous
 prompt is a cache read; of the new part, everything but the newest message is a cache write and
 the newest message is uncached input. Chat and Responses report only the read part (as OpenAI
-does); Messages reports all three with ``input_tokens`` excluding cached tokens (as Anthropic does).
+does); Messages reports all three with ``input_tokens`` excluding cached tokens (as Anthropic does);
+Gemini reports the read part (``cachedContentTokenCount``) and no thoughts. A Gemini stream is
+always SSE (what the gateway asks its upstreams for).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from agentmeter.gateway.neutral import Completion, NeutralUsage, completion_even
 from agentmeter.gateway.scripted.conversation import Conversation, read
 from agentmeter.gateway.scripted.policy import Policy, decide
 from agentmeter.gateway.wire_chat import ChatStreamWriter, completion_body
+from agentmeter.gateway.wire_gemini import Framing, GeminiStreamWriter, gemini_body
 from agentmeter.gateway.wire_messages import MessagesStreamWriter, message_body
 from agentmeter.gateway.wire_responses import ResponsesStreamWriter, response_body
 from agentmeter.records import WireApi
@@ -57,6 +60,8 @@ class ScriptedReply:
 
 
 def _validate(api: WireApi, body: dict[str, Any]) -> str | None:
+    if api == "gemini":
+        return None if isinstance(body.get("contents"), list) else "'contents' must be a list"
     if api == "responses":
         return None if isinstance(body.get("input"), (str, list)) else "'input' is required"
     if not isinstance(body.get("messages"), list):
@@ -92,7 +97,8 @@ class ScriptedModel:
         return out
 
     def respond(self, policy: Policy, api: WireApi, body: dict[str, Any], *, cache_key: str,
-                solution_script: str | None = None) -> ScriptedReply:
+                solution_script: str | None = None, stream: bool | None = None) -> ScriptedReply:
+        """``stream``: as the request says when ``None`` (Gemini's says it in its URL)."""
         problem = _validate(api, body)
         if problem is not None:
             return ScriptedReply(400, "application/json", [error_bytes(api, 400, problem)])
@@ -104,9 +110,12 @@ class ScriptedModel:
         model = SCRIPTED_PREFIX + policy.label
         digest = hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
         created = int(time.time())
-        stream = body.get("stream") is True
+        if stream is None:
+            stream = body.get("stream") is True
         if not stream:
-            if api == "chat":
+            if api == "gemini":
+                obj = gemini_body(c, model, digest[:24])
+            elif api == "chat":
                 obj = completion_body(c, model, f"chatcmpl-{digest[:24]}", created)
             elif api == "responses":
                 obj = response_body(c, model, f"resp_{digest[:24]}", created)
@@ -115,7 +124,10 @@ class ScriptedModel:
             return ScriptedReply(200, "application/json", [json.dumps(obj).encode()])
         events = completion_events(c)
         chunks: list[bytes]
-        if api == "chat":
+        if api == "gemini":
+            gw = GeminiStreamWriter(model, digest[:24], Framing(sse=True))
+            chunks = [gw.start(), *(gw.feed(e) for e in events), gw.end()]
+        elif api == "chat":
             opts = body.get("stream_options")
             include = isinstance(opts, dict) and opts.get("include_usage") is True
             cw = ChatStreamWriter(model, f"chatcmpl-{digest[:24]}", created, include)

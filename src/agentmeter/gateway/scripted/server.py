@@ -20,6 +20,8 @@ from agentmeter.records import WireApi
 ROUTES: dict[str, WireApi] = {
     "/v1/chat/completions": "chat", "/v1/responses": "responses", "/v1/messages": "messages",
 }
+#: Gemini: ``POST /v1beta/models/{model}:generateContent`` or ``:streamGenerateContent?alt=sse``
+GEMINI_ROUTE = "/v1beta/models/{target}"
 
 
 @dataclass
@@ -34,13 +36,20 @@ class Exchange:
 
 
 def make_app(policy: Policy | None = None, solution_script: str | None = None,
-             apis: tuple[WireApi, ...] = ("chat", "responses", "messages"),
+             apis: tuple[WireApi, ...] = ("chat", "responses", "messages", "gemini"),
              log: list[Exchange] | None = None) -> web.Application:
     """``log`` (optional) receives every exchange, for tests that check what was sent."""
     model = ScriptedModel()
 
     async def handle(request: web.Request) -> web.StreamResponse:
-        api = ROUTES[request.path]
+        api = ROUTES.get(request.path, "gemini")
+        stream: bool | None = None
+        if api == "gemini":
+            gmodel, _, method = request.match_info["target"].rpartition(":")
+            if method not in ("generateContent", "streamGenerateContent"):
+                return web.Response(status=404, content_type="application/json",
+                                    body=error_bytes(api, 404, f"no method {method!r}"))
+            stream = method == "streamGenerateContent"
         raw = await request.read()
         exchange = Exchange(request.path, dict(request.headers), raw)
         if log is not None:
@@ -57,13 +66,15 @@ def make_app(policy: Policy | None = None, solution_script: str | None = None,
                                 content_type="application/json")
         chosen = policy
         if chosen is None:
-            name = str(body.get("model") or "")
+            name = str(body.get("model") or "") if api != "gemini" else gmodel
             try:
                 chosen = Policy.parse(name.removeprefix(SCRIPTED_PREFIX))
             except PolicyError:
                 chosen = Policy("quitter")
-        key = request.headers.get("authorization") or request.headers.get("x-api-key") or ""
-        reply = model.respond(chosen, api, body, cache_key=key, solution_script=solution_script)
+        key = request.headers.get("authorization") or request.headers.get("x-api-key") or \
+            request.headers.get("x-goog-api-key") or ""
+        reply = model.respond(chosen, api, body, cache_key=key, solution_script=solution_script,
+                              stream=stream)
         exchange.chunks = list(reply.chunks)
         exchange.response = reply.body
         if reply.content_type != "text/event-stream":
@@ -81,4 +92,5 @@ def make_app(policy: Policy | None = None, solution_script: str | None = None,
     app = web.Application(client_max_size=64 * 1024 * 1024)
     for path in ROUTES:
         app.router.add_post(path, handle)
+    app.router.add_post(GEMINI_ROUTE, handle)
     return app
