@@ -1,7 +1,9 @@
 """Gateway overhead: added latency and time to first chunk vs calling the upstream directly.
 
 Three processes: the scripted model served stand-alone over loopback HTTP (the upstream), the
-gateway proxying to it, and this load generator. Prints a final JSON line.
+gateway proxying to it, and this load generator. Prints a final JSON line. Chat Completions
+pairs first, then Gemini pairs (``generateContent`` and ``streamGenerateContent?alt=sse``, a
+Gemini-speaking upstream: the ``gemini_*`` figures).
 
 As in a run, the gateway stores every call as it completes (its trials' sinks write to a SQLite
 store in a temporary directory) before the client sees the end of the response; ``--no-store``
@@ -29,6 +31,10 @@ BODY = {"model": "any", "messages": [
     {"role": "user", "content": "Fix the failing test in app.py"}],
     "tools": [{"type": "function", "function": {"name": "bash", "parameters": {
         "type": "object", "properties": {"command": {"type": "string"}}}}}]}
+GEMINI_BODY = {"systemInstruction": {"parts": [{"text": "You are a coding agent. " * 40}]},
+               "contents": [{"role": "user", "parts": [{"text": "Fix the failing test in app.py"}]}],
+               "tools": [{"functionDeclarations": [{"name": "bash", "parametersJsonSchema": {
+                   "type": "object", "properties": {"command": {"type": "string"}}}}]}]}
 
 
 def _serve_upstream(q: Any) -> None:
@@ -66,20 +72,31 @@ def _serve_gateway(q: Any, upstream_port: int, store_dir: str | None) -> None:
     async def main() -> None:
         models = ModelRegistry({"bench/up": UpstreamModel(
             name="bench/up", base_url=f"http://127.0.0.1:{upstream_port}/v1", wire_api="chat",
-            price_key="scripted/bench")})
+            price_key="scripted/bench"), "bench/gemini": UpstreamModel(
+            name="bench/gemini", base_url=f"http://127.0.0.1:{upstream_port}/v1beta",
+            wire_api="gemini", price_key="scripted/bench")})
         gw = Gateway(models, PriceBook())
         await gw.start(host="127.0.0.1", port=0)
         q.put((gw.port, gw.open_trial("bench", "bench/up", sink=sink),
-               gw.open_trial("bench-inproc", "scripted/explorer-1000", sink=sink)))
+               gw.open_trial("bench-inproc", "scripted/explorer-1000", sink=sink),
+               gw.open_trial("bench-gemini", "bench/gemini", sink=sink)))
         await asyncio.Event().wait()
 
     asyncio.run(main())
 
 
 async def _one(s: aiohttp.ClientSession, url: str, token: str, stream: bool) -> tuple[float, float]:
-    body = dict(BODY, stream=True) if stream else BODY
+    """One call; Gemini's when the URL says so (streaming is then the URL's method)."""
+    if "/v1beta/" in url:
+        body: dict[str, Any] = GEMINI_BODY
+        if stream:
+            url = url.replace(":generateContent", ":streamGenerateContent?alt=sse")
+        headers = {"x-goog-api-key": token}
+    else:
+        body = dict(BODY, stream=True) if stream else BODY
+        headers = {"Authorization": f"Bearer {token}"}
     t0 = time.perf_counter()
-    async with s.post(url, json=body, headers={"Authorization": f"Bearer {token}"}) as r:
+    async with s.post(url, json=body, headers=headers) as r:
         first = None
         async for _ in r.content.iter_any():
             if first is None:
@@ -133,12 +150,17 @@ async def _throughput(url: str, token: str, n: int, conc: int) -> float:
         return n / (time.perf_counter() - t0)
 
 
-async def bench(up: int, gw: int, token: str, inproc: str, n: int, conc: int,
+async def bench(up: int, gw: int, token: str, inproc: str, gemini: str, n: int, conc: int,
                 store: bool) -> dict[str, Any]:
     direct_url = f"http://127.0.0.1:{up}/v1/chat/completions"
     gw_url = f"http://127.0.0.1:{gw}/v1/chat/completions"
     whole = await _paired(direct_url, gw_url, token, n, False)
     streamed = await _paired(direct_url, gw_url, token, n, True)
+    g_path = "/v1beta/models/explorer-1000:generateContent"
+    g_whole = await _paired(f"http://127.0.0.1:{up}{g_path}", f"http://127.0.0.1:{gw}{g_path}",
+                            gemini, n, False)
+    g_streamed = await _paired(f"http://127.0.0.1:{up}{g_path}",
+                               f"http://127.0.0.1:{gw}{g_path}", gemini, n, True)
     return {
         "benchmark": "gateway",
         "requests": n, "concurrency": conc, "cpus": os.cpu_count(), "calls_stored": store,
@@ -148,10 +170,16 @@ async def bench(up: int, gw: int, token: str, inproc: str, n: int, conc: int,
         "added_p99_ms": round(whole["added_p99_ms"], 3),
         "added_ttft_p50_ms": round(streamed["added_ttft_p50_ms"], 3),
         "added_ttft_p99_ms": round(streamed["added_ttft_p99_ms"], 3),
+        "gemini_direct_p50_ms": round(g_whole["direct_p50_ms"], 3),
+        "gemini_added_p50_ms": round(g_whole["added_p50_ms"], 3),
+        "gemini_added_p99_ms": round(g_whole["added_p99_ms"], 3),
+        "gemini_added_ttft_p50_ms": round(g_streamed["added_ttft_p50_ms"], 3),
+        "gemini_added_ttft_p99_ms": round(g_streamed["added_ttft_p99_ms"], 3),
         "direct_rps": round(await _throughput(direct_url, "direct", n, conc), 1),
         "gateway_rps": round(await _throughput(gw_url, token, n, conc), 1),
         "gateway_inprocess_scripted_rps": round(await _throughput(gw_url, inproc, n, conc), 1),
-        "targets": {"added_p50_ms": 2.0, "added_ttft_p50_ms": 2.0, "gateway_rps": 500},
+        "targets": {"added_p50_ms": 2.0, "added_ttft_p50_ms": 2.0, "gateway_rps": 500,
+                    "gemini_added_p50_ms": 2.0, "gemini_added_ttft_p50_ms": 2.0},
     }
 
 
@@ -170,9 +198,9 @@ def main() -> None:
     up_port = q.get(timeout=30)
     gateway = ctx.Process(target=_serve_gateway, args=(q, up_port, store_dir), daemon=True)
     gateway.start()
-    gw_port, token, inproc = q.get(timeout=30)
+    gw_port, token, inproc, gemini = q.get(timeout=30)
     try:
-        result = asyncio.run(bench(up_port, gw_port, token, inproc, args.requests,
+        result = asyncio.run(bench(up_port, gw_port, token, inproc, gemini, args.requests,
                                    args.concurrency, store_dir is not None))
         if store_dir is not None:  # every served call is in the store
             from agentmeter.store.db import Store

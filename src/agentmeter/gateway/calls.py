@@ -248,8 +248,8 @@ async def _stream(request: web.Request, call: Call, env: CallEnv, reply: Upstrea
         writer = translate.stream_writer(call.client_api, call.body, _client_model(call),
                                          f"gw{call.trial.trial_id}_{call.seq}", framing)
         pending = writer.start()
-    elif framing is not None and not framing.sse:  # Gemini's SSE re-framed as a JSON array
-        resp.content_type = "application/json"
+    if framing is not None and not framing.sse:  # a Gemini stream as one JSON array
+        resp.content_type = JSON
 
     async def to_client(step: Awaitable[Any]) -> None:
         try:

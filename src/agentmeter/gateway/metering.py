@@ -213,7 +213,7 @@ class StreamUsage:
     def _gemini(self, data: str) -> None:
         """Each event a whole response; the usage is cumulative (the last one counts); the final
         event is the one with a finish reason."""
-        if not any(k in data for k in ("sage", "inish", '"error"')):
+        if not any(k in data for k in ("sage", "inish", '"error"', "lockReason")):
             return
         obj = loads_object(data)
         if obj is None:
@@ -228,6 +228,9 @@ class StreamUsage:
                 isinstance(c, dict) and (c.get("finishReason") or c.get("finish_reason"))
                 for c in cands):
             self.finished = True
+        feedback = obj.get("promptFeedback", obj.get("prompt_feedback"))
+        if isinstance(feedback, dict) and feedback.get("blockReason", feedback.get("block_reason")):
+            self.finished = True  # the prompt was blocked: no candidates will come
 
     def _error(self, data: str) -> None:
         obj = loads_object(data)

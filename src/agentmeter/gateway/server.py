@@ -101,7 +101,7 @@ class Gateway:
             app.router.add_post(path, self._count_tokens)
         for prefix in GEMINI_PREFIXES:
             app.router.add_post(prefix + "/{target}", self._gemini)
-            app.router.add_get(prefix + "/{target}", self._gemini_model)
+        app.router.add_get("/v1beta/models/{target}", self._gemini_model)  # /v1: OpenAI's
         app.router.add_get("/v1beta/models", self._list_models)
         for path in ("/v1/models", "/models"):
             app.router.add_get(path, self._list_models)

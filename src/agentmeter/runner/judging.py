@@ -42,12 +42,12 @@ class JudgeModelError(ValueError):
 
 def judge_api(model: UpstreamModel) -> WireApi:
     """The API the judge client speaks to ``model`` (raises JudgeModelError if none)."""
-    if "chat" in model.wire_apis:
+    if "chat" in model.wire_apis or "gemini" in model.wire_apis:  # Gemini: translated from chat
         return "chat"
     if model.wire_api == "messages":
         return "messages"
     raise JudgeModelError(f"judge model {model.name!r} speaks only {model.wire_api}; a judge "
-                          "needs one that speaks chat or messages")
+                          "needs one that speaks chat, messages or gemini")
 
 
 def _image(img: JudgeImage, api: WireApi) -> dict[str, Any]:

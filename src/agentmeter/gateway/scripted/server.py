@@ -31,6 +31,7 @@ class Exchange:
     path: str
     headers: dict[str, str]
     body: bytes
+    query: str = ""
     response: bytes = b""
     chunks: list[bytes] = field(default_factory=list)
 
@@ -51,7 +52,7 @@ def make_app(policy: Policy | None = None, solution_script: str | None = None,
                                     body=error_bytes(api, 404, f"no method {method!r}"))
             stream = method == "streamGenerateContent"
         raw = await request.read()
-        exchange = Exchange(request.path, dict(request.headers), raw)
+        exchange = Exchange(request.path, dict(request.headers), raw, request.query_string)
         if log is not None:
             log.append(exchange)
         if api not in apis:
