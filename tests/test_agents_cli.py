@@ -34,10 +34,10 @@ CATEGORIES = ["log-level-counts", "sort-inbox-by-extension", "csv-top-customers"
               "todo-cli-new-commands"]
 FEW = ["log-level-counts", "git-restore-deleted-file", "fix-pagination-bug"]
 TASKS = {"codex": CATEGORIES, "claude-code": CATEGORIES, "qwen-code": CATEGORIES,
-         "kimi": FEW, "mini-swe-agent": FEW}
+         "gemini-cli": CATEGORIES, "kimi": FEW, "mini-swe-agent": FEW}
 #: the shell tool each CLI offers the model (what scripted/solver calls)
 SHELL_TOOL = {"codex": "exec_command", "claude-code": "Bash", "qwen-code": "run_shell_command",
-              "kimi": "Shell", "mini-swe-agent": "bash"}
+              "gemini-cli": "run_shell_command", "kimi": "Shell", "mini-swe-agent": "bash"}
 FIELDS = ("input", "output", "cache_creation", "cache_read", "reasoning")
 
 _OFFLINE = re.compile(r"ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ETIMEDOUT|ENETUNREACH|"
@@ -170,14 +170,17 @@ async def test_responses_and_messages_clients_through_chat_translation(
 async def test_crash_and_garbage_output_are_agent_errors(tmp_path: Path,
                                                          local_backend: LocalBackend) -> None:
     task = "log-level-counts"
-    for agent in ("codex", "claude-code", "qwen-code"):
+    agents = ["codex", "claude-code", "qwen-code", "gemini-cli"]
+    for agent in agents:
         await _install(local_backend, agent, [task])
     req = RunRequest(suites=["starter"], task_ids=[task], models=["scripted/solver"],
-                     agents=["codex", "claude-code", "qwen-code"], max_infra_retries=0,
+                     agents=agents, max_infra_retries=0,
                      agent_options={"codex": {"extra_args": ["--no-such-flag"]},
                                     "claude-code": {"extra_args": ["--no-such-flag"]},
                                     # prints its help (not stream-json) and exits 0
-                                    "qwen-code": {"extra_args": ["--help"]}})
+                                    "qwen-code": {"extra_args": ["--help"]},
+                                    # says why on its first stderr line, then prints its help
+                                    "gemini-cli": {"extra_args": ["--no-such-flag"]}})
     store, rid, _ = await _run(tmp_path, req)
     by_label = {c.id: c.agent.name for c in store.run_configs(rid)}
     got = {by_label[t.config_id]: t for t in store.latest_completed_trials(rid)}
@@ -187,6 +190,11 @@ async def test_crash_and_garbage_output_are_agent_errors(tmp_path: Path,
         assert re.search(rf"{agent} exited with code [1-9]", crashed.error or ""), crashed.error
         assert "no-such-flag" in (crashed.error or ""), crashed.error
         assert crashed.model_calls == 0
+    crashed = got["gemini-cli"]
+    assert crashed.status is TrialStatus.AGENT_ERROR and crashed.model_calls == 0, crashed.error
+    assert (crashed.error or "").startswith("gemini-cli exited with code 1: Unknown argument"), \
+        crashed.error
+    assert "such-flag" in (crashed.error or ""), crashed.error
     garbage = got["qwen-code"]
     assert garbage.status is TrialStatus.AGENT_ERROR, garbage.error
     assert "unparseable output" in (garbage.error or "") and "not stream-json" in (garbage.error or "")

@@ -4,6 +4,8 @@ with the scripted model (the only test double).
 
 ``scripted/solver`` passes, ``scripted/quitter`` fails, and the gateway's usage equals the usage
 OpenCode reports itself (its ``step_finish`` tokens), field by field for the fields it reports.
+Gemini CLI's parser is checked here on output it really printed (its end-to-end runs are in
+test_agents_cli.py's parametrisations).
 """
 
 from __future__ import annotations
@@ -100,3 +102,69 @@ def test_opencode_parser() -> None:
                            "", 1, {}))
     assert err.cli_error == "APIError: boom" and not err.completed
     assert set(DEFINITIONS[AGENT].spec.reported_usage) <= set(FIELDS)
+
+
+#: Gemini CLI 0.61.0's stream-json, as printed against a Gemini-speaking server: a shell call,
+#: its result, then the answer streamed in two chunks (thought parts are not printed)
+GEMINI_RUN = "\n".join([
+    '{"type":"init","timestamp":"t","session_id":"s","model":"solver"}',
+    '{"type":"message","timestamp":"t","role":"user","content":"say done"}',
+    '{"type":"tool_use","timestamp":"t","tool_name":"run_shell_command","tool_id":"c1",'
+    '"parameters":{"command":"cat /app/a.log | head -n 3"}}',
+    '{"type":"tool_result","timestamp":"t","tool_id":"c1","status":"success","output":"vm"}',
+    '{"type":"tool_use","timestamp":"t","tool_name":"read_file","tool_id":"c2",'
+    '"parameters":{"file_path":"/app/b.py"}}',
+    '{"type":"tool_result","timestamp":"t","tool_id":"c2","status":"error","output":"x",'
+    '"error":{"type":"FILE_NOT_FOUND","message":"no such file"}}',
+    '{"type":"message","timestamp":"t","role":"assistant","content":"Do","delta":true}',
+    '{"type":"message","timestamp":"t","role":"assistant","content":"ne.","delta":true}',
+    '{"type":"result","timestamp":"t","status":"success","stats":{"total_tokens":335,'
+    '"input_tokens":303,"output_tokens":21,"cached":120,"input":183,"duration_ms":232,'
+    '"tool_calls":2,"models":{"gemini-2.5-pro":{"total_tokens":224,"input_tokens":202,'
+    '"output_tokens":14,"cached":80,"input":122},"gemini-2.5-flash":{"total_tokens":111,'
+    '"input_tokens":101,"output_tokens":7,"cached":40,"input":61}}}}',
+])
+
+
+def test_gemini_cli_parser_on_its_real_output() -> None:
+    parse = DEFINITIONS["gemini-cli"].parse
+    got = parse(ParseInput(GEMINI_RUN, "", 0, {}))
+    assert got.completed and got.final_message == "Done." and got.cli_error is None
+    # one model reply per turn: the shell call, the read, the answer
+    assert got.turns == 3
+    assert dict(got.tool_calls) == {"run_shell_command": 1, "read_file": 1}
+    assert got.files_read == ["/app/a.log", "/app/b.py"]
+    assert [s.kind for s in got.steps] == ["tool_call", "tool_result", "tool_call",
+                                           "tool_result", "message"]
+    assert got.steps[3].text == "error: no such file"
+    assert got.usage is not None
+    # summed over models; output = total - prompt (candidates + thoughts), reasoning = thoughts
+    assert (got.usage.input, got.usage.output, got.usage.cache_read, got.usage.reasoning,
+            got.usage.cache_creation) == (303, 32, 120, 11, None)
+    # an API error: the result event says so, with the (zero) stats of the failed request
+    failed = parse(ParseInput("\n".join([
+        '{"type":"init","timestamp":"t","session_id":"s","model":"solver"}',
+        '{"type":"result","timestamp":"t","status":"error","error":{"type":"unknown",'
+        '"message":"[API Error: agentmeter budget: max_calls 3 reached]"},"stats":{'
+        '"total_tokens":0,"input_tokens":0,"output_tokens":0,"cached":0,"input":0,'
+        '"duration_ms":0,"tool_calls":0,"models":{"solver":{"total_tokens":0,'
+        '"input_tokens":0,"output_tokens":0,"cached":0,"input":0}}}}']), "", 173, {}))
+    assert not failed.completed and failed.final_message is None
+    assert failed.cli_error == "unknown: [API Error: agentmeter budget: max_calls 3 reached]"
+    # stopped before any event: the reason is its first stderr line (its help follows)
+    early = parse(ParseInput("", "Unknown arguments: such-flag, suchFlag\nUsage: gemini [options]\n"
+                             "  -m, --model  The model  [string]", 1, {}))
+    assert early.cli_error == "Unknown arguments: such-flag, suchFlag" and early.turns is None
+    # no stats: no usage, nothing guessed
+    assert parse(ParseInput('{"type":"result","status":"success"}', "", 0, {})).usage is None
+    with pytest.raises(ValueError, match="not stream-json"):
+        parse(ParseInput("Usage: gemini [options]\n  -m, --model", "", 0, {}))
+
+
+def test_gemini_cli_is_registered_and_pinnable() -> None:
+    assert "gemini-cli" in agent_names()
+    pinned = make_agent("gemini-cli", "0.60.1", {})
+    assert pinned.version == "0.60.1"
+    assert "@google/gemini-cli@0.60.1" in pinned.layers()[-1].source
+    assert {make_agent(n).layers()[0].source for n in ("codex", "gemini-cli")} == \
+        {make_agent("codex").layers()[0].source}

@@ -11,6 +11,7 @@ import pytest
 
 from agentmeter.gateway.scripted import Policy, PolicyError, ScriptedModel, heredoc_command
 from agentmeter.gateway.scripted.conversation import MINI_SWE_SUBMIT, read
+from agentmeter.gateway.scripted.policy import file_command
 
 SCRIPT = """#!/bin/bash
 set -e
@@ -78,7 +79,9 @@ def test_solver_uses_the_clients_own_shell_tool(client: str) -> None:
     if isinstance(command, list):
         assert command[:2] == ["bash", "-lc"]
         command = command[2]
-    assert command == heredoc_command(SCRIPT)
+    # Gemini CLI's run_shell_command (shared by Qwen Code) refuses command substitution
+    expected = file_command if name == "run_shell_command" else heredoc_command
+    assert command == expected(SCRIPT)
     if client == "qwen-code":
         assert args["is_background"] is False
     final = step("solver", chat_request(tools, results=1))
@@ -89,6 +92,16 @@ def test_solver_uses_the_clients_own_shell_tool(client: str) -> None:
 def test_heredoc_command_runs_the_script_verbatim(tmp_path: Path) -> None:
     subprocess.run(["bash", "-c", heredoc_command(SCRIPT)], cwd=tmp_path, check=True)
     assert (tmp_path / "out.txt").read_text() == 'hello wor"ld\nnested heredoc 3\n'
+
+
+def test_file_command_runs_the_script_verbatim_without_substitution(tmp_path: Path) -> None:
+    """What Gemini CLI's shell tool checks before running a command: no ``$(``, backtick,
+    ``<(`` or ``>(`` (the heredoc form has all of the script's, and its own ``$(``)."""
+    command = file_command(SCRIPT + "echo \"$(echo sub) `echo tick`\" >> out.txt\n")
+    assert not any(s in command for s in ("$(", "`", "<(", ">("))
+    assert "$(" in heredoc_command(SCRIPT)
+    subprocess.run(["bash", "-c", command], cwd=tmp_path, check=True)
+    assert (tmp_path / "out.txt").read_text() == 'hello wor"ld\nnested heredoc 3\nsub tick\n'
 
 
 def test_mini_swe_agent_submits_then_finishes() -> None:

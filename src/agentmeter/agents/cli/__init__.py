@@ -1,5 +1,5 @@
-"""Installed agent CLIs (Codex, Claude Code, Qwen Code, mini-swe-agent, Kimi CLI, OpenCode,
-OpenHands).
+"""Installed agent CLIs (Codex, Claude Code, Qwen Code, Gemini CLI, mini-swe-agent, Kimi CLI,
+OpenCode, OpenHands).
 
 Each CLI is one module holding a declarative :class:`CliSpec` and a transcript parser; the
 generic :class:`InstalledCliAgent` drives any of them. ``make(name, version, options)`` is the
@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from agentmeter.agents.cli import (
     claude_code,
     codex,
+    gemini_cli,
     kimi,
     mini_swe_agent,
     opencode,
@@ -26,6 +27,7 @@ from agentmeter.agents.cli.spec import CliDefinition, CliSpec, ParsedRun, ParseI
 
 DEFINITIONS: dict[str, CliDefinition] = {
     d.spec.name: d for d in (codex.DEFINITION, claude_code.DEFINITION, qwen_code.DEFINITION,
+                             gemini_cli.DEFINITION,
                              mini_swe_agent.DEFINITION, kimi.DEFINITION,
                              opencode.DEFINITION, openhands.DEFINITION)
 }

@@ -15,6 +15,7 @@ fixed order). Under a mini-swe-agent style protocol the last step is
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import random
@@ -35,6 +36,11 @@ FEEDBACK_MARKER = FEEDBACK_OPENING
 #: the shell tools of known clients, in order of preference
 SHELL_TOOLS = ("exec_command", "shell", "Bash", "run_shell_command", "Shell", "bash", "run_shell")
 _SHELLISH = ("shell", "bash", "exec", "terminal", "command")
+#: shell tools that refuse a command holding command substitution (``$(``, backticks, ``<(``,
+#: ``>(`` outside single quotes, heredoc bodies included): Gemini CLI's (Qwen Code, its fork,
+#: shares the name). The solution goes to them base64-encoded, written to a file and run.
+SUBSTITUTION_FREE_TOOLS = ("run_shell_command",)
+SOLUTION_FILE = "/tmp/agentmeter-solution.sh"
 
 _EXPLORE = (
     "ls -la",
@@ -97,6 +103,18 @@ class Policy:
 
 def heredoc_command(script: str) -> str:
     return f"bash -c \"$(cat <<'{HEREDOC}'\n{script.rstrip(chr(10))}\n{HEREDOC}\n)\""
+
+
+def file_command(script: str) -> str:
+    """Run ``script`` verbatim with no command substitution in the command itself."""
+    encoded = base64.b64encode(script.encode()).decode()
+    return f"printf '%s' '{encoded}' | base64 -d > {SOLUTION_FILE} && bash {SOLUTION_FILE}"
+
+
+def solution_command(tool: OfferedTool | None, script: str) -> str:
+    if tool is not None and tool.name in SUBSTITUTION_FREE_TOOLS:
+        return file_command(script)
+    return heredoc_command(script)
 
 
 def pick_tool(tools: list[OfferedTool]) -> OfferedTool | None:
@@ -184,5 +202,6 @@ def decide(policy: Policy, conv: Conversation, solution_script: str | None) -> C
     if solution_script is None:
         return _final(conv, "No reference solution was provided to the scripted solver.", step)
     if step == 0:
-        return _shell(conv, heredoc_command(solution_script), "Running the solution.")
+        return _shell(conv, solution_command(pick_tool(conv.tools), solution_script),
+                      "Running the solution.")
     return _final(conv, "Done: I ran the reference solution.", step - 1)
