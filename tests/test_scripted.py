@@ -97,7 +97,8 @@ def test_heredoc_command_runs_the_script_verbatim(tmp_path: Path) -> None:
 def test_file_command_runs_the_script_verbatim_without_substitution(tmp_path: Path) -> None:
     """What Gemini CLI's shell tool checks before running a command: no ``$(``, backtick,
     ``<(`` or ``>(`` (the heredoc form has all of the script's, and its own ``$(``)."""
-    command = file_command(SCRIPT + "echo \"$(echo sub) `echo tick`\" >> out.txt\n")
+    command = file_command(SCRIPT + "echo \"$(echo sub) `echo tick`\" >> out.txt\n",
+                           str(tmp_path / "solution.sh"))
     assert not any(s in command for s in ("$(", "`", "<(", ">("))
     assert "$(" in heredoc_command(SCRIPT)
     subprocess.run(["bash", "-c", command], cwd=tmp_path, check=True)

@@ -105,10 +105,11 @@ def heredoc_command(script: str) -> str:
     return f"bash -c \"$(cat <<'{HEREDOC}'\n{script.rstrip(chr(10))}\n{HEREDOC}\n)\""
 
 
-def file_command(script: str) -> str:
-    """Run ``script`` verbatim with no command substitution in the command itself."""
+def file_command(script: str, path: str = SOLUTION_FILE) -> str:
+    """Run ``script`` verbatim with no command substitution in the command itself (written to
+    ``path``, in the sandbox's /tmp by default)."""
     encoded = base64.b64encode(script.encode()).decode()
-    return f"printf '%s' '{encoded}' | base64 -d > {SOLUTION_FILE} && bash {SOLUTION_FILE}"
+    return f"printf '%s' '{encoded}' | base64 -d > {path} && bash {path}"
 
 
 def solution_command(tool: OfferedTool | None, script: str) -> str:
