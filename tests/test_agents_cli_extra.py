@@ -10,6 +10,7 @@ test_agents_cli.py's parametrisations).
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from test_agents_cli import (
     _trajectory,
 )
 
+import agentmeter
 from agentmeter.agents.cli import DEFINITIONS, ParseInput
 from agentmeter.agents.registry import agent_names, make_agent
 from agentmeter.records import TrialStatus
@@ -168,3 +170,30 @@ def test_gemini_cli_is_registered_and_pinnable() -> None:
     assert "@google/gemini-cli@0.60.1" in pinned.layers()[-1].source
     assert {make_agent(n).layers()[0].source for n in ("codex", "gemini-cli")} == \
         {make_agent("codex").layers()[0].source}
+
+
+@pytest.mark.parametrize("agent", ["gemini-cli", "qwen-code"])
+async def test_budget_refusal_ends_the_cli_and_keeps_its_logs(
+        tmp_path: Path, local_backend: LocalBackend, agent: str) -> None:
+    """A task with a one-call budget: the gateway refuses the second call (Gemini CLI gets
+    Gemini's 429 RESOURCE_EXHAUSTED and, told not to retry, makes no third call); the harness
+    stops the CLI and still keeps its logs, transcript, tool calls and self-reported usage."""
+    task = "log-level-counts"
+    src = Path(agentmeter.__file__).parent / "tasks" / "suites" / "starter" / task
+    shutil.copytree(src, tmp_path / "suite" / task)
+    toml = tmp_path / "suite" / task / "task.toml"
+    toml.write_text(toml.read_text().replace("[agent]\n", "[agent]\nmax_calls = 1\n", 1))
+    await _install(local_backend, agent, [task])
+    req = RunRequest(suites=[str(tmp_path / "suite")], agents=[agent],
+                     models=["scripted/solver"], max_infra_retries=0)
+    store, rid, trials = await _run(tmp_path, req)
+    t = trials[f"scripted/solver:{task}"]
+    calls = store.model_calls(rid, t.id)
+    assert [(c.status_code, c.error) for c in calls] == [(200, None), (429, "budget_exceeded")]
+    assert t.model_calls == 2 and t.usage.input == calls[0].usage.input
+    names = {a.name for a in store.artifacts(rid, t.id)}
+    assert {"trajectory.json", f"{agent}.stdout.log"} <= names, names
+    assert t.extra["trajectory"]["tool_calls_total"] >= 1, t.extra
+    assert _trajectory(store, rid, t)["steps"], "the transcript was lost"
+    # the first call's tool run solved the task: the verifier's verdict stands
+    assert t.status is TrialStatus.PASSED, (t.status, t.error)

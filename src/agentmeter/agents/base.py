@@ -6,6 +6,7 @@ started sandbox. It reaches a model only through the gateway endpoint it is give
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -78,6 +79,9 @@ class AgentContext:
     prompt: str | None = None
     #: present in a scenario: the conversation to continue, if the agent can
     session: AgentSession | None = None
+    #: set by the harness to end the run early (a budget ran out): an agent that honours it
+    #: ends its processes and still returns what it collected (logs, transcript, usage)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def instruction(self) -> str:

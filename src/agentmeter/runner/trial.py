@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 import traceback
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 from agentmeter.agents.base import Agent, AgentContext, AgentRun, AgentSession, GatewayEndpoint
 from agentmeter.agents.reference import replay_script
@@ -52,6 +52,8 @@ from agentmeter.verify.registry import make_verifier
 GATEWAY_PORT = 18080
 #: how often a running agent's budget state is checked (seconds)
 BUDGET_POLL_S = 0.5
+#: how long an agent asked to stop (budget exhausted) may take to hand back its logs
+STOP_GRACE_S = 60.0
 #: the most one task artifact may hold (its tar stream); a larger one is refused, not cut
 ARTIFACT_MAX_BYTES = 64 << 20
 #: the error of a try cut short by the runner stopping (not counted as an infra retry)
@@ -278,7 +280,7 @@ class TrialRunner:
         ctx = AgentContext(task=self.task, sandbox=sandbox, timeout_s=self.task.agent_timeout_s,
                            logs_dir=agent_dir, gateway=endpoint, prompt=prompt, session=session)
         try:
-            run = await self._with_budget_watch(self.agent.run(ctx), endpoint is not None)
+            run = await self._with_budget_watch(ctx, endpoint is not None)
         except SandboxError as e:
             raise InfraError(f"agent run: {e}") from e
         except Exception as e:
@@ -290,21 +292,26 @@ class TrialRunner:
             self.rec.extra["agent_notes"] = list(run.notes)
         return run
 
-    async def _with_budget_watch(self, agent_run: Coroutine[Any, Any, AgentRun],
-                                 metered: bool) -> AgentRun:
-        """Stop the agent once the gateway refused a call for budget: some CLIs back off and
-        retry a refusal until their own timeout."""
+    async def _with_budget_watch(self, ctx: AgentContext, metered: bool) -> AgentRun:
+        """Stop the agent once the gateway refused a call for budget (some CLIs back off and
+        retry a refusal until their own timeout): ``ctx.stop`` asks it to end its processes
+        and return what it collected; one that does not within ``STOP_GRACE_S`` is cancelled
+        (and its logs are lost)."""
         gw = self.ctx.gateway
         if not metered or gw is None:
-            return await agent_run
-        task = asyncio.ensure_future(agent_run)
+            return await self.agent.run(ctx)
+        task = asyncio.ensure_future(self.agent.run(ctx))
         while not task.done():
             await asyncio.wait({task}, timeout=BUDGET_POLL_S)
             if not task.done() and gw.trial_meter(self.rec.id).budget_exceeded:
-                task.cancel()  # the sandbox kills the agent's whole process tree
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-                return AgentRun(error="budget_exceeded")
+                ctx.stop.set()
+                await asyncio.wait({task}, timeout=STOP_GRACE_S)
+                if not task.done():
+                    task.cancel()  # the sandbox kills the agent's whole process tree
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+                    return AgentRun(error="budget_exceeded")
+                return dataclasses.replace(task.result(), error="budget_exceeded")
         return task.result()
 
     async def _save_diff(self, sandbox: Sandbox, snapshot: object, prefix: str = "") -> None:

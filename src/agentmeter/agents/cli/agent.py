@@ -138,7 +138,7 @@ class InstalledCliAgent:
         proc = asyncio.create_task(ctx.sandbox.exec(
             wrapped, user=AGENT_USER, env=env, cwd=v["workdir"], timeout=ctx.timeout_s,
             on_stdout=watch.feed))
-        exit_code, timed_out, ended_by_harness = await self._wait(proc, watch, grace)
+        exit_code, timed_out, ended_by_harness = await self._wait(proc, watch, grace, ctx.stop)
         command_s = time.monotonic() - started
         meta.update(exit_code=exit_code, timed_out=timed_out, command_s=command_s,
                     ended_after_completion=ended_by_harness)
@@ -185,15 +185,16 @@ class InstalledCliAgent:
             raise SandboxError(f"{self.name}: writing its config files failed: {r.stderr.strip()}")
 
     @staticmethod
-    async def _wait(proc: asyncio.Task[Any], watch: _Watch,
-                    grace: float) -> tuple[int | None, bool, bool]:
-        """(exit code, timed out, ended by the harness after completion)."""
+    async def _wait(proc: asyncio.Task[Any], watch: _Watch, grace: float,
+                    stop: asyncio.Event) -> tuple[int | None, bool, bool]:
+        """(exit code, timed out, ended by the harness: after completion, or on ``stop``)."""
         done_wait = asyncio.create_task(watch.done.wait())
+        stop_wait = asyncio.create_task(stop.wait())
         try:
-            await asyncio.wait({proc, done_wait}, return_when=asyncio.FIRST_COMPLETED)
-            if not proc.done():
+            await asyncio.wait({proc, done_wait, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+            if not proc.done() and not stop.is_set():
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(proc), grace)
+                    await asyncio.wait_for(asyncio.wait({proc, stop_wait}), grace)
             if proc.done():
                 r = proc.result()
                 return r.exit_code, r.timed_out, False
@@ -203,6 +204,7 @@ class InstalledCliAgent:
             return None, False, True
         finally:
             done_wait.cancel()
+            stop_wait.cancel()
             if not proc.done():
                 proc.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):

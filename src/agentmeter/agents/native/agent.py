@@ -131,6 +131,10 @@ class NativeAgent:
                                  ctx.gateway.token, ctx.gateway.model, opts.wire_api,
                                  max_tokens=opts.max_tokens, temperature=opts.temperature)
             while state.turns < opts.max_turns:
+                if ctx.stop.is_set():  # the harness ended the run (its budget ran out)
+                    state.error = "budget_exceeded"
+                    state.event("stopped", "the harness asked the agent to stop")
+                    return
                 system = system_prompt(workdir, await tools.read_memory())
                 if system != last_system:
                     state.transcript.append({"role": "system", "content": system})
