@@ -83,10 +83,9 @@ def demo(store: StoreOpt = None, concurrency: int = 2, as_json: JsonOpt = False,
     testing, SM by the scripted judge), native × solver / quitter. (3) AgencyBench: the agency
     suite's core scenarios (steps sharing one workspace, rubric-scored, a browser-judged game),
     native × solver / learner (fails a step's first round, fixes it after the feedback). (4) A
-    small grid on the
-    starter suite's core subset: the native agent and the real Codex, Claude Code and Qwen Code
-    CLIs (installed once into cached layers) × scripted solver / quitter. Ends with the results
-    tables and an HTML report."""
+    small grid on the starter suite's core subset: the native agent and the real Codex, Claude
+    Code, Qwen Code and Gemini CLI (installed once into cached layers) × scripted solver /
+    quitter. Ends with the results tables and an HTML report."""
     requests = [RunRequest(suites=["starter"], agents=["oracle", "nop", "native"],
                            models=["scripted/solver", "scripted/explorer", "scripted/quitter"],
                            concurrency=concurrency)]
@@ -100,7 +99,8 @@ def demo(store: StoreOpt = None, concurrency: int = 2, as_json: JsonOpt = False,
                                judge_model="scripted/judge", concurrency=concurrency))
     if clis:
         requests.append(RunRequest(suites=["starter"], subset="core",
-                                   agents=["native", "codex", "claude-code", "qwen-code"],
+                                   agents=["native", "codex", "claude-code", "qwen-code",
+                                           "gemini-cli"],
                                    models=["scripted/solver", "scripted/quitter"],
                                    concurrency=concurrency))
     run_ids: list[str] = []
