@@ -17,7 +17,7 @@ import pytest
 from test_gateway import SECRET, serve
 
 from agentmeter.gateway import Budget, Gateway, ModelRegistry, ScriptedContext, UpstreamModel
-from agentmeter.gateway.scripted.policy import HEREDOC, Policy
+from agentmeter.gateway.scripted.policy import HEREDOC, Policy, file_command
 from agentmeter.gateway.scripted.server import Exchange, make_app
 from agentmeter.pricing import PriceBook
 
@@ -88,7 +88,8 @@ async def two_turns(gw: Gateway, token: str, method: str, query: str,
     assert status == 200, first
     calls = calls_of(first)
     assert len(calls) == 1 and calls[0]["name"] == "run_shell_command"
-    assert HEREDOC in calls[0]["args"]["command"] and "s/bug/fix/" in calls[0]["args"]["command"]
+    # run_shell_command refuses command substitution: the solution comes as a file command
+    assert calls[0]["args"]["command"] == file_command(SCRIPT), calls[0]["args"]
     assert first[-1]["candidates"][0]["finishReason"] == "STOP"
     status, second, _ = await gemini_call(gw, token, prompt(follow_up(calls[0], with_id)),
                                           method, query)
