@@ -5,7 +5,7 @@ Each node's ``ray start --block`` makes itself a process-group leader; its rayle
 and agents are in that group, its Ray workers (and the sandboxes they start) are its descendants
 in groups of their own. Teardown, and ``RayCluster.kill_node`` (a node dying: SIGKILL), signal
 only what this fixture started: those groups, those descendants, and any leftover process whose
-command line names the fixture's temp dir. ``ray stop`` is never used: it stops every Ray
+command line or open files name the fixture's temp dir. ``ray stop`` is never used: it stops every Ray
 process on the machine, other people's clusters included.
 
 The head (GCS) is told to declare a node dead after ~2 s of failed health checks instead of the
@@ -188,18 +188,20 @@ def descendants(pid: int) -> set[int]:
 
 
 def leftover_pids(root: Path) -> list[int]:
-    """Processes whose command line names a path under ``root`` (the fixture's temp dir)."""
+    """Processes that name a path under ``root`` (the fixture's temp dir) in their command line
+    or hold a file under it open (Ray's processes retitle themselves, e.g. ``ray::IDLE``, but
+    keep their session's log files open)."""
     found = []
-    needle = str(root).encode()
+    needle = str(root)
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes()
+            if needle.encode() in (entry / "cmdline").read_bytes() or any(
+                    os.readlink(fd).startswith(needle + "/") for fd in (entry / "fd").iterdir()):
+                found.append(int(entry.name))
         except OSError:
             continue
-        if needle in cmdline:
-            found.append(int(entry.name))
     return found
 
 

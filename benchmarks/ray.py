@@ -1,0 +1,123 @@
+"""Ray executor benchmark: scheduling overhead per trial (ray vs local) and trials per minute
+with one vs two worker nodes at the same total concurrency.
+
+Everything real: a PostgreSQL server and a Ray cluster on this machine (a head and worker
+nodes as separate ``ray start`` processes, tests/ray_fixtures.py), the oracle on trivial tasks
+in local sandboxes, each run an ``agentmeter run`` process into the same PostgreSQL store.
+
+- Overhead per trial: one slot (local: ``-c 1``; ray: one worker node with one slot), runs of
+  1 and of N trivial trials; the marginal cost of a trial is ``(wall(N) - wall(1)) / (N - 1)``
+  (process start, imports, ``ray.init``, the job's first Ray worker and the pre-flight probe are
+  per run and cancel out); ray minus local is what the executor adds per trial.
+- Throughput: N trials on two slots, as one node with two slots, then as two nodes with one
+  slot each; trials/min from the marginal time the same way.
+Prints a human summary, then a final JSON line.
+Usage: python benchmarks/ray.py [--trials 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent.parent / "tests"
+SRC = Path(__file__).resolve().parent.parent / "src"
+sys.path.insert(0, str(TESTS))
+from pg_fixtures import postgres_server  # noqa: E402
+from ray_fixtures import RayCluster, start_cluster  # noqa: E402
+from taskgen import make_task  # noqa: E402
+
+from agentmeter.records import TrialStatus  # noqa: E402
+from agentmeter.store.db import Store  # noqa: E402
+
+_counter = iter(range(10**6))
+
+
+def agentmeter_run(suite: Path, runs: Path, url: str, *, n: int, slots: int,
+                   cluster: RayCluster | None) -> float:
+    """Wall seconds of one ``agentmeter run`` of the first ``n`` tasks of ``suite``."""
+    rid = f"bench-{'ray' if cluster else 'local'}-{next(_counter)}"
+    args = [sys.executable, "-m", "agentmeter.cli", "run", "-s", str(suite), "-a", "oracle",
+            "--run-id", rid, "--store", str(runs), "-c", str(slots), "--json"]
+    for i in range(n):
+        args += ["-t", f"trivial-{i:03d}"]
+    if cluster is not None:
+        args += ["--executor", "ray", "--ray-address", cluster.address]
+    env = {**os.environ, "AGENTMETER_DATABASE_URL": url,
+           "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    t = time.perf_counter()
+    r = subprocess.run(args, capture_output=True, text=True, env=env, timeout=1800)
+    wall = time.perf_counter() - t
+    if r.returncode != 0:
+        raise SystemExit(f"{rid} failed ({r.returncode}):\n{r.stderr[-3000:]}")
+    with Store.open(url, runs_dir=runs) as st:
+        done = st.latest_completed_trials(rid)
+    assert len(done) == n and all(t.status is TrialStatus.PASSED for t in done), \
+        [(t.id, t.status, t.error) for t in done]
+    return wall
+
+
+def marginal(suite: Path, runs: Path, url: str, trials: int, slots: int,
+             cluster: RayCluster | None) -> tuple[float, float, float]:
+    """(seconds per additional trial, wall of 1, wall of N)."""
+    one = agentmeter_run(suite, runs, url, n=1, slots=slots, cluster=cluster)
+    many = agentmeter_run(suite, runs, url, n=trials, slots=slots, cluster=cluster)
+    return (many - one) / (trials - 1), one, many
+
+
+def main() -> dict[str, object]:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trials", type=int, default=30)
+    args = ap.parse_args()
+    n = args.trials
+    with tempfile.TemporaryDirectory() as tmp, postgres_server() as url:
+        root = Path(tmp)
+        suite, runs = root / "suite", root / "runs"
+        for i in range(n):
+            make_task(suite, f"trivial-{i:03d}", solve="echo done > /app/done")
+        # warm: the base and the environment layer are built once (we measure trials)
+        agentmeter_run(suite, runs, url, n=1, slots=1, cluster=None)
+        local1 = marginal(suite, runs, url, n, 1, None)
+        local2 = marginal(suite, runs, url, n, 2, None)
+        with start_cluster(worker_slots=(1,)) as cluster:
+            ray1 = marginal(suite, runs, url, n, 1, cluster)
+        with start_cluster(worker_slots=(2,)) as cluster:
+            one_node = marginal(suite, runs, url, n, 2, cluster)
+        with start_cluster(worker_slots=(1, 1)) as cluster:
+            two_nodes = marginal(suite, runs, url, n, 2, cluster)
+
+    def per_min(m: tuple[float, float, float]) -> float:
+        return round(60 / m[0], 1)
+
+    res: dict[str, object] = {
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                    "ray": _ray_version(), "platform": platform.platform()},
+        "trials": n,
+        "seconds_per_trial_one_slot": {"local": round(local1[0], 3), "ray": round(ray1[0], 3)},
+        "added_per_trial_ms": round((ray1[0] - local1[0]) * 1000, 1),
+        "per_run_fixed_s": {"local": round(local1[1], 2), "ray": round(ray1[1], 2)},
+        "trials_per_minute_two_slots": {"local_c2": per_min(local2),
+                                        "ray_one_node_x2": per_min(one_node),
+                                        "ray_two_nodes_x1": per_min(two_nodes)},
+    }
+    res["targets_met"] = {"added_per_trial_le_50ms": res["added_per_trial_ms"] <= 50}  # type: ignore[operator]
+    return res
+
+
+def _ray_version() -> str:
+    import ray
+
+    return str(ray.__version__)
+
+
+if __name__ == "__main__":
+    out = main()
+    print(out, file=sys.stderr)
+    print(json.dumps(out))
