@@ -143,6 +143,19 @@ class RayCluster:
         with contextlib.suppress(subprocess.TimeoutExpired):
             node.proc.wait(10)
 
+    def remove_node(self, node: RayNode) -> None:
+        """Stop one worker node for good (SIGTERM, then SIGKILL to what is left of it)."""
+        doomed = descendants(node.proc.pid)
+        with contextlib.suppress(ProcessLookupError):
+            node.proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            node.proc.wait(15)
+        _kill_group(node.proc, signal.SIGKILL)
+        for pid in doomed:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        node.proc.wait(10)
+
     def stop(self) -> None:
         """Stop the nodes this fixture started, and nothing else: SIGTERM to each ``ray start``
         (workers first: a worker whose GCS is gone does not exit by itself), then SIGKILL to
