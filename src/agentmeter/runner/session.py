@@ -16,7 +16,7 @@ from agentmeter.gateway import Gateway, ModelRegistry
 from agentmeter.pricing import PriceBook
 from agentmeter.records import ConfigRecord, RunRecord
 from agentmeter.runner.executor import PrepareCallback, ProgressCallback, RunProgress, execute
-from agentmeter.runner.lock import RunLock, RunLockedError
+from agentmeter.runner.lock import RunLockedError, run_lock
 from agentmeter.runner.plan import PlannedConfig, build_configs, build_plan
 from agentmeter.runner.trial import TrialContext, base_image
 from agentmeter.sandbox import registry as sandbox_registry
@@ -237,7 +237,7 @@ async def run(store: Store, prepared: PreparedRun, run_id: str | None = None, *,
     if backend is None:
         backend = make_backend(prepared.request.backend, log)  # before anything is written
     try:
-        with RunLock(store.run_dir(run_id), run_id):
+        with run_lock(store, run_id):
             return await _run_locked(store, prepared, run_id, backend, on_progress, on_prepare)
     except RunLockedError as e:
         raise RunSetupError(str(e)) from None
