@@ -287,7 +287,7 @@ async def _run_locked(store: Store, prepared: PreparedRun, run_id: str, backend:
 def request_of(store: Store, run_id: str) -> RunRequest:
     rec = store.get_run(run_id)
     if rec is None:
-        raise RunSetupError(f"no run {run_id!r} in {store}")
+        raise RunSetupError(f"no run {run_id!r} in {store.where}")
     try:
         return RunRequest.model_validate(rec.settings["request"])
     except (KeyError, ValueError) as e:
