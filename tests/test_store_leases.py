@@ -92,6 +92,7 @@ def test_lease_claim_renew_and_expiry(store: Store) -> None:
     assert store.renew_leases("r", [held.id], A, 30) == []  # the database's clock
     got = store.get_trial("r", held.id)
     assert got is not None and got.lease_expires_at is not None
+    assert got.lease_expires_at - store.clock() <= timedelta(seconds=30)
     assert abs(got.lease_expires_at - (datetime.now(UTC) + timedelta(seconds=30))) < timedelta(
         seconds=20)
 

@@ -74,6 +74,10 @@ def test_db_run_lock_spans_runs_directories_and_dies_with_its_holder(pg_url: str
     with Store.open(pg_url, runs_dir=tmp_path / "machine-b") as st:
         with run_lock(st, "r") as held:
             assert held.held
+            with st.engine.connect() as conn:  # the session is named for the server's listing
+                names = conn.execute(sa.text(
+                    "SELECT application_name FROM pg_stat_activity")).scalars().all()
+            assert f"agentmeter run r (pid {os.getpid()})" in names
             again = DbRunLock(st, "r")
             with pytest.raises(RunLockedError, match=f"pid {os.getpid()} on "):
                 again.__enter__()

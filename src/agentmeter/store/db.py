@@ -90,6 +90,12 @@ class Store:
         SQL on the tables."""
         return self._engine
 
+    def clock(self) -> datetime:
+        """The database's clock (UTC), which leases are measured on: one clock for every
+        machine that shares the store (SQLite: this machine's)."""
+        with self._engine.connect() as conn:
+            return leases.db_now(conn)
+
     def schema_version(self) -> int:
         with self._engine.connect() as conn:
             return current_version(conn)

@@ -2,11 +2,11 @@
 
 The runner takes ``pg_try_advisory_lock(<64-bit hash of the run id>)`` on a connection of its
 own, held (idle, autocommit) for the whole run. The server releases the lock when that session
-ends in any way: the runner exits, is SIGKILLed, or its machine or network goes away (once the
-server notices the dead connection); so, like the file lock (``runner/lock.py``), nothing has to
-judge staleness. A ``run_locks`` row says who holds it (pid, host, since), for the refusal
-message; a row left by a killed holder is overwritten by the next one and never consulted
-except to name the live holder.
+ends in any way: the runner exits, is SIGKILLed, or its machine or network goes away (the
+server notices a dead connection by TCP keepalives the session asks for: about 30 s); so,
+like the file lock (``runner/lock.py``), nothing has to judge staleness. A ``run_locks`` row
+says who holds it (pid, host, since), for the refusal message; a row left by a killed holder is
+overwritten by the next one and never consulted except to name the live holder.
 """
 
 from __future__ import annotations
@@ -25,6 +25,11 @@ from agentmeter.store import schema as s
 
 if TYPE_CHECKING:
     from agentmeter.store.db import Store
+
+
+#: keepalive probes of the lock's session: a dead holder's lock is freed after about
+#: idle + interval x count seconds
+KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_COUNT = 15, 5, 3
 
 
 class RunLockedError(Exception):
@@ -58,6 +63,8 @@ class DbRunLock:
     def __enter__(self) -> DbRunLock:
         conn = self.store.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         try:
+            for setting, value in self._session_settings().items():
+                conn.execute(sa.select(sa.func.set_config(setting, value, False)))
             got = conn.execute(sa.select(sa.func.pg_try_advisory_lock(self.key))).scalar_one()
             if not got:
                 raise RunLockedError(locked_message(self.run_id, self._holder(conn)))
@@ -72,6 +79,16 @@ class DbRunLock:
             raise
         self._conn = conn
         return self
+
+    def _session_settings(self) -> dict[str, str]:
+        """The lock's session: named for whoever lists the server's sessions, and probed by
+        the server with TCP keepalives, so a holder whose machine died or was cut off loses
+        the lock in about half a minute rather than the system's two hours (a killed process
+        loses it at once; Unix-socket sessions ignore these)."""
+        return {"application_name": f"agentmeter run {self.run_id} (pid {os.getpid()})"[:63],
+                "tcp_keepalives_idle": str(KEEPALIVE_IDLE_S),
+                "tcp_keepalives_interval": str(KEEPALIVE_INTERVAL_S),
+                "tcp_keepalives_count": str(KEEPALIVE_COUNT)}
 
     def _holder(self, conn: sa.Connection) -> str:
         row = conn.execute(sa.select(s.run_locks).where(
