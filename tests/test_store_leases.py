@@ -135,7 +135,8 @@ def test_a_closed_try_refuses_its_owners_late_result(store: Store, closer: str) 
     assert store.save_trial(late, owner=A) is False
     got = store.get_trial("r", rec.id)
     assert got is not None and got.status is TrialStatus.INFRA_INVALID and got.reward is None
-    assert len(store.model_calls("r", rec.id)) == 2  # real spending, always stored
+    assert len(store.model_calls("r", rec.id)) == 2  # real spending, always stored...
+    assert (got.model_calls, got.cost_usd) == (2, 0.5)  # ...and accounted on the closed try
     assert [t.status for t in store.trials("r")] == [TrialStatus.INFRA_INVALID]
 
 

@@ -9,7 +9,8 @@ Whoever closes a try that is not its own (a lease that expired, a worker the sch
 a resume) clears ``lease_owner``; a write by the former owner is then refused (the fence, in
 :func:`fenced_save`): a worker whose try was closed as dead never overwrites that verdict, and no
 try is counted twice. Model calls are not fenced: a served call is real spending and is always
-stored, whatever happens to its try; closing a try totals its stored calls on it.
+stored, whatever happens to its try; closing a try totals its stored calls on it, and a refused
+late write totals them again (the calls its owner made after the close included).
 
 Each function runs inside the caller's write transaction. On PostgreSQL the rows are locked
 (``FOR UPDATE``) so a closer and the owner's last write serialise; the one that comes second
@@ -58,14 +59,12 @@ def close_where(conn: sa.Connection, condition: sa.ColumnElement[bool], error: s
                 now: datetime) -> list[TrialRecord]:
     """Close the not-final tries matching ``condition`` as infra_invalid with ``error``: their
     stored model calls totalled on them (spending kept), their lease owner cleared (fenced)."""
-    t, mc = s.trials, s.model_calls
+    t = s.trials
     rows = list(conn.execute(_locked(conn, sa.select(t).where(
         condition, t.c.status.in_(NOT_FINAL)))).mappings())
     closed: list[TrialRecord] = []
     for row in rows:
-        calls = [s.model_call_from_row(r) for r in conn.execute(sa.select(mc).where(
-            mc.c.run_id == row["run_id"], mc.c.trial_id == row["id"],
-            mc.c.try_number == row["try_number"])).mappings()]
+        calls = _stored_calls(conn, row["run_id"], row["id"], row["try_number"])
         totals = call_totals(calls) if calls else {}
         trial = s.trial_from_row(row).model_copy(update={
             "status": TrialStatus.INFRA_INVALID, "error": error, "passed": None,
@@ -124,6 +123,8 @@ def fenced_save(conn: sa.Connection, trial: TrialRecord, owner: str, now: dateti
         row = conn.execute(query).first()  # another writer inserted it meanwhile
         assert row is not None
     if row.lease_owner != owner and not (row.lease_owner is None and row.status in NOT_FINAL):
+        if row.lease_owner is None and row.status == TrialStatus.INFRA_INVALID.value:
+            _retotal(conn, trial, now)  # calls served after it was closed count on it too
         return False
     stored_expiry, expiry = row.lease_expires_at, trial.lease_expires_at
     if expiry is not None and expiry.tzinfo is None:
@@ -133,6 +134,27 @@ def fenced_save(conn: sa.Connection, trial: TrialRecord, owner: str, now: dateti
     conn.execute(sa.update(t).where(*key).values(
         {k: v for k, v in values.items() if k not in ("run_id", "id", "try_number")}))
     return True
+
+
+def _stored_calls(conn: sa.Connection, run_id: str, trial_id: str, try_number: int
+                  ) -> list[ModelCallRecord]:
+    mc = s.model_calls
+    return [s.model_call_from_row(r) for r in conn.execute(sa.select(mc).where(
+        mc.c.run_id == run_id, mc.c.trial_id == trial_id,
+        mc.c.try_number == try_number)).mappings()]
+
+
+def _retotal(conn: sa.Connection, trial: TrialRecord, now: datetime) -> None:
+    """Total a closed try's stored calls on it again (its former owner went on serving)."""
+    calls = _stored_calls(conn, trial.run_id, trial.id, trial.try_number)
+    if not calls:
+        return
+    totals = call_totals(calls)
+    t = s.trials
+    conn.execute(sa.update(t).where(
+        t.c.run_id == trial.run_id, t.c.id == trial.id, t.c.try_number == trial.try_number
+    ).values(**s.usage_to_columns(totals["usage"]), cost_usd=totals["cost_usd"],
+             model_calls=totals["model_calls"], updated_at=now))
 
 
 def _insert_new(conn: sa.Connection) -> Any:
