@@ -1,0 +1,362 @@
+"""The Ray executor (``--executor ray``): a run's trials as Ray tasks across a cluster's nodes.
+
+One Ray task per try (a scenario: per run of its steps), ``num_cpus=0``,
+``resources={"agentmeter_slots": 1}``, ``max_retries=0``: a node declares how many sandboxes it
+holds with ``ray start --resources '{"agentmeter_slots": N}'`` and Ray places the tasks;
+agentmeter retries infra failures itself (``max_infra_retries``). The node side is
+``runner/ray_node.py``; tasks travel as tar blobs (``ray.put`` once per task) and artifacts come
+back into the driver's run directory (``runner/shipping.py``).
+
+What dies, and what happens:
+
+- a worker process or a node (``WorkerCrashedError``, ``NodeDiedError``, ``ObjectLostError``,
+  …): the try is closed ``infra_invalid`` ("node died: …", its stored spending kept) and, within
+  ``max_infra_retries``, run again wherever Ray places it;
+- a node that stops renewing its leases (hung, partitioned): once the lease lapses the try is
+  closed the same way, its Ray task cancelled (``force=True``); the node's late writes are
+  refused by the store's owner fence, so no try counts twice;
+- the driver: Ray ends the job's tasks; ``agentmeter resume RUN`` (anywhere with the store URL)
+  first waits for the leases of tries still running to end or lapse, never closing a live one.
+
+Pre-flight, before anything is written: the store must be PostgreSQL (nodes share it), the
+cluster reachable, some node must declare ``agentmeter_slots``, and a probe task on each such
+node must find its sandbox tools, the store and the models' keys (one line naming the node).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import tarfile
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import agentmeter
+from agentmeter.records import TrialRecord, TrialStatus
+from agentmeter.runner import ray_node, shipping
+from agentmeter.runner.executor import (
+    ProgressCallback,
+    RunProgress,
+    _supersede,
+    _Unit,
+    pending_work,
+)
+from agentmeter.runner.plan import PlannedTrial, build_plan
+from agentmeter.runner.trial import INTERRUPTED
+from agentmeter.store.db import Store
+from agentmeter.tasks.models import Task
+
+if TYPE_CHECKING:
+    from agentmeter.runner.session import PreparedRun
+
+#: the Ray resource a node declares: how many sandboxes it runs at once
+SLOTS = "agentmeter_slots"
+LEASE_TTL_S = 30.0
+RENEW_EVERY_S = 5.0
+#: how often the driver closes tries whose lease lapsed
+LEASE_CHECK_S = 5.0
+#: the longest one ray.wait blocks (the loop also watches leases and cancellation)
+WAIT_S = 1.0
+#: a node's probe may install missing host tools first
+PROBE_TIMEOUT_S = 600.0
+
+
+class ClusterError(Exception):
+    """The cluster cannot run this request (said in one line); nothing was written."""
+
+
+def _line(e: BaseException) -> str:
+    lines = [x.strip() for x in str(e).strip().splitlines() if x.strip()]
+    return (lines[-1] if lines else type(e).__name__)[:300]
+
+
+@dataclass
+class Cluster:
+    """A connected cluster: its nodes that declare slots, by node id (their address, slots)."""
+
+    address: str
+    nodes: dict[str, tuple[str, float]]
+    #: this process connected (and disconnects at the end)
+    owned: bool
+
+    def close(self) -> None:
+        if self.owned:
+            import ray
+
+            ray.shutdown()
+
+
+def connect(address: str, store: Store, prepared: PreparedRun) -> Cluster:
+    """Pre-flight: connect to the cluster and probe its slot nodes (ClusterError: one line)."""
+    if store.engine.dialect.name != "postgresql":
+        raise ClusterError(f"--executor ray: the store must be a PostgreSQL database every node "
+                           f"reaches (set AGENTMETER_DATABASE_URL=postgresql+psycopg://…); "
+                           f"this store is {store.where}")
+    try:
+        import ray
+    except ImportError:
+        raise ClusterError("--executor ray needs the ray package: pip install "
+                           "'agentmeter[ray]'") from None
+    owned = not ray.is_initialized()
+    if owned:
+        try:
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False,
+                     namespace="agentmeter")
+        except Exception as e:
+            raise ClusterError(f"--ray-address {address}: no Ray cluster reachable "
+                               f"({_line(e)})") from None
+    cluster = Cluster(address, {}, owned)
+    try:
+        for n in ray.nodes():  # type: ignore[no-untyped-call]
+            slots = float(n.get("Resources", {}).get(SLOTS, 0))
+            if n.get("Alive") and slots > 0:
+                cluster.nodes[n["NodeID"]] = (str(n.get("NodeManagerAddress", "?")), slots)
+        if not cluster.nodes:
+            raise ClusterError(f"--executor ray: no node of the cluster at {address} declares "
+                               f"{SLOTS} (start nodes with ray start … --resources "
+                               f"'{{\"{SLOTS}\": N}}', N = sandboxes the node runs at once)")
+        _probe(cluster, store, prepared)
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster
+
+
+def _probe(cluster: Cluster, store: Store, prepared: PreparedRun) -> None:
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    req = prepared.request
+    models = sorted({c.record.model.name for c in prepared.configs if c.agent.uses_model})
+    files = model_files(prepared)
+    refs = {}
+    for node, (addr, _) in cluster.nodes.items():
+        task = ray.remote(ray_node.probe).options(
+            num_cpus=0, max_retries=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False))
+        refs[node] = (addr, task.remote(req.backend, store_url(store), models, files,
+                                        req.judge_model))
+    deadline = time.monotonic() + PROBE_TIMEOUT_S
+    problems: list[str] = []
+    for node, (addr, ref) in refs.items():
+        name = f"node {addr} ({node[:12]})"
+        try:
+            probe = ray_node.NodeProbe.model_validate_json(
+                ray.get(ref, timeout=max(1.0, deadline - time.monotonic())))
+        except Exception as e:
+            problems.append(f"{name}: cannot run agentmeter tasks: {_line(e)}")
+            continue
+        name = f"node {probe.hostname} {addr} ({node[:12]})"
+        if probe.version != agentmeter.__version__:
+            problems.append(f"{name}: agentmeter {probe.version}, the driver runs "
+                            f"{agentmeter.__version__}")
+        problems += [f"{name}: {p}" for p in probe.problems]
+    if problems:
+        raise ClusterError("; ".join(problems) if len(problems) == 1 else
+                           f"{len(problems)} problems on the cluster:\n  " + "\n  ".join(problems))
+
+
+def store_url(store: Store) -> str:
+    return store.engine.url.render_as_string(hide_password=False)
+
+
+def model_files(prepared: PreparedRun) -> ray_node.ModelFiles:
+    from pathlib import Path
+
+    req = prepared.request
+    return ray_node.ModelFiles(
+        models_toml=Path(req.models_file).read_text() if req.models_file else None,
+        prices=[Path(p).read_text() for p in req.prices], allow_unpriced=req.allow_unpriced)
+
+
+@dataclass
+class _Job:
+    steps: list[PlannedTrial]
+    records: list[TrialRecord]
+    infra_left: int
+    #: scenario units: the unit and its run number
+    unit: _Unit | None = None
+    run: int = 0
+
+
+@dataclass
+class _Driver:
+    cluster: Cluster
+    store: Store
+    run_id: str
+    prepared: PreparedRun
+    progress: RunProgress
+    on_progress: ProgressCallback | None
+    in_flight: dict[Any, _Job] = field(default_factory=dict)
+    blobs: dict[tuple[str, str], tuple[Any, str]] = field(default_factory=dict)
+    build_failures: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        import ray
+
+        self.remote = ray.remote(ray_node.run_job).options(
+            num_cpus=0, resources={SLOTS: 1}, max_retries=0)
+        self.files = model_files(self.prepared)
+        self.url = store_url(self.store)
+
+    def _blob(self, task: Task) -> tuple[Any, str]:
+        key = (str(task.path), task.digest)
+        if key not in self.blobs:
+            import ray
+
+            blob, model = shipping.pack_task(task)
+            self.blobs[key] = (ray.put(blob), model)
+        return self.blobs[key]
+
+    def submit(self, steps: list[PlannedTrial], tries: list[int], infra_left: int,
+               unit: _Unit | None = None, run: int = 0) -> None:
+        records = []
+        for p, n in zip(steps, tries, strict=True):
+            rec = TrialRecord(id=p.trial_id, run_id=self.run_id, config_id=p.config.record.id,
+                              task_id=p.task.id, attempt=p.attempt, try_number=n)
+            if unit is not None:
+                assert p.task.scenario is not None
+                rec.extra = {"scenario": p.task.scenario.id, "position": p.task.scenario_position,
+                             "scenario_run": run, "category": p.task.category}
+            records.append(rec)
+        if unit is not None:
+            _supersede(self.store, unit.tries, run)
+        req = self.prepared.request
+        blobs = [self._blob(p.task) for p in steps]
+        job = ray_node.NodeJob(run_id=self.run_id, store_url=self.url, backend=req.backend,
+                               config=steps[0].config.record, tasks=[m for _, m in blobs],
+                               records=records, judge_model=req.judge_model,
+                               record_bodies=req.record_bodies, models=self.files,
+                               lease_ttl_s=LEASE_TTL_S, renew_every_s=RENEW_EVERY_S)
+        ref = self.remote.remote(job.model_dump_json(), *[b for b, _ in blobs])
+        self.in_flight[ref] = _Job(steps, records, infra_left, unit, run)
+
+    async def loop(self) -> None:
+        import ray
+
+        next_check = time.monotonic() + LEASE_CHECK_S
+        try:
+            while self.in_flight:
+                refs = list(self.in_flight)
+                ready, rest = await asyncio.to_thread(ray.wait, refs, num_returns=1, timeout=WAIT_S)
+                if ready and rest:
+                    more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
+                    ready += more
+                for ref in ready:
+                    job = self.in_flight.pop(ref)
+                    self._collect(job, ref)
+                if time.monotonic() >= next_check:
+                    self._close_expired()
+                    next_check = time.monotonic() + LEASE_CHECK_S
+        except BaseException:  # Ctrl-C, SIGTERM, a bug: stop the cluster's work on this run
+            for ref, job in list(self.in_flight.items()):
+                _cancel(ref)
+                self.store.close_trials(self.run_id, [r.id for r in job.records], INTERRUPTED)
+            self.in_flight.clear()
+            raise
+
+    def _collect(self, job: _Job, ref: Any) -> None:
+        import ray
+
+        try:
+            result_json, blob = ray.get(ref)
+            result = ray_node.NodeResult.model_validate_json(result_json)
+        except Exception as e:  # ray.exceptions.RayError: the worker or its node died
+            self._lost(job, f"node died: {_line(e)}")
+            return
+        try:
+            shipping.unpack_dir(blob, self.store.run_dir(self.run_id))
+        except (tarfile.TarError, OSError) as e:
+            for rec in result.records:
+                rec.extra.setdefault("artifact_problems", []).append(
+                    f"artifacts from node {result.node}: {e}")
+        if result.error is not None:
+            self._lost(job, f"node {result.node}: {result.error}")
+            return
+        if result.fenced:  # closed here meanwhile: the store's verdict stands
+            self._lost(job, f"node {result.node}: {ray_node.FENCED}")
+            return
+        self._finished(job, result.records, result.build_error)
+
+    def _lost(self, job: _Job, why: str) -> None:
+        """Close the job's tries (spending kept) unless the node finished them first."""
+        self.store.close_trials(self.run_id, [r.id for r in job.records], why)
+        recs = []
+        for rec in job.records:
+            stored = self.store.get_trial(self.run_id, rec.id, rec.try_number)
+            if stored is None:  # never started on its node
+                rec.status, rec.error = TrialStatus.INFRA_INVALID, why
+                self.store.save_trial(rec)
+                stored = rec
+            recs.append(stored)
+        self._finished(job, recs, None)
+
+    def _close_expired(self) -> None:
+        closed = self.store.close_expired_trials(
+            self.run_id, "node lost: its lease lapsed (the node stopped renewing it)")
+        keys = {(r.id, r.try_number) for r in closed}
+        for ref, job in list(self.in_flight.items()):
+            if any((r.id, r.try_number) in keys for r in job.records):
+                _cancel(ref)
+                del self.in_flight[ref]
+                self._lost(job, "node lost: its lease lapsed (the node stopped renewing it)")
+
+    def _finished(self, job: _Job, recs: list[TrialRecord], build_error: str | None) -> None:
+        progress = self.progress
+        progress.spend_usd += sum(r.cost_usd or 0.0 for r in recs)
+        if build_error is not None:
+            self.build_failures.add(build_error)
+            progress.build_failures = sorted(self.build_failures)
+        elif job.infra_left > 0 and any(r.status is TrialStatus.INFRA_INVALID for r in recs):
+            if self.on_progress:
+                self.on_progress(progress, recs[0])
+            if job.unit is not None:
+                for ts, rec in zip(job.unit.tries, recs, strict=True):
+                    ts.append(rec)
+                self.submit(job.steps, [r.try_number + 1 for r in recs], job.infra_left - 1,
+                            job.unit, job.run + 1)
+            else:
+                self.submit(job.steps, [recs[0].try_number + 1], job.infra_left - 1)
+            return
+        for rec in recs:
+            progress.count(rec)
+            if self.on_progress:
+                self.on_progress(progress, rec)
+
+
+def _cancel(ref: Any) -> None:
+    import ray
+
+    with contextlib.suppress(Exception):  # already finished, or its node is gone
+        ray.cancel(ref, force=True)
+
+
+async def settle_leases(store: Store, run_id: str, poll_s: float = 1.0) -> None:
+    """Before a resume: close the tries whose lease lapsed (as interrupted: the driver died, not
+    the node) and wait for the live ones to end or lapse; never close a live lease."""
+    while True:
+        store.close_expired_trials(run_id, INTERRUPTED)
+        if not any(t.lease_owner is not None for t in store.incomplete_trials(run_id)):
+            return
+        await asyncio.sleep(poll_s)
+
+
+async def execute(cluster: Cluster, store: Store, run_id: str, prepared: PreparedRun, *,
+                  on_progress: ProgressCallback | None = None) -> RunProgress:
+    req = prepared.request
+    await settle_leases(store, run_id)
+    store.close_incomplete_trials(run_id, INTERRUPTED)  # unleased: a local runner's
+    plan = build_plan(prepared.configs, prepared.tasks, req.attempts)
+    pending = pending_work(store, run_id, plan, req.max_infra_retries)
+    if on_progress:
+        on_progress(pending.progress, None)
+    driver = _Driver(cluster, store, run_id, prepared, pending.progress, on_progress)
+    for p, n, left in pending.trials:
+        driver.submit([p], [n], left)
+    for unit, run, left in pending.scenarios:
+        driver.submit(unit.steps, [(ts[-1].try_number + 1) if ts else 0 for ts in unit.tries],
+                      left, unit, run)
+    await driver.loop()
+    return driver.progress
