@@ -28,9 +28,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import tarfile
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import agentmeter
@@ -101,6 +105,7 @@ def connect(address: str, store: Store, prepared: PreparedRun) -> Cluster:
                            "'agentmeter[ray]'") from None
     owned = not ray.is_initialized()
     if owned:
+        _reachable(address)
         try:
             ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False,
                      namespace="agentmeter")
@@ -122,6 +127,33 @@ def connect(address: str, store: Store, prepared: PreparedRun) -> Cluster:
         cluster.close()
         raise
     return cluster
+
+
+def _gcs_address(address: str) -> str | None:
+    """``host:port`` of the cluster's head as ray.init would find it (None: Ray decides)."""
+    if address == "auto":
+        address = os.environ.get("RAY_ADDRESS", "")
+        if not address:
+            current = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+            try:
+                address = current.read_text().strip()
+            except OSError:
+                return None  # ray.init says there is no cluster, at once
+    return address.removeprefix("ray://") if ":" in address else None
+
+
+def _reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Something listens at the head's address: ray.init towards nothing waits minutes."""
+    target = _gcs_address(address)
+    if target is None:
+        return
+    host, _, port = target.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except (OSError, ValueError) as e:
+        raise ClusterError(f"--ray-address {address}: no Ray cluster reachable at {target} "
+                           f"({e})") from None
 
 
 def _probe(cluster: Cluster, store: Store, prepared: PreparedRun) -> None:
@@ -163,8 +195,6 @@ def store_url(store: Store) -> str:
 
 
 def model_files(prepared: PreparedRun) -> ray_node.ModelFiles:
-    from pathlib import Path
-
     req = prepared.request
     return ray_node.ModelFiles(
         models_toml=Path(req.models_file).read_text() if req.models_file else None,

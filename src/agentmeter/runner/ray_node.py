@@ -93,6 +93,8 @@ class NodeProbe(BaseModel):
 
 _stores: dict[str, Store] = {}
 _backends: dict[str, SandboxBackend] = {}
+#: environments (task version, agent version) this process found built
+_built: set[tuple[str, str, str, str | None]] = set()
 
 
 def _store(url: str) -> Store:
@@ -110,12 +112,13 @@ async def _backend(name: str) -> SandboxBackend:
 
 
 def node_id() -> str:
-    try:
-        import ray
+    """This Ray node's id; "local" outside a Ray worker (asking Ray there would start one)."""
+    import sys
 
-        return str(ray.get_runtime_context().get_node_id())
-    except Exception:  # outside a Ray worker (tests of this module)
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
         return "local"
+    return str(ray.get_runtime_context().get_node_id())
 
 
 def owner_id() -> str:
@@ -260,6 +263,9 @@ async def _build(backend: SandboxBackend, task: Task, agent: Agent,
                  gateway: Gateway | None) -> str | None:
     """Build (or find cached, waiting on a build under way) the agent's install and the task's
     environment on this node; the error when one does not build."""
+    key = (task.id, task.digest, agent.name, agent.version)
+    if key in _built:
+        return None
     if agent.layers():
         try:
             await backend.prepare(SandboxSpec(base=task.base, layers=tuple(agent.layers())))
@@ -269,6 +275,7 @@ async def _build(backend: SandboxBackend, task: Task, agent: Agent,
         await backend.prepare(sandbox_spec(task, agent, gateway))
     except SandboxError as e:
         return f"environment build failed: {e}"
+    _built.add(key)
     return None
 
 
