@@ -54,6 +54,8 @@ class RayNode:
     temp_dir: Path
     proc: subprocess.Popen[bytes]
     log: Path
+    #: killed or removed on purpose (no longer expected in the cluster)
+    gone: bool = False
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -104,12 +106,13 @@ class RayCluster:
         """Poll until every live node of ours is listed alive with its resources."""
         deadline = time.monotonic() + timeout
         self.wait_gcs(timeout)
+        expected = [n for n in self.nodes if not n.gone]
         while True:
-            for n in self.nodes:
+            for n in expected:
                 assert n.alive(), f"ray node {n.name} exited:\n{n.log_tail()}"
             state = self.state()
             alive = {e["fixture_name"] for e in state if e["Alive"]}
-            if {n.name for n in self.nodes} <= alive:
+            if {n.name for n in expected} <= alive:
                 return state
             assert time.monotonic() < deadline, f"nodes not registered in {timeout} s: {state}"
             time.sleep(0.5)
@@ -134,6 +137,7 @@ class RayCluster:
     def kill_node(self, node: RayNode) -> None:
         """The node dies at once: SIGKILL to its whole process group (raylet, object store,
         its Ray workers and what they started), as when a machine loses power."""
+        node.gone = True
         doomed = descendants(node.proc.pid)
         _kill_group(node.proc, signal.SIGKILL)
         # a node's Ray workers run in process groups of their own: they die with the node too
@@ -145,6 +149,7 @@ class RayCluster:
 
     def remove_node(self, node: RayNode) -> None:
         """Stop one worker node for good (SIGTERM, then SIGKILL to what is left of it)."""
+        node.gone = True
         doomed = descendants(node.proc.pid)
         with contextlib.suppress(ProcessLookupError):
             node.proc.send_signal(signal.SIGTERM)
