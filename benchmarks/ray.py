@@ -71,7 +71,10 @@ def marginal(suite: Path, runs: Path, url: str, trials: int, slots: int,
     """(seconds per additional trial, wall of 1, wall of N)."""
     one = agentmeter_run(suite, runs, url, n=1, slots=slots, cluster=cluster)
     many = agentmeter_run(suite, runs, url, n=trials, slots=slots, cluster=cluster)
-    return (many - one) / (trials - 1), one, many
+    out = ((many - one) / (trials - 1), one, many)
+    print(f"{'ray' if cluster else 'local'} slots={slots}: 1 trial {one:.1f} s, {trials} trials "
+          f"{many:.1f} s, {out[0] * 1000:.0f} ms per added trial", file=sys.stderr, flush=True)
+    return out
 
 
 def store_write_ms(url: str, runs: Path, rid: str, n: int = 300) -> dict[str, float]:
@@ -141,9 +144,10 @@ def main() -> dict[str, object]:
 
 
 def _ray_version() -> str:
-    import ray
+    # not ``import ray``: this file is ray.py, first on sys.path when run as a script
+    from importlib.metadata import version
 
-    return str(ray.__version__)
+    return version("ray")
 
 
 if __name__ == "__main__":
