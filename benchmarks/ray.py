@@ -11,16 +11,20 @@ in local sandboxes, each run an ``agentmeter run`` process into the same Postgre
   per run and cancel out); ray minus local is what the executor adds per trial.
 - Throughput: N trials on two slots, as one node with two slots, then as two nodes with one
   slot each; trials/min from the marginal time the same way.
+The variants alternate, ``--repeats`` times (three clusters stay up side by side, idle when not
+used), and each figure is the median over the repeats: this machine is shared and noisy.
 Prints a human summary, then a final JSON line.
-Usage: python benchmarks/ray.py [--trials 30]
+Usage: python benchmarks/ray.py [--trials 30] [--repeats 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -98,9 +102,10 @@ def store_write_ms(url: str, runs: Path, rid: str, n: int = 300) -> dict[str, fl
 def main() -> dict[str, object]:
     ap = argparse.ArgumentParser()
     ap.add_argument("--trials", type=int, default=30)
+    ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     n = args.trials
-    with tempfile.TemporaryDirectory() as tmp, postgres_server() as url:
+    with tempfile.TemporaryDirectory() as tmp, postgres_server() as url, contextlib.ExitStack() as up:
         root = Path(tmp)
         suite, runs = root / "suite", root / "runs"
         for i in range(n):
@@ -115,28 +120,33 @@ def main() -> dict[str, object]:
                            capture_output=True, text=True, env={**os.environ, "AGENTMETER_DATABASE_URL": url})
         assert r.returncode == 0, r.stderr[-2000:]
         writes = store_write_ms(url, runs, rid)
-        local1 = marginal(suite, runs, url, n, 1, None)
-        local2 = marginal(suite, runs, url, n, 2, None)
-        with start_cluster(worker_slots=(1,)) as cluster:
-            ray1 = marginal(suite, runs, url, n, 1, cluster)
-        with start_cluster(worker_slots=(2,)) as cluster:
-            one_node = marginal(suite, runs, url, n, 2, cluster)
-        with start_cluster(worker_slots=(1, 1)) as cluster:
-            two_nodes = marginal(suite, runs, url, n, 2, cluster)
-
-    def per_min(m: tuple[float, float, float]) -> float:
-        return round(60 / m[0], 1)
-
+        # three idle clusters side by side; the runs alternate between them and the local
+        # executor, repeated, so the machine's load (shared, noisy) hits every variant alike
+        clusters = {k: up.enter_context(start_cluster(worker_slots=v))
+                    for k, v in (("ray_1x1", (1,)), ("ray_1x2", (2,)), ("ray_2x1", (1, 1)))}
+        variants: dict[str, tuple[int, RayCluster | None]] = {
+            "local_c1": (1, None), "ray_1x1": (1, clusters["ray_1x1"]),
+            "local_c2": (2, None), "ray_1x2": (2, clusters["ray_1x2"]),
+            "ray_2x1": (2, clusters["ray_2x1"])}
+        seen: dict[str, list[tuple[float, float, float]]] = {k: [] for k in variants}
+        for _ in range(args.repeats):
+            for name, (slots, cluster) in variants.items():
+                seen[name].append(marginal(suite, runs, url, n, slots, cluster))
+    per_trial = {k: statistics.median(m[0] for m in v) for k, v in seen.items()}
+    fixed = {k: statistics.median(m[1] for m in v) for k, v in seen.items()}
     res: dict[str, object] = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "ray": _ray_version(), "platform": platform.platform()},
-        "trials": n,
-        "seconds_per_trial_one_slot": {"local": round(local1[0], 3), "ray": round(ray1[0], 3)},
-        "added_per_trial_ms": round((ray1[0] - local1[0]) * 1000, 1),
-        "per_run_fixed_s": {"local": round(local1[1], 2), "ray": round(ray1[1], 2)},
-        "trials_per_minute_two_slots": {"local_c2": per_min(local2),
-                                        "ray_one_node_x2": per_min(one_node),
-                                        "ray_two_nodes_x1": per_min(two_nodes)},
+                    "ray": _ray_version(), "platform": platform.platform(),
+                    "load_avg_1m_at_end": round(os.getloadavg()[0], 1)},
+        "trials": n, "repeats": args.repeats,
+        "seconds_per_trial_one_slot": {"local": round(per_trial["local_c1"], 3),
+                                       "ray": round(per_trial["ray_1x1"], 3)},
+        "added_per_trial_ms": round((per_trial["ray_1x1"] - per_trial["local_c1"]) * 1000, 1),
+        "added_per_trial_ms_each_repeat": [round((ray[0] - loc[0]) * 1000, 1) for ray, loc in
+                                           zip(seen["ray_1x1"], seen["local_c1"], strict=True)],
+        "per_run_fixed_s": {"local": round(fixed["local_c1"], 2), "ray": round(fixed["ray_1x1"], 2)},
+        "trials_per_minute_two_slots": {k: round(60 / per_trial[k], 1)
+                                        for k in ("local_c2", "ray_1x2", "ray_2x1")},
         "postgres_write_ms_p50": writes,
     }
     res["targets_met"] = {"added_per_trial_le_50ms": res["added_per_trial_ms"] <= 50}  # type: ignore[operator]

@@ -42,9 +42,16 @@ OBJECT_STORE_BYTES = 100 * 1024 * 1024
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports (all held open while chosen, so none is handed out twice)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
 
 
 @dataclass
@@ -54,6 +61,8 @@ class RayNode:
     temp_dir: Path
     proc: subprocess.Popen[bytes]
     log: Path
+    #: the head's GCS port (0 for a worker)
+    port: int = 0
     #: killed or removed on purpose (no longer expected in the cluster)
     gone: bool = False
 
@@ -236,26 +245,29 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
 
 
 def _start_node(root: Path, name: str, slots: int, *, head_address: str | None = None,
-                env: dict[str, str] | None = None, head_port: int | None = None) -> RayNode:
+                env: dict[str, str] | None = None) -> RayNode:
     temp_dir = root / name
     temp_dir.mkdir()
     log = root / f"{name}.log"
+    ports = iter(free_ports(7))
+    port = 0
     cmd = [RAY, "start", "--block", "--disable-usage-stats",
            "--node-ip-address=127.0.0.1", f"--temp-dir={temp_dir}",
            f"--num-cpus={max(slots, 1)}", f"--object-store-memory={OBJECT_STORE_BYTES}",
-           f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}",
-           f"--metrics-export-port={free_port()}", f"--runtime-env-agent-port={free_port()}",
-           f"--dashboard-agent-listen-port={free_port()}",
-           f"--dashboard-agent-grpc-port={free_port()}"]
+           f"--node-manager-port={next(ports)}", f"--object-manager-port={next(ports)}",
+           f"--metrics-export-port={next(ports)}", f"--runtime-env-agent-port={next(ports)}",
+           f"--dashboard-agent-listen-port={next(ports)}",
+           f"--dashboard-agent-grpc-port={next(ports)}"]
     cmd.append(f"--resources={json.dumps({'agentmeter_slots': slots} if slots else {})}")
     if head_address is None:
-        cmd += ["--head", f"--port={head_port or free_port()}", "--include-dashboard=false"]
+        port = next(ports)
+        cmd += ["--head", f"--port={port}", "--include-dashboard=false"]
     else:
         cmd.append(f"--address={head_address}")
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=_env(env or {}), start_new_session=True)
-    return RayNode(name=name, slots=slots, temp_dir=temp_dir, proc=proc, log=log)
+    return RayNode(name=name, slots=slots, temp_dir=temp_dir, proc=proc, log=log, port=port)
 
 
 @contextlib.contextmanager
@@ -267,9 +279,8 @@ def start_cluster(worker_slots: tuple[int, ...] = (2, 1),
         raise RuntimeError(f"{RAY} not found: pip install ray")
     # short: Ray's Unix socket paths live under it (108-byte limit)
     root = Path(tempfile.mkdtemp(prefix="amray-", dir="/tmp"))
-    port = free_port()
-    head = _start_node(root, "head", 0, env=HEAD_ENV, head_port=port)
-    cluster = RayCluster(address=f"127.0.0.1:{port}", root=root, head=head)
+    head = _start_node(root, "head", 0, env=HEAD_ENV)
+    cluster = RayCluster(address=f"127.0.0.1:{head.port}", root=root, head=head)
     try:
         cluster.wait_gcs()
         for i, slots in enumerate(worker_slots, start=1):
