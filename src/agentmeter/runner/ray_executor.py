@@ -294,7 +294,7 @@ class _Driver:
             result_json, blob = ray.get(ref)
             result = ray_node.NodeResult.model_validate_json(result_json)
         except Exception as e:  # ray.exceptions.RayError: the worker or its node died
-            self._lost(job, f"node died: {_line(e)}")
+            self._lost(job, _failure(e))
             return
         try:
             shipping.unpack_dir(blob, self.store.run_dir(self.run_id))
@@ -354,6 +354,20 @@ class _Driver:
             progress.count(rec)
             if self.on_progress:
                 self.on_progress(progress, rec)
+
+
+def _failure(e: BaseException) -> str:
+    """Why a Ray task gave no result, in one line: its worker or node died, or it failed."""
+    from ray import exceptions as rx
+
+    text = " ".join(str(e).split())
+    died = (rx.WorkerCrashedError, rx.NodeDiedError, rx.ObjectLostError, rx.OwnerDiedError,
+            rx.LocalRayletDiedError, rx.TaskCancelledError, rx.OutOfMemoryError)
+    if isinstance(e, died):
+        return f"node died ({type(e).__name__}): {text.split('. ')[0][:240]}"
+    if isinstance(e, rx.RayTaskError):
+        return f"the node's task failed: {_line(e)}"
+    return f"the node's task failed ({type(e).__name__}): {text[:240]}"
 
 
 def _cancel(ref: Any) -> None:
