@@ -41,6 +41,7 @@ import agentmeter
 from agentmeter.records import TrialRecord, TrialStatus
 from agentmeter.runner import ray_node, shipping
 from agentmeter.runner.executor import (
+    PrepareCallback,
     ProgressCallback,
     RunProgress,
     _supersede,
@@ -65,6 +66,8 @@ LEASE_CHECK_S = 5.0
 WAIT_S = 1.0
 #: a node's probe may install missing host tools first
 PROBE_TIMEOUT_S = 600.0
+#: how long tries may wait with no node declaring slots alive before the run stops
+NO_NODES_S = 120.0
 
 
 class ClusterError(Exception):
@@ -114,10 +117,7 @@ def connect(address: str, store: Store, prepared: PreparedRun) -> Cluster:
                                f"({_line(e)})") from None
     cluster = Cluster(address, {}, owned)
     try:
-        for n in ray.nodes():  # type: ignore[no-untyped-call]
-            slots = float(n.get("Resources", {}).get(SLOTS, 0))
-            if n.get("Alive") and slots > 0:
-                cluster.nodes[n["NodeID"]] = (str(n.get("NodeManagerAddress", "?")), slots)
+        cluster.nodes = slot_nodes()
         if not cluster.nodes:
             raise ClusterError(f"--executor ray: no node of the cluster at {address} declares "
                                f"{SLOTS} (start nodes with ray start … --resources "
@@ -127,6 +127,18 @@ def connect(address: str, store: Store, prepared: PreparedRun) -> Cluster:
         cluster.close()
         raise
     return cluster
+
+
+def slot_nodes() -> dict[str, tuple[str, float]]:
+    """The cluster's live nodes that declare slots: node id -> (address, slots)."""
+    import ray
+
+    nodes: dict[str, tuple[str, float]] = {}
+    for n in ray.nodes():  # type: ignore[no-untyped-call]
+        slots = float(n.get("Resources", {}).get(SLOTS, 0))
+        if n.get("Alive") and slots > 0:
+            nodes[n["NodeID"]] = (str(n.get("NodeManagerAddress", "?")), slots)
+    return nodes
 
 
 def _gcs_address(address: str) -> str | None:
@@ -267,6 +279,7 @@ class _Driver:
         import ray
 
         next_check = time.monotonic() + LEASE_CHECK_S
+        nodes_seen = time.monotonic()
         try:
             while self.in_flight:
                 refs = list(self.in_flight)
@@ -280,6 +293,12 @@ class _Driver:
                 if time.monotonic() >= next_check:
                     self._close_expired()
                     next_check = time.monotonic() + LEASE_CHECK_S
+                    if slot_nodes():
+                        nodes_seen = time.monotonic()
+                    elif time.monotonic() - nodes_seen > NO_NODES_S:
+                        raise ClusterError(
+                            f"no node declaring {SLOTS} has been alive for {NO_NODES_S:.0f} s; "
+                            f"the run stops here: resume it once nodes are back")
         except BaseException:  # Ctrl-C, SIGTERM, a bug: stop the cluster's work on this run
             for ref, job in list(self.in_flight.items()):
                 _cancel(ref)
@@ -377,20 +396,26 @@ def _cancel(ref: Any) -> None:
         ray.cancel(ref, force=True)
 
 
-async def settle_leases(store: Store, run_id: str, poll_s: float = 1.0) -> None:
+async def settle_leases(store: Store, run_id: str, on_prepare: PrepareCallback | None = None,
+                        poll_s: float = 1.0) -> None:
     """Before a resume: close the tries whose lease lapsed (as interrupted: the driver died, not
     the node) and wait for the live ones to end or lapse; never close a live lease."""
     while True:
         store.close_expired_trials(run_id, INTERRUPTED)
-        if not any(t.lease_owner is not None for t in store.incomplete_trials(run_id)):
+        live = [t for t in store.incomplete_trials(run_id) if t.lease_owner is not None]
+        if not live:
             return
+        if on_prepare:
+            on_prepare(f"waiting for {len(live)} tries still leased by nodes to end or lapse "
+                       f"(at most {LEASE_TTL_S:.0f} s)")
         await asyncio.sleep(poll_s)
 
 
 async def execute(cluster: Cluster, store: Store, run_id: str, prepared: PreparedRun, *,
-                  on_progress: ProgressCallback | None = None) -> RunProgress:
+                  on_progress: ProgressCallback | None = None,
+                  on_prepare: PrepareCallback | None = None) -> RunProgress:
     req = prepared.request
-    await settle_leases(store, run_id)
+    await settle_leases(store, run_id, on_prepare)
     store.close_incomplete_trials(run_id, INTERRUPTED)  # unleased: a local runner's
     plan = build_plan(prepared.configs, prepared.tasks, req.attempts)
     pending = pending_work(store, run_id, plan, req.max_infra_retries)

@@ -286,15 +286,14 @@ def probe(backend: str, store_url: str, models: list[str], files: ModelFiles,
 
     result = NodeProbe(node=node_id(), hostname=socket.gethostname(),
                        version=agentmeter.__version__)
-    try:
-        sandbox_registry.make_backend(backend)
+    try:  # kept: this worker process runs the run's first try warm
+        asyncio.run(_backend(backend))
     except Exception as e:
         result.problems.append(f"{backend} sandboxes are not available: {e}")
     try:
-        store = Store.open(store_url)
-        store.schema_version()
-        store.close()
+        _store(store_url).schema_version()
     except Exception as e:
+        _stores.pop(store_url, None)
         result.problems.append(f"store: {e}")
     if models or judge_model is not None:
         with tempfile.TemporaryDirectory(prefix="agentmeter-probe-") as tmp:

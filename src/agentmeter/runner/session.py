@@ -302,8 +302,11 @@ class RayExecutor(Executor):
     async def execute(self, store: Store, prepared: PreparedRun, run_id: str,
                       on_progress: ProgressCallback | None,
                       on_prepare: PrepareCallback | None) -> RunProgress:
-        return await ray_executor.execute(self.cluster, store, run_id, prepared,
-                                          on_progress=on_progress)
+        try:
+            return await ray_executor.execute(self.cluster, store, run_id, prepared,
+                                              on_progress=on_progress, on_prepare=on_prepare)
+        except ray_executor.ClusterError as e:  # the cluster went away mid-run
+            raise RunSetupError(str(e)) from None
 
     def close(self) -> None:
         self.cluster.close()
