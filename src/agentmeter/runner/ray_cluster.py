@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import agentmeter
 from agentmeter.runner import ray_node
@@ -72,12 +74,15 @@ def connect(address: str, store: Store, prepared: PreparedRun) -> Cluster:
     owned = not ray.is_initialized()
     if owned:
         _reachable(address)
+        kept = _signal_handlers()
         try:
             ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False,
                      namespace="agentmeter")
         except Exception as e:
             raise ClusterError(f"--ray-address {address}: no Ray cluster reachable "
                                f"({one_line(e)})") from None
+        finally:  # Ray's own SIGTERM handler would kill the driver: Ctrl-C/SIGTERM stop cleanly
+            _restore(kept)
     cluster = Cluster(address, {}, owned)
     try:
         cluster.nodes = slot_nodes()
@@ -90,6 +95,18 @@ def connect(address: str, store: Store, prepared: PreparedRun) -> Cluster:
         cluster.close()
         raise
     return cluster
+
+
+def _signal_handlers() -> dict[int, Any]:
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+
+def _restore(handlers: dict[int, Any]) -> None:
+    for sig, handler in handlers.items():
+        if handler is not None:
+            signal.signal(sig, handler)
 
 
 def slot_nodes() -> dict[str, tuple[str, float]]:
