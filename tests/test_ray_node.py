@@ -224,3 +224,20 @@ def test_an_environment_that_does_not_build_is_a_build_error_not_a_retry(
     assert stored is not None and stored.status is TrialStatus.INFRA_INVALID
     assert stored.error == result.build_error
 
+
+
+def test_a_killed_workers_scratch_directory_is_removed_by_the_next(tmp_path: Path) -> None:
+    import subprocess
+    import tempfile
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    gone = Path(tempfile.mkdtemp(prefix=f"{ray_node.SCRATCH_PREFIX}{dead.pid}-"))
+    (gone / "runs").mkdir()
+    mine = ray_node._scratch()
+    try:
+        ray_node._remove_stale_scratch()
+        assert not gone.exists()
+        assert mine.exists()  # a live worker's scratch stays
+    finally:
+        mine.rmdir()

@@ -41,6 +41,8 @@ from agentmeter.sandbox.spec import SandboxError, SandboxSpec
 from agentmeter.store.db import Store
 from agentmeter.tasks.models import Task
 
+#: a try's scratch directory on its node: this prefix, the worker's pid, a random part
+SCRATCH_PREFIX = "agentmeter-node-"
 #: the error of a try whose store write was refused: someone else closed it
 FENCED = "fenced: the try was closed by the driver (its node was thought dead or its lease lapsed)"
 
@@ -107,8 +109,22 @@ async def _backend(name: str) -> SandboxBackend:
     if name not in _backends:
         backend = sandbox_registry.make_backend(name)
         await backend.cleanup_stale()  # sandboxes of dead workers of this node
+        _remove_stale_scratch()
         _backends[name] = backend
     return _backends[name]
+
+
+def _scratch() -> Path:
+    """A try's scratch runs directory, named by this process (removed when it is done, or by
+    the node's next worker if this one was killed)."""
+    return Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
+
+
+def _remove_stale_scratch() -> None:
+    for d in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*"):
+        pid = d.name.removeprefix(SCRATCH_PREFIX).split("-")[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def node_id() -> str:
@@ -194,7 +210,7 @@ def run_job(job_json: str, *blobs: bytes) -> tuple[str, bytes]:
     """A Ray task: run the job; (NodeResult as JSON, the artifacts' tar blob)."""
     job = NodeJob.model_validate_json(job_json)
     owner = owner_id()
-    scratch = Path(tempfile.mkdtemp(prefix="agentmeter-node-"))
+    scratch = _scratch()
     try:
         try:
             result = asyncio.run(_run(job, list(blobs), owner, scratch))
