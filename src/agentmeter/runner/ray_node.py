@@ -21,7 +21,7 @@ import shutil
 import socket
 import tempfile
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -229,7 +229,7 @@ async def _run(job: NodeJob, blobs: list[bytes], owner: str, scratch: Path) -> N
     backend = await _backend(job.backend)
     cfg = job.config
     agent = make_agent(cfg.agent.name, cfg.agent.version, dict(cfg.agent.options))
-    expires = datetime.now(UTC) + timedelta(seconds=job.lease_ttl_s)
+    expires = store.clock() + timedelta(seconds=job.lease_ttl_s)  # the store's clock, not ours
     for rec in job.records:
         rec.lease_owner, rec.lease_expires_at, rec.owner_pid = owner, expires, os.getpid()
     gateway: Gateway | None = None
