@@ -171,7 +171,7 @@ def test_the_node_probe_names_what_is_missing(tmp_path: Path, pg_url: str) -> No
         assert "OPENAI_API_KEY" in text
 
 
-@pytest.mark.parametrize("problem", ["sqlite", "unreachable"])
+@pytest.mark.parametrize("problem", ["sqlite", "unreachable", "auto"])
 def test_ray_bad_input_is_one_line_before_anything_is_written(
         tmp_path: Path, pg_url: str, problem: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from agentmeter.cli import app
@@ -184,13 +184,60 @@ def test_ray_bad_input_is_one_line_before_anything_is_written(
         monkeypatch.delenv("AGENTMETER_DATABASE_URL", raising=False)
     else:
         monkeypatch.setenv("AGENTMETER_DATABASE_URL", pg_url)
+    address = f"127.0.0.1:{port}"
+    if problem == "auto":  # the address Ray itself would use
+        monkeypatch.setenv("RAY_ADDRESS", address)
+        address = "auto"
     res = CliRunner().invoke(app, ["run", "--suite", str(tmp_path / "suite"), "--store",
                                    str(tmp_path / "runs"), "--executor", "ray",
-                                   "--ray-address", f"127.0.0.1:{port}"])
+                                   "--ray-address", address])
     assert res.exit_code == 2, res.output
     text = " ".join(res.output.split())
     assert ("must be a PostgreSQL database" if problem == "sqlite"
             else f"no Ray cluster reachable at 127.0.0.1:{port}") in text, text
-    store = Store.open(pg_url) if problem == "unreachable" else Store.open(tmp_path / "runs")
+    store = Store.open(tmp_path / "runs") if problem == "sqlite" else Store.open(pg_url)
     assert store.list_runs() == []
 
+
+def test_model_keys_are_the_nodes_with_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A driver without the provider's key may run a grid on nodes that have it (each node's
+    probe checks its own environment); the local executor still needs the key here."""
+    from agentmeter.runner.session import RunSetupError, make_request, prepare
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    grid = {"task_ids": ["access-log-summary"], "agents": ["native"], "models": ["openai/gpt-4o"]}
+    with pytest.raises(RunSetupError, match="OPENAI_API_KEY"):
+        prepare(make_request(**grid))
+    prepared = prepare(make_request(**grid, executor="ray"))
+    assert [c.record.model.name for c in prepared.configs] == ["openai/gpt-4o"]
+
+
+def test_an_environment_that_does_not_build_is_a_build_error_not_a_retry(
+        tmp_path: Path, pg_url: str) -> None:
+    task = load_suites([str(make_task(tmp_path / "suite", "broken", dockerfile=(
+        "FROM debian:trixie\nRUN echo no such luck >&2; exit 3\n")))]).tasks[0]
+    store = Store.open(pg_url, runs_dir=tmp_path / "driver")
+    job, blob = _job(store, pg_url, task, "r3", renew_every_s=5.0)
+    result = ray_node.NodeResult.model_validate_json(ray_node.run_job(job.model_dump_json(), blob)[0])
+    assert result.build_error is not None and "environment build failed" in result.build_error
+    stored = store.get_trial("r3", job.records[0].id, 0)
+    assert stored is not None and stored.status is TrialStatus.INFRA_INVALID
+    assert stored.error == result.build_error
+
+
+
+def test_a_killed_workers_scratch_directory_is_removed_by_the_next(tmp_path: Path) -> None:
+    import subprocess
+    import tempfile
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    gone = Path(tempfile.mkdtemp(prefix=f"{ray_node.SCRATCH_PREFIX}{dead.pid}-"))
+    (gone / "runs").mkdir()
+    mine = ray_node._scratch()
+    try:
+        ray_node._remove_stale_scratch()
+        assert not gone.exists()
+        assert mine.exists()  # a live worker's scratch stays
+    finally:
+        mine.rmdir()

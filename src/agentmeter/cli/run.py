@@ -35,7 +35,8 @@ from agentmeter.tasks.suite import SkippedTask
 
 ExecutorOpt = Annotated[str, typer.Option(
     help="where trials run: local (this machine) or ray (a Ray cluster's nodes, which declare "
-    "agentmeter_slots; needs a PostgreSQL store: AGENTMETER_DATABASE_URL)")]
+    "agentmeter_slots: how many trials each runs at once, --concurrency is not used; needs a "
+    "PostgreSQL store: AGENTMETER_DATABASE_URL)")]
 RayAddressOpt = Annotated[str, typer.Option(
     help="with --executor ray: auto, HOST:PORT (the head's GCS) or ray://HOST:PORT")]
 

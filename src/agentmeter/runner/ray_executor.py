@@ -18,29 +18,22 @@ What dies, and what happens:
 - the driver: Ray ends the job's tasks; ``agentmeter resume RUN`` (anywhere with the store URL)
   first waits for the leases of tries still running to end or lapse, never closing a live one.
 
-Pre-flight, before anything is written: the store must be PostgreSQL (nodes share it), the
-cluster reachable, some node must declare ``agentmeter_slots``, and a probe task on each such
-node must find its sandbox tools, the store and the models' keys (one line naming the node).
+Pre-flight, before anything is written: ``runner/ray_cluster.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-import os
-import socket
 import tarfile
-import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import agentmeter
 from agentmeter.records import TrialRecord, TrialStatus
 from agentmeter.runner import ray_node, shipping
 from agentmeter.runner.executor import (
+    PrepareCallback,
     ProgressCallback,
     RunProgress,
     _supersede,
@@ -48,6 +41,16 @@ from agentmeter.runner.executor import (
     pending_work,
 )
 from agentmeter.runner.plan import PlannedTrial, build_plan
+from agentmeter.runner.ray_cluster import (
+    NO_NODES_S,
+    SLOTS,
+    Cluster,
+    ClusterError,
+    model_files,
+    one_line,
+    slot_nodes,
+    store_url,
+)
 from agentmeter.runner.trial import INTERRUPTED
 from agentmeter.store.db import Store
 from agentmeter.tasks.models import Task
@@ -55,150 +58,12 @@ from agentmeter.tasks.models import Task
 if TYPE_CHECKING:
     from agentmeter.runner.session import PreparedRun
 
-#: the Ray resource a node declares: how many sandboxes it runs at once
-SLOTS = "agentmeter_slots"
 LEASE_TTL_S = 30.0
 RENEW_EVERY_S = 5.0
 #: how often the driver closes tries whose lease lapsed
 LEASE_CHECK_S = 5.0
 #: the longest one ray.wait blocks (the loop also watches leases and cancellation)
 WAIT_S = 1.0
-#: a node's probe may install missing host tools first
-PROBE_TIMEOUT_S = 600.0
-
-
-class ClusterError(Exception):
-    """The cluster cannot run this request (said in one line); nothing was written."""
-
-
-def _line(e: BaseException) -> str:
-    lines = [x.strip() for x in str(e).strip().splitlines() if x.strip()]
-    return (lines[-1] if lines else type(e).__name__)[:300]
-
-
-@dataclass
-class Cluster:
-    """A connected cluster: its nodes that declare slots, by node id (their address, slots)."""
-
-    address: str
-    nodes: dict[str, tuple[str, float]]
-    #: this process connected (and disconnects at the end)
-    owned: bool
-
-    def close(self) -> None:
-        if self.owned:
-            import ray
-
-            ray.shutdown()
-
-
-def connect(address: str, store: Store, prepared: PreparedRun) -> Cluster:
-    """Pre-flight: connect to the cluster and probe its slot nodes (ClusterError: one line)."""
-    if store.engine.dialect.name != "postgresql":
-        raise ClusterError(f"--executor ray: the store must be a PostgreSQL database every node "
-                           f"reaches (set AGENTMETER_DATABASE_URL=postgresql+psycopg://…); "
-                           f"this store is {store.where}")
-    try:
-        import ray
-    except ImportError:
-        raise ClusterError("--executor ray needs the ray package: pip install "
-                           "'agentmeter[ray]'") from None
-    owned = not ray.is_initialized()
-    if owned:
-        _reachable(address)
-        try:
-            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False,
-                     namespace="agentmeter")
-        except Exception as e:
-            raise ClusterError(f"--ray-address {address}: no Ray cluster reachable "
-                               f"({_line(e)})") from None
-    cluster = Cluster(address, {}, owned)
-    try:
-        for n in ray.nodes():  # type: ignore[no-untyped-call]
-            slots = float(n.get("Resources", {}).get(SLOTS, 0))
-            if n.get("Alive") and slots > 0:
-                cluster.nodes[n["NodeID"]] = (str(n.get("NodeManagerAddress", "?")), slots)
-        if not cluster.nodes:
-            raise ClusterError(f"--executor ray: no node of the cluster at {address} declares "
-                               f"{SLOTS} (start nodes with ray start … --resources "
-                               f"'{{\"{SLOTS}\": N}}', N = sandboxes the node runs at once)")
-        _probe(cluster, store, prepared)
-    except BaseException:
-        cluster.close()
-        raise
-    return cluster
-
-
-def _gcs_address(address: str) -> str | None:
-    """``host:port`` of the cluster's head as ray.init would find it (None: Ray decides)."""
-    if address == "auto":
-        address = os.environ.get("RAY_ADDRESS", "")
-        if not address:
-            current = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
-            try:
-                address = current.read_text().strip()
-            except OSError:
-                return None  # ray.init says there is no cluster, at once
-    return address.removeprefix("ray://") if ":" in address else None
-
-
-def _reachable(address: str, timeout_s: float = 5.0) -> None:
-    """Something listens at the head's address: ray.init towards nothing waits minutes."""
-    target = _gcs_address(address)
-    if target is None:
-        return
-    host, _, port = target.rpartition(":")
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
-            pass
-    except (OSError, ValueError) as e:
-        raise ClusterError(f"--ray-address {address}: no Ray cluster reachable at {target} "
-                           f"({e})") from None
-
-
-def _probe(cluster: Cluster, store: Store, prepared: PreparedRun) -> None:
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    req = prepared.request
-    models = sorted({c.record.model.name for c in prepared.configs if c.agent.uses_model})
-    files = model_files(prepared)
-    refs = {}
-    for node, (addr, _) in cluster.nodes.items():
-        task = ray.remote(ray_node.probe).options(
-            num_cpus=0, max_retries=0,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False))
-        refs[node] = (addr, task.remote(req.backend, store_url(store), models, files,
-                                        req.judge_model))
-    deadline = time.monotonic() + PROBE_TIMEOUT_S
-    problems: list[str] = []
-    for node, (addr, ref) in refs.items():
-        name = f"node {addr} ({node[:12]})"
-        try:
-            probe = ray_node.NodeProbe.model_validate_json(
-                ray.get(ref, timeout=max(1.0, deadline - time.monotonic())))
-        except Exception as e:
-            problems.append(f"{name}: cannot run agentmeter tasks: {_line(e)}")
-            continue
-        name = f"node {probe.hostname} {addr} ({node[:12]})"
-        if probe.version != agentmeter.__version__:
-            problems.append(f"{name}: agentmeter {probe.version}, the driver runs "
-                            f"{agentmeter.__version__}")
-        problems += [f"{name}: {p}" for p in probe.problems]
-    if problems:
-        raise ClusterError("; ".join(problems) if len(problems) == 1 else
-                           f"{len(problems)} problems on the cluster:\n  " + "\n  ".join(problems))
-
-
-def store_url(store: Store) -> str:
-    return store.engine.url.render_as_string(hide_password=False)
-
-
-def model_files(prepared: PreparedRun) -> ray_node.ModelFiles:
-    req = prepared.request
-    return ray_node.ModelFiles(
-        models_toml=Path(req.models_file).read_text() if req.models_file else None,
-        prices=[Path(p).read_text() for p in req.prices], allow_unpriced=req.allow_unpriced)
 
 
 @dataclass
@@ -267,6 +132,7 @@ class _Driver:
         import ray
 
         next_check = time.monotonic() + LEASE_CHECK_S
+        nodes_seen = time.monotonic()
         try:
             while self.in_flight:
                 refs = list(self.in_flight)
@@ -280,6 +146,12 @@ class _Driver:
                 if time.monotonic() >= next_check:
                     self._close_expired()
                     next_check = time.monotonic() + LEASE_CHECK_S
+                    if slot_nodes():
+                        nodes_seen = time.monotonic()
+                    elif time.monotonic() - nodes_seen > NO_NODES_S:
+                        raise ClusterError(
+                            f"no node declaring {SLOTS} has been alive for {NO_NODES_S:.0f} s; "
+                            f"the run stops here: resume it once nodes are back")
         except BaseException:  # Ctrl-C, SIGTERM, a bug: stop the cluster's work on this run
             for ref, job in list(self.in_flight.items()):
                 _cancel(ref)
@@ -294,14 +166,16 @@ class _Driver:
             result_json, blob = ray.get(ref)
             result = ray_node.NodeResult.model_validate_json(result_json)
         except Exception as e:  # ray.exceptions.RayError: the worker or its node died
-            self._lost(job, f"node died: {_line(e)}")
+            self._lost(job, _failure(e))
             return
         try:
             shipping.unpack_dir(blob, self.store.run_dir(self.run_id))
-        except (tarfile.TarError, OSError) as e:
+        except (tarfile.TarError, OSError) as e:  # noted on the tries (as their node)
             for rec in result.records:
                 rec.extra.setdefault("artifact_problems", []).append(
                     f"artifacts from node {result.node}: {e}")
+                if rec.id not in result.fenced:
+                    self.store.save_trial(rec)
         if result.error is not None:
             self._lost(job, f"node {result.node}: {result.error}")
             return
@@ -356,6 +230,20 @@ class _Driver:
                 self.on_progress(progress, rec)
 
 
+def _failure(e: BaseException) -> str:
+    """Why a Ray task gave no result, in one line: its worker or node died, or it failed."""
+    from ray import exceptions as rx
+
+    text = " ".join(str(e).split())
+    died = (rx.WorkerCrashedError, rx.NodeDiedError, rx.ObjectLostError, rx.OwnerDiedError,
+            rx.LocalRayletDiedError, rx.TaskCancelledError, rx.OutOfMemoryError)
+    if isinstance(e, died):
+        return f"node died ({type(e).__name__}): {text.split('. ')[0][:240]}"
+    if isinstance(e, rx.RayTaskError):
+        return f"the node's task failed: {one_line(e)}"
+    return f"the node's task failed ({type(e).__name__}): {text[:240]}"
+
+
 def _cancel(ref: Any) -> None:
     import ray
 
@@ -363,20 +251,26 @@ def _cancel(ref: Any) -> None:
         ray.cancel(ref, force=True)
 
 
-async def settle_leases(store: Store, run_id: str, poll_s: float = 1.0) -> None:
+async def settle_leases(store: Store, run_id: str, on_prepare: PrepareCallback | None = None,
+                        poll_s: float = 1.0) -> None:
     """Before a resume: close the tries whose lease lapsed (as interrupted: the driver died, not
     the node) and wait for the live ones to end or lapse; never close a live lease."""
     while True:
         store.close_expired_trials(run_id, INTERRUPTED)
-        if not any(t.lease_owner is not None for t in store.incomplete_trials(run_id)):
+        live = [t for t in store.incomplete_trials(run_id) if t.lease_owner is not None]
+        if not live:
             return
+        if on_prepare:
+            on_prepare(f"waiting for {len(live)} tries still leased by nodes to end or lapse "
+                       f"(at most {LEASE_TTL_S:.0f} s)")
         await asyncio.sleep(poll_s)
 
 
 async def execute(cluster: Cluster, store: Store, run_id: str, prepared: PreparedRun, *,
-                  on_progress: ProgressCallback | None = None) -> RunProgress:
+                  on_progress: ProgressCallback | None = None,
+                  on_prepare: PrepareCallback | None = None) -> RunProgress:
     req = prepared.request
-    await settle_leases(store, run_id)
+    await settle_leases(store, run_id, on_prepare)
     store.close_incomplete_trials(run_id, INTERRUPTED)  # unleased: a local runner's
     plan = build_plan(prepared.configs, prepared.tasks, req.attempts)
     pending = pending_work(store, run_id, plan, req.max_infra_retries)

@@ -21,7 +21,7 @@ import shutil
 import socket
 import tempfile
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -41,6 +41,8 @@ from agentmeter.sandbox.spec import SandboxError, SandboxSpec
 from agentmeter.store.db import Store
 from agentmeter.tasks.models import Task
 
+#: a try's scratch directory on its node: this prefix, the worker's pid, a random part
+SCRATCH_PREFIX = "agentmeter-node-"
 #: the error of a try whose store write was refused: someone else closed it
 FENCED = "fenced: the try was closed by the driver (its node was thought dead or its lease lapsed)"
 
@@ -107,8 +109,22 @@ async def _backend(name: str) -> SandboxBackend:
     if name not in _backends:
         backend = sandbox_registry.make_backend(name)
         await backend.cleanup_stale()  # sandboxes of dead workers of this node
+        _remove_stale_scratch()
         _backends[name] = backend
     return _backends[name]
+
+
+def _scratch() -> Path:
+    """A try's scratch runs directory, named by this process (removed when it is done, or by
+    the node's next worker if this one was killed)."""
+    return Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
+
+
+def _remove_stale_scratch() -> None:
+    for d in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*"):
+        pid = d.name.removeprefix(SCRATCH_PREFIX).split("-")[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def node_id() -> str:
@@ -194,7 +210,7 @@ def run_job(job_json: str, *blobs: bytes) -> tuple[str, bytes]:
     """A Ray task: run the job; (NodeResult as JSON, the artifacts' tar blob)."""
     job = NodeJob.model_validate_json(job_json)
     owner = owner_id()
-    scratch = Path(tempfile.mkdtemp(prefix="agentmeter-node-"))
+    scratch = _scratch()
     try:
         try:
             result = asyncio.run(_run(job, list(blobs), owner, scratch))
@@ -213,7 +229,7 @@ async def _run(job: NodeJob, blobs: list[bytes], owner: str, scratch: Path) -> N
     backend = await _backend(job.backend)
     cfg = job.config
     agent = make_agent(cfg.agent.name, cfg.agent.version, dict(cfg.agent.options))
-    expires = datetime.now(UTC) + timedelta(seconds=job.lease_ttl_s)
+    expires = store.clock() + timedelta(seconds=job.lease_ttl_s)  # the store's clock, not ours
     for rec in job.records:
         rec.lease_owner, rec.lease_expires_at, rec.owner_pid = owner, expires, os.getpid()
     gateway: Gateway | None = None
@@ -286,15 +302,14 @@ def probe(backend: str, store_url: str, models: list[str], files: ModelFiles,
 
     result = NodeProbe(node=node_id(), hostname=socket.gethostname(),
                        version=agentmeter.__version__)
-    try:
-        sandbox_registry.make_backend(backend)
+    try:  # kept: this worker process runs the run's first try warm
+        asyncio.run(_backend(backend))
     except Exception as e:
         result.problems.append(f"{backend} sandboxes are not available: {e}")
     try:
-        store = Store.open(store_url)
-        store.schema_version()
-        store.close()
+        _store(store_url).schema_version()
     except Exception as e:
+        _stores.pop(store_url, None)
         result.problems.append(f"store: {e}")
     if models or judge_model is not None:
         with tempfile.TemporaryDirectory(prefix="agentmeter-probe-") as tmp:

@@ -16,7 +16,7 @@ from agentmeter.gateway import Gateway, ModelRegistry
 from agentmeter.gateway.registry import UpstreamModel
 from agentmeter.pricing import PriceBook
 from agentmeter.records import ConfigRecord, RunRecord
-from agentmeter.runner import ray_executor
+from agentmeter.runner import ray_cluster, ray_executor
 from agentmeter.runner.executor import PrepareCallback, ProgressCallback, RunProgress, execute
 from agentmeter.runner.lock import RunLockedError, run_lock
 from agentmeter.runner.plan import PlannedConfig, build_configs, build_plan
@@ -296,14 +296,17 @@ class Executor:
 class RayExecutor(Executor):
     """A Ray cluster's nodes, each with its own sandboxes and gateway (runner/ray_executor.py)."""
 
-    def __init__(self, cluster: ray_executor.Cluster) -> None:
+    def __init__(self, cluster: ray_cluster.Cluster) -> None:
         self.cluster = cluster
 
     async def execute(self, store: Store, prepared: PreparedRun, run_id: str,
                       on_progress: ProgressCallback | None,
                       on_prepare: PrepareCallback | None) -> RunProgress:
-        return await ray_executor.execute(self.cluster, store, run_id, prepared,
-                                          on_progress=on_progress)
+        try:
+            return await ray_executor.execute(self.cluster, store, run_id, prepared,
+                                              on_progress=on_progress, on_prepare=on_prepare)
+        except ray_cluster.ClusterError as e:  # the cluster went away mid-run
+            raise RunSetupError(str(e)) from None
 
     def close(self) -> None:
         self.cluster.close()
@@ -317,8 +320,8 @@ def _local_executor(store: Store, prepared: PreparedRun, backend: SandboxBackend
 def _ray_executor(store: Store, prepared: PreparedRun, backend: SandboxBackend | None,
                   log: Callable[[str], None] | None) -> Executor:
     try:
-        return RayExecutor(ray_executor.connect(prepared.request.ray_address, store, prepared))
-    except ray_executor.ClusterError as e:
+        return RayExecutor(ray_cluster.connect(prepared.request.ray_address, store, prepared))
+    except ray_cluster.ClusterError as e:
         raise RunSetupError(str(e)) from None
 
 
