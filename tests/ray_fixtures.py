@@ -286,7 +286,17 @@ def start_cluster(worker_slots: tuple[int, ...] = (2, 1),
         for i, slots in enumerate(worker_slots, start=1):
             cluster.workers.append(_start_node(root, f"worker{i}", slots, head_address=cluster.address,
                                                env=worker_env))
-        cluster.wait_registered()
+        try:
+            cluster.wait_registered()
+        except AssertionError:
+            # a loaded machine: a raylet may miss ``ray start``'s fixed 30 s start-up wait;
+            # such a node is started once more
+            for i, node in enumerate(cluster.workers):
+                if not node.alive():
+                    node.gone = True
+                    cluster.workers[i] = _start_node(root, f"{node.name}r", node.slots,
+                                                     head_address=cluster.address, env=worker_env)
+            cluster.wait_registered()
         yield cluster
     finally:
         cluster.stop()
