@@ -10,6 +10,7 @@ Use: ``from pg_fixtures import postgres_url_fixture`` in a test module (or conft
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -48,6 +49,14 @@ def postgres_url_fixture() -> Iterator[str]:
     """``postgresql+psycopg://`` URL of a fresh database on a server this fixture owns."""
     if os.geteuid() != 0:
         pytest.skip("the PostgreSQL test server is started as root dropping to 'nobody'")
+    with postgres_server() as url:
+        yield url
+
+
+@contextlib.contextmanager
+def postgres_server() -> Iterator[str]:
+    """A fresh PostgreSQL server (as ``nobody``) for as long as the block runs; its URL.
+    Outside pytest too (benchmarks/ray.py)."""
     initdb, postgres = _ensure_installed()
     root = Path(tempfile.mkdtemp(prefix="agentmeter-pg-", dir="/tmp"))
     os.chmod(root, 0o755)

@@ -322,7 +322,9 @@ def test_upgrade_from_v1_keeps_data(tmp_path: Path) -> None:
         conn.execute(sa.insert(schema.runs).values(schema.run_to_row(RunRecord(id="old"))))
         conn.execute(sa.insert(schema.configs).values(schema.config_to_row(CONFIG)))
         old = full_trial().model_copy(update={"run_id": "old"})
-        conn.execute(sa.insert(schema.trials).values(schema.trial_to_row(old, T0)))
+        row = schema.trial_to_row(old, T0)
+        del row["lease_owner"], row["lease_expires_at"]  # v4 columns
+        conn.execute(sa.insert(schema.trials).values(row))
     assert "model_calls" not in sa.inspect(engine).get_table_names()
     engine.dispose()
 
@@ -345,10 +347,31 @@ def test_upgrade_from_v2_marks_existing_calls_as_the_agents(tmp_path: Path) -> N
     engine.dispose()
 
     store = Store.open(db)
-    assert store.schema_version() == schema.SCHEMA_VERSION == 3
+    assert store.schema_version() == schema.SCHEMA_VERSION
     assert [c.purpose for c in store.model_calls("old")] == ["agent"]
     store.add_model_calls("old", [call(1).model_copy(update={"purpose": "judge"})])
     assert [c.purpose for c in store.model_calls("old")] == ["agent", "judge"]
+
+
+def test_upgrade_from_v3_leaves_tries_unleased(tmp_path: Path) -> None:
+    db = tmp_path / "v3.db"
+    engine = sa.create_engine(f"sqlite:///{db}")
+    assert migrate(engine, target=3) == 3
+    with engine.begin() as conn:  # a running try written by a v3 agentmeter
+        conn.execute(sa.insert(schema.runs).values(schema.run_to_row(RunRecord(id="old"))))
+        conn.execute(sa.insert(schema.configs).values(schema.config_to_row(CONFIG)))
+        old = full_trial(status=TrialStatus.RUNNING).model_copy(update={"run_id": "old"})
+        row = schema.trial_to_row(old, T0)
+        del row["lease_owner"], row["lease_expires_at"]
+        conn.execute(sa.insert(schema.trials).values(row))
+    engine.dispose()
+
+    store = Store.open(db)
+    assert store.schema_version() == schema.SCHEMA_VERSION == 4
+    got = store.get_trial("old", old.id)
+    assert got == old and got.lease_owner is None and got.lease_expires_at is None
+    assert store.close_expired_trials("old", "x") == []  # no lease: today's rule only
+    assert [t.id for t in store.close_incomplete_trials("old")] == [old.id]
 
 
 def test_newer_schema_is_refused(tmp_path: Path) -> None:

@@ -214,6 +214,13 @@ class TrialRecord(_Record):
     timings: PhaseTimings = Field(default_factory=PhaseTimings)
     #: host pid of the runner that owns a running trial (stale detection on resume)
     owner_pid: int | None = None
+    #: who holds the try (a cluster worker, "<host>:<node>:<pid>"); None for the local executor
+    #: and after someone else closed the try. A record with an owner is saved fenced
+    #: (``Store.save_trial``): refused once the try was closed or is leased to another owner.
+    lease_owner: str | None = None
+    #: when the owner's lease lapses unless renewed (``Store.renew_leases``); a running try
+    #: past it is closed as infra_invalid (``Store.close_expired_trials``)
+    lease_expires_at: datetime | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -33,6 +33,13 @@ from agentmeter.sandbox import notices
 from agentmeter.store.db import Store
 from agentmeter.tasks.suite import SkippedTask
 
+ExecutorOpt = Annotated[str, typer.Option(
+    help="where trials run: local (this machine) or ray (a Ray cluster's nodes, which declare "
+    "agentmeter_slots: how many trials each runs at once, --concurrency is not used; needs a "
+    "PostgreSQL store: AGENTMETER_DATABASE_URL)")]
+RayAddressOpt = Annotated[str, typer.Option(
+    help="with --executor ray: auto, HOST:PORT (the head's GCS) or ray://HOST:PORT")]
+
 
 def execute_run(prepared: PreparedRun, store_dir: Path | None, run_id: str | None,
              as_json: bool) -> tuple[Store, str, RunProgress]:
@@ -70,7 +77,9 @@ def execute_run(prepared: PreparedRun, store_dir: Path | None, run_id: str | Non
         try:
             if run_id is not None:
                 check_run_id(run_id)
-            backend = make_backend(prepared.request.backend, log)
+            # a cluster's nodes bring their own sandboxes (checked by the executor's pre-flight)
+            backend = (make_backend(prepared.request.backend, log)
+                       if prepared.request.executor == "local" else None)
         except RunSetupError as e:
             raise fail(str(e)) from None
         store = open_store(store_dir)
@@ -159,6 +168,7 @@ def run_cmd(
     strict: Annotated[bool, typer.Option(
         "--strict", help="refuse the run when any task fails to load (default: skip such "
         "tasks, list each with its reason, run the rest)")] = False,
+    executor: ExecutorOpt = "local", ray_address: RayAddressOpt = "auto",
     store: StoreOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Run agents (× models) on tasks. Re-running with the same --run-id resumes it."""
@@ -182,7 +192,8 @@ def run_cmd(
                          backend=backend, max_infra_retries=max_infra_retries,
                          models_file=models_file, prices=prices or [],
                          allow_unpriced=allow_unpriced, record_bodies=record_bodies,
-                         judge_model=judge_model, strict=strict)
+                         judge_model=judge_model, strict=strict, executor=executor,
+                         ray_address=ray_address)
         prepared = prepare(req)
     except (RunSetupError, ValueError) as e:
         raise fail(str(e)) from None
@@ -193,14 +204,20 @@ def run_cmd(
 
 
 def resume(run_id: str, store: StoreOpt = None, concurrency: int | None = None,
+           executor: Annotated[str | None, typer.Option(
+               help="local or ray (default: the run's own)")] = None,
+           ray_address: Annotated[str | None, typer.Option(
+               help="the Ray cluster (default: the run's own)")] = None,
            as_json: JsonOpt = False) -> None:
     """Continue a run: completed trials are kept, incomplete ones run again."""
     st = open_store(store)
     try:
         check_run_id(run_id)
         req = request_of(st, run_id)
-        if concurrency is not None:
-            req = make_request(**{**req.model_dump(), "concurrency": concurrency})
+        changes = {k: v for k, v in (("concurrency", concurrency), ("executor", executor),
+                                     ("ray_address", ray_address)) if v is not None}
+        if changes:
+            req = make_request(**{**req.model_dump(), **changes})
         prepared = prepare(req)
     except RunSetupError as e:
         raise fail(str(e)) from None

@@ -166,12 +166,21 @@ def _scenario_state(unit: _Unit) -> tuple[bool, int, int]:
     return complete, latest, len(infra)
 
 
-async def execute(ctx: TrialContext, plan: list[PlannedTrial], *, concurrency: int,
-                  max_infra_retries: int = 2, on_progress: ProgressCallback | None = None,
-                  on_prepare: PrepareCallback | None = None) -> RunProgress:
-    store, run_id = ctx.store, ctx.run_id
-    store.close_incomplete_trials(run_id, INTERRUPTED)
-    await ctx.backend.cleanup_stale()
+@dataclass
+class Pending:
+    """What a run has left: the progress of what earlier runs completed, the trials to run
+    (with their next try number and infra retries left) and the scenario units to run (with
+    their next scenario run number and infra retries left)."""
+
+    progress: RunProgress
+    trials: list[tuple[PlannedTrial, int, int]]
+    scenarios: list[tuple[_Unit, int, int]]
+
+
+def pending_work(store: Store, run_id: str, plan: list[PlannedTrial],
+                 max_infra_retries: int) -> Pending:
+    """The resume rule (see the module's doc) applied to the run's stored tries (none of them
+    may be left running: close those first)."""
     existing: dict[str, list[TrialRecord]] = {}
     for t in store.trials(run_id):
         existing.setdefault(t.id, []).append(t)
@@ -203,6 +212,17 @@ async def execute(ctx: TrialContext, plan: list[PlannedTrial], *, concurrency: i
             progress.count(latest, earlier=True)
         else:
             todo.append((p, nxt, max(0, max_infra_retries - infra)))
+    return Pending(progress, todo, scenario_todo)
+
+
+async def execute(ctx: TrialContext, plan: list[PlannedTrial], *, concurrency: int,
+                  max_infra_retries: int = 2, on_progress: ProgressCallback | None = None,
+                  on_prepare: PrepareCallback | None = None) -> RunProgress:
+    store, run_id = ctx.store, ctx.run_id
+    store.close_incomplete_trials(run_id, INTERRUPTED)
+    await ctx.backend.cleanup_stale()
+    pending = pending_work(store, run_id, plan, max_infra_retries)
+    progress, todo, scenario_todo = pending.progress, pending.trials, pending.scenarios
     if on_progress:
         on_progress(progress, None)
     build_errors = await prepare_environments(

@@ -7,7 +7,9 @@ owner dies in any way (SIGKILL included), so a dead owner never blocks a resume 
 to judge staleness. The file also says who holds it (pid, host, since), for the refusal message.
 
 The lock lives beside the run's artifacts, so it covers every process that shares that runs
-directory: one machine, or several mounting it over a file system with working ``flock``.
+directory: one machine, or several mounting it over a file system with working ``flock``. A run
+on a PostgreSQL store, which runners on several machines share, is locked in the database
+instead (:class:`~agentmeter.store.runlock.DbRunLock`); :func:`run_lock` picks by the store.
 """
 
 from __future__ import annotations
@@ -16,15 +18,25 @@ import fcntl
 import json
 import os
 import socket
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
+from typing import Any
+
+from agentmeter.store.db import Store
+from agentmeter.store.runlock import DbRunLock, locked_message
+from agentmeter.store.runlock import RunLockedError as RunLockedError  # re-exported
 
 LOCK_NAME = "run.lock"
 
 
-class RunLockedError(Exception):
-    """The run is being run by another live process."""
+def run_lock(store: Store, run_id: str) -> AbstractContextManager[Any]:
+    """The run's lock for this store: in the database on PostgreSQL (runners on any machine),
+    else the file lock in the run's directory."""
+    if store.engine.dialect.name == "postgresql":
+        return DbRunLock(store, run_id)
+    return RunLock(store.run_dir(run_id), run_id)
 
 
 class RunLock:
@@ -44,9 +56,7 @@ class RunLock:
         except BlockingIOError:
             holder = _describe(fd)
             os.close(fd)
-            raise RunLockedError(
-                f"run {self.run_id!r} is already running ({holder}); wait for it to finish or "
-                f"stop that process, then resume") from None
+            raise RunLockedError(locked_message(self.run_id, holder)) from None
         except BaseException:
             os.close(fd)
             raise

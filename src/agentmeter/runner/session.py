@@ -8,15 +8,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentmeter.gateway import Gateway, ModelRegistry
+from agentmeter.gateway.registry import UpstreamModel
 from agentmeter.pricing import PriceBook
 from agentmeter.records import ConfigRecord, RunRecord
+from agentmeter.runner import ray_cluster, ray_executor
 from agentmeter.runner.executor import PrepareCallback, ProgressCallback, RunProgress, execute
-from agentmeter.runner.lock import RunLock, RunLockedError
+from agentmeter.runner.lock import RunLockedError, run_lock
 from agentmeter.runner.plan import PlannedConfig, build_configs, build_plan
 from agentmeter.runner.trial import TrialContext, base_image
 from agentmeter.sandbox import registry as sandbox_registry
@@ -54,6 +56,11 @@ class RunRequest(BaseModel):
     judge_model: str | None = None
     #: refuse the run when any task fails to load (else such tasks are skipped and listed)
     strict: bool = False
+    #: where trials run: this machine (``runner/executor.py``) or a Ray cluster's nodes
+    #: (``runner/ray_executor.py``; the store must then be PostgreSQL)
+    executor: Literal["local", "ray"] = "local"
+    #: the Ray cluster: ``auto`` (this machine's, or $RAY_ADDRESS), ``host:port``, ``ray://host:port``
+    ray_address: str = Field(default="auto", min_length=1)
 
 
 class RunSetupError(Exception):
@@ -140,7 +147,7 @@ def prepare(request: RunRequest) -> PreparedRun:
         for c in configs:
             if c.agent.uses_model:
                 try:
-                    um = gw.check_model(c.record.model.name)
+                    um = _check_model(gw, c.record.model.name, request)
                 except Exception as e:
                     raise RunSetupError(str(e)) from e
                 # the stored configuration says which wire API and price key it ran with
@@ -165,9 +172,19 @@ def check_judge_model(request: RunRequest) -> None:
     registry, prices = models_and_prices(request)
     gw = Gateway(registry, prices, allow_unpriced=request.allow_unpriced)
     try:
-        judge_api(gw.check_model(request.judge_model))
+        judge_api(_check_model(gw, request.judge_model, request))
     except Exception as e:
         raise RunSetupError(f"--judge-model: {e}") from e
+
+
+def _check_model(gw: Gateway, model: str, request: RunRequest) -> UpstreamModel:
+    """The model resolved, with a price unless unpriced runs are allowed, and with its key in
+    this environment, unless trials run on a cluster: each node's own keys (probed there)."""
+    if request.executor == "local":
+        return gw.check_model(model)
+    um = gw.models.resolve(model)
+    gw.prices.require([um.price_key], allow_unpriced=request.allow_unpriced)
+    return um
 
 
 def _local_problems(tasks: list[Task]) -> dict[str, str]:
@@ -234,16 +251,94 @@ async def run(store: Store, prepared: PreparedRun, run_id: str | None = None, *,
     """Create (or continue) the run ``run_id`` and execute its plan, holding the run's lock
     (a run already running in a live process is refused with RunSetupError)."""
     run_id = check_run_id(run_id or new_run_id())
-    if backend is None:
-        backend = make_backend(prepared.request.backend, log)  # before anything is written
+    executor = _make_executor(store, prepared, backend, log)  # before anything is written
     try:
-        with RunLock(store.run_dir(run_id), run_id):
-            return await _run_locked(store, prepared, run_id, backend, on_progress, on_prepare)
+        with run_lock(store, run_id):
+            return await _run_locked(store, prepared, run_id, executor, on_progress, on_prepare)
     except RunLockedError as e:
+        raise RunSetupError(str(e)) from None
+    finally:
+        executor.close()
+
+
+class Executor:
+    """Where a run's trials run: this machine's sandboxes (the default)."""
+
+    def __init__(self, backend: SandboxBackend) -> None:
+        self.backend = backend
+
+    async def execute(self, store: Store, prepared: PreparedRun, run_id: str,
+                      on_progress: ProgressCallback | None,
+                      on_prepare: PrepareCallback | None) -> RunProgress:
+        req = prepared.request
+        gateway: Gateway | None = None
+        if needs_gateway(prepared):
+            registry, prices = models_and_prices(req)
+            bodies = store.run_dir(run_id) / "bodies" if req.record_bodies else None
+            gateway = Gateway(registry, prices, record_bodies_dir=bodies,
+                              allow_unpriced=req.allow_unpriced)
+            await gateway.start(private_socket=True, host="127.0.0.1", port=0)
+        ctx = TrialContext(store=store, run_id=run_id, backend=self.backend, gateway=gateway,
+                           judge_model=req.judge_model)
+        plan = build_plan(prepared.configs, prepared.tasks, req.attempts)
+        try:
+            return await execute(ctx, plan, concurrency=req.concurrency,
+                                 max_infra_retries=req.max_infra_retries,
+                                 on_progress=on_progress, on_prepare=on_prepare)
+        finally:
+            if gateway is not None:
+                await gateway.stop()
+
+    def close(self) -> None:
+        pass
+
+
+class RayExecutor(Executor):
+    """A Ray cluster's nodes, each with its own sandboxes and gateway (runner/ray_executor.py)."""
+
+    def __init__(self, cluster: ray_cluster.Cluster) -> None:
+        self.cluster = cluster
+
+    async def execute(self, store: Store, prepared: PreparedRun, run_id: str,
+                      on_progress: ProgressCallback | None,
+                      on_prepare: PrepareCallback | None) -> RunProgress:
+        try:
+            return await ray_executor.execute(self.cluster, store, run_id, prepared,
+                                              on_progress=on_progress, on_prepare=on_prepare)
+        except ray_cluster.ClusterError as e:  # the cluster went away mid-run
+            raise RunSetupError(str(e)) from None
+
+    def close(self) -> None:
+        self.cluster.close()
+
+
+def _local_executor(store: Store, prepared: PreparedRun, backend: SandboxBackend | None,
+                    log: Callable[[str], None] | None) -> Executor:
+    return Executor(backend or make_backend(prepared.request.backend, log))
+
+
+def _ray_executor(store: Store, prepared: PreparedRun, backend: SandboxBackend | None,
+                  log: Callable[[str], None] | None) -> Executor:
+    try:
+        return RayExecutor(ray_cluster.connect(prepared.request.ray_address, store, prepared))
+    except ray_cluster.ClusterError as e:
         raise RunSetupError(str(e)) from None
 
 
-async def _run_locked(store: Store, prepared: PreparedRun, run_id: str, backend: SandboxBackend,
+#: executors by ``RunRequest.executor``: each checks what it needs before anything is written
+EXECUTORS: dict[str, Callable[[Store, PreparedRun, SandboxBackend | None,
+                               Callable[[str], None] | None], Executor]] = {
+    "local": _local_executor,
+    "ray": _ray_executor,
+}
+
+
+def _make_executor(store: Store, prepared: PreparedRun, backend: SandboxBackend | None,
+                   log: Callable[[str], None] | None) -> Executor:
+    return EXECUTORS[prepared.request.executor](store, prepared, backend, log)
+
+
+async def _run_locked(store: Store, prepared: PreparedRun, run_id: str, executor: Executor,
                       on_progress: ProgressCallback | None,
                       on_prepare: PrepareCallback | None) -> tuple[str, RunProgress]:
     req = prepared.request
@@ -260,25 +355,11 @@ async def _run_locked(store: Store, prepared: PreparedRun, run_id: str, backend:
         store.upsert_config(c.record, run_id=run_id)
     for t in prepared.tasks:
         store.upsert_task(t.to_record(prepared.suite_name), run_id=run_id)
-
-    gateway: Gateway | None = None
-    if needs_gateway(prepared):
-        registry, prices = models_and_prices(req)
-        bodies = store.run_dir(run_id) / "bodies" if req.record_bodies else None
-        gateway = Gateway(registry, prices, record_bodies_dir=bodies, allow_unpriced=req.allow_unpriced)
-        await gateway.start(private_socket=True, host="127.0.0.1", port=0)
-    ctx = TrialContext(store=store, run_id=run_id, backend=backend, gateway=gateway,
-                       judge_model=req.judge_model)
-    plan = build_plan(prepared.configs, prepared.tasks, req.attempts)
     status = "interrupted"
     try:
-        progress = await execute(ctx, plan, concurrency=req.concurrency,
-                                 max_infra_retries=req.max_infra_retries,
-                                 on_progress=on_progress, on_prepare=on_prepare)
+        progress = await executor.execute(store, prepared, run_id, on_progress, on_prepare)
         status = "finished"
     finally:
-        if gateway is not None:
-            await gateway.stop()
         store.update_run_status(run_id, status,  # type: ignore[arg-type]
                                 finished_at=datetime.now(UTC))
     return run_id, progress
@@ -287,7 +368,7 @@ async def _run_locked(store: Store, prepared: PreparedRun, run_id: str, backend:
 def request_of(store: Store, run_id: str) -> RunRequest:
     rec = store.get_run(run_id)
     if rec is None:
-        raise RunSetupError(f"no run {run_id!r} in {store}")
+        raise RunSetupError(f"no run {run_id!r} in {store.where}")
     try:
         return RunRequest.model_validate(rec.settings["request"])
     except (KeyError, ValueError) as e:

@@ -33,16 +33,15 @@ from agentmeter.records import (
     ModelCallRecord,
     RunRecord,
     TaskRecord,
-    TokenUsage,
     TrialRecord,
     TrialStatus,
     utcnow,
 )
-from agentmeter.store import queries
+from agentmeter.store import leases, queries
 from agentmeter.store import schema as s
 from agentmeter.store.artifacts import RUN_ID_PATTERN, run_dir, trial_dir
 from agentmeter.store.engine import StoreError as StoreError  # re-exported: callers catch it here
-from agentmeter.store.engine import open_engine
+from agentmeter.store.engine import describe_location, open_engine
 from agentmeter.store.expressions import NOT_FINAL
 from agentmeter.store.migrations import current_version
 
@@ -50,17 +49,6 @@ RunStatus = Literal["running", "finished", "interrupted", "imported"]
 
 #: upsert statements by (table, dialect, columns written): immutable, so shared by every store
 _UPSERTS: dict[tuple[str, str, tuple[str, ...]], Any] = {}
-
-
-def _call_totals(calls: Sequence[ModelCallRecord]) -> dict[str, Any]:
-    """A try's usage, cost and call count from its stored calls, summed as the gateway sums
-    them (``gateway.metering.TrialState``): the cost is n/a when a served call's is unknown."""
-    usage = TokenUsage()
-    for c in calls:
-        usage = usage + c.usage
-    unknown = any(c.status_code == 200 and c.cost_usd is None for c in calls)
-    cost = None if unknown else sum(c.cost_usd or 0.0 for c in calls)
-    return {"usage": usage, "cost_usd": cost, "model_calls": len(calls)}
 
 
 class Store:
@@ -82,7 +70,8 @@ class Store:
         or an SQLAlchemy URL (pass ``runs_dir`` for artifacts).
         """
         engine, runs_dir = open_engine(location, runs_dir)
-        return cls(engine, runs_dir.resolve() if runs_dir else None, str(location))
+        return cls(engine, runs_dir.resolve() if runs_dir else None,
+                   describe_location(location))
 
     def close(self) -> None:
         self._engine.dispose()
@@ -100,6 +89,12 @@ class Store:
         for tests and benchmarks that set up data in bulk; nothing else in the package builds
         SQL on the tables."""
         return self._engine
+
+    def clock(self) -> datetime:
+        """The database's clock (UTC), which leases are measured on: one clock for every
+        machine that shares the store (SQLite: this machine's)."""
+        with self._engine.connect() as conn:
+            return leases.db_now(conn)
 
     def schema_version(self) -> int:
         with self._engine.connect() as conn:
@@ -241,11 +236,50 @@ class Store:
 
     # --- trials --------------------------------------------------------------------------
 
-    def save_trial(self, trial: TrialRecord) -> None:
-        """Insert or replace one try of a trial, atomically; durable once this returns."""
+    def save_trial(self, trial: TrialRecord, *, owner: str | None = None) -> bool:
+        """Insert or replace one try of a trial, atomically; durable once this returns.
+
+        With an ``owner`` (default: the record's ``lease_owner``) the write is fenced: refused,
+        nothing written, when the store has the try closed by someone else or leased to another
+        owner (:func:`agentmeter.store.leases.fenced_save`). Returns whether it was written
+        (always True without an owner)."""
+        owner = owner if owner is not None else trial.lease_owner
         with self._write(f"trial {trial.id!r} try {trial.try_number} of run {trial.run_id!r}"
                          ) as conn:
+            if owner is not None:
+                return leases.fenced_save(conn, trial, owner, utcnow())
             self._upsert(conn, s.trials, [s.trial_to_row(trial, utcnow())])
+        return True
+
+    def renew_leases(self, run_id: str, trial_ids: list[str], owner: str, ttl_s: float, *,
+                     now: datetime | None = None) -> list[str]:
+        """Extend to ``ttl_s`` seconds from now (the database's clock, or ``now``) the leases of
+        the run's tries ``trial_ids`` that are still pending/running and held by ``owner`` (an
+        unowned one is claimed). Returns the ids it could NOT renew: closed by someone else or
+        leased to another owner (the owner should stop working on them)."""
+        with self._write(f"leases of run {run_id!r}") as conn:
+            return leases.renew(conn, run_id, trial_ids, owner, ttl_s, now)
+
+    def close_expired_trials(self, run_id: str, reason: str, now: datetime | None = None
+                             ) -> list[TrialRecord]:
+        """Close the run's pending/running tries whose lease lapsed (before ``now``, default
+        the database's clock) as infra_invalid with error ``reason``, their stored spending
+        totalled on them and their owner fenced out. Tries without a lease are left alone
+        (``close_incomplete_trials`` is their rule). Returns the closed tries."""
+        with self._write(f"expired leases of run {run_id!r}") as conn:
+            return leases.close_expired(conn, run_id, reason, now)
+
+    def close_trials(self, run_id: str, trial_ids: Collection[str], reason: str
+                     ) -> list[TrialRecord]:
+        """Close the pending/running tries of ``trial_ids`` now, leased or not (their worker is
+        known dead), as ``close_expired_trials`` does. Returns the closed tries."""
+        if not trial_ids:
+            return []
+        t = s.trials
+        with self._write(f"trials of run {run_id!r}") as conn:
+            return leases.close_where(conn, sa.and_(t.c.run_id == run_id,
+                                                    t.c.id.in_(list(trial_ids))),
+                                      reason, utcnow())
 
     def get_trial(self, run_id: str, trial_id: str, try_number: int | None = None
                   ) -> TrialRecord | None:
@@ -284,23 +318,8 @@ class Store:
         calls, stored as they completed, and totalling them on the try so its spending stays
         accounted); the runner then re-runs the trial with the next try number. Returns the
         closed tries."""
-        now = utcnow()
-        closed: list[TrialRecord] = []
         with self._write(f"incomplete trials of run {run_id!r}") as conn:
-            t, mc = s.trials, s.model_calls
-            rows = conn.execute(sa.select(t).where(t.c.run_id == run_id,
-                                                   t.c.status.in_(NOT_FINAL))).mappings()
-            for row in list(rows):
-                calls = [s.model_call_from_row(r) for r in conn.execute(sa.select(mc).where(
-                    mc.c.run_id == run_id, mc.c.trial_id == row["id"],
-                    mc.c.try_number == row["try_number"])).mappings()]
-                totals = _call_totals(calls) if calls else {}
-                trial = s.trial_from_row(row).model_copy(update={
-                    "status": TrialStatus.INFRA_INVALID, "error": error, "passed": None,
-                    "finished_at": now, **totals})
-                self._upsert(conn, t, [s.trial_to_row(trial, now)])
-                closed.append(trial)
-        return closed
+            return leases.close_where(conn, s.trials.c.run_id == run_id, error, utcnow())
 
     def delete_incomplete_trials(self, run_id: str) -> int:
         """Resume helper for when nothing of an unfinished try should remain: delete the

@@ -13,6 +13,8 @@ from agentmeter.store.migrations import SchemaError, migrate
 
 DB_SUFFIXES = (".db", ".sqlite", ".sqlite3")
 BUSY_TIMEOUT_MS = 30_000
+#: how long opening a store waits for its database server before saying it cannot connect
+CONNECT_TIMEOUT_S = 10
 
 
 class StoreError(Exception):
@@ -44,23 +46,46 @@ def _prepare_sqlite_file(db_path: Path) -> None:
                          f"{exc.strerror or exc}") from None
 
 
+def _one_line(exc: object) -> str:
+    return " ".join(str(exc).split())
+
+
+def describe_location(location: str | Path) -> str:
+    """``location`` for messages: a URL with its password hidden."""
+    text = str(location)
+    if "://" in text:
+        try:
+            return sa.make_url(text).render_as_string(hide_password=True)
+        except sa.exc.ArgumentError:
+            return text
+    return text
+
+
 def open_engine(location: str | Path, runs_dir: Path | None) -> tuple[sa.Engine, Path | None]:
     """An engine on ``location`` (created and migrated as needed) and the artifacts directory.
 
     ``location`` is a runs directory (database ``<dir>/agentmeter.db``, artifacts under
     ``<dir>/runs/``), a database file ending in .db/.sqlite/.sqlite3 (artifacts next to it),
     or an SQLAlchemy URL (pass ``runs_dir`` for artifacts).
+
+    Pre-flight, before anything is written: a server that cannot be reached (in
+    ``CONNECT_TIMEOUT_S`` unless the URL sets ``connect_timeout``), a missing driver, a database
+    that is not an agentmeter store or is of a newer version are each one line naming the
+    location (its password hidden).
     """
-    text = str(location)
-    if "://" in text:
+    text = describe_location(location)
+    connect_args: dict[str, Any] = {}
+    if "://" in str(location):
         try:
-            url = sa.make_url(text)
+            url = sa.make_url(str(location))
         except sa.exc.ArgumentError as exc:
             raise StoreError(f"{text}: not a database URL: {exc}") from None
         if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
             db_path = Path(url.database or "")
             _prepare_sqlite_file(db_path)
             runs_dir = runs_dir or db_path.parent
+        if url.get_backend_name() == "postgresql" and "connect_timeout" not in url.query:
+            connect_args["connect_timeout"] = CONNECT_TIMEOUT_S
     else:
         path = Path(location).expanduser()
         if path.suffix in DB_SUFFIXES:
@@ -73,12 +98,22 @@ def open_engine(location: str | Path, runs_dir: Path | None) -> tuple[sa.Engine,
         _prepare_sqlite_file(db_path)
         url = sa.URL.create("sqlite", database=str(db_path))
     try:
-        engine = sa.create_engine(url)
+        engine = sa.create_engine(url, connect_args=connect_args)
     except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError) as exc:
-        raise StoreError(f"{text}: cannot open: {exc}") from None
+        raise StoreError(f"{text}: cannot open: {_one_line(exc)}") from None
+    except ImportError as exc:  # the URL's driver is not installed
+        raise StoreError(f"{text}: cannot open: its database driver is not installed "
+                         f"({_one_line(exc)})") from None
     if engine.dialect.name == "sqlite":
         sa.event.listen(engine, "connect", _sqlite_on_connect)
         sa.event.listen(engine, "begin", _sqlite_on_begin)
+    else:
+        try:
+            engine.connect().close()
+        except sa.exc.DBAPIError as exc:
+            engine.dispose()
+            raise StoreError(f"{text}: cannot connect to the database: "
+                             f"{_one_line(exc.orig)}") from None
     try:
         migrate(engine)
     except SchemaError as exc:
@@ -86,5 +121,5 @@ def open_engine(location: str | Path, runs_dir: Path | None) -> tuple[sa.Engine,
         raise StoreError(f"{text}: {exc}") from None
     except sa.exc.DBAPIError as exc:
         engine.dispose()
-        raise StoreError(f"{text}: not a usable database: {exc.orig}") from None
+        raise StoreError(f"{text}: not a usable database: {_one_line(exc.orig)}") from None
     return engine, runs_dir

@@ -9,6 +9,8 @@ History:
   1. runs, configs, tasks (keyed by id + digest), run links, trials (usage as columns)
   2. model calls and artifacts (keyed by run, trial, try), query indexes on trials
   3. model_calls.purpose: 'agent' or 'judge' (a judge's calls are evaluation cost)
+  4. trials.lease_owner, trials.lease_expires_at (tries held by cluster workers); run_locks
+     (who holds a run on a shared store)
 """
 
 from __future__ import annotations
@@ -159,7 +161,23 @@ def _v3_call_purpose(conn: sa.Connection) -> None:
         "ALTER TABLE model_calls ADD COLUMN purpose VARCHAR(10) NOT NULL DEFAULT 'agent'"))
 
 
-MIGRATIONS: list[Migration] = [_v1_core_tables, _v2_calls_and_artifacts, _v3_call_purpose]
+def _v4_leases(conn: sa.Connection) -> None:
+    conn.execute(sa.text("ALTER TABLE trials ADD COLUMN lease_owner VARCHAR(300)"))
+    stamp = UtcDateTime().compile(dialect=conn.dialect)
+    conn.execute(sa.text(f"ALTER TABLE trials ADD COLUMN lease_expires_at {stamp}"))
+    md = sa.MetaData()
+    sa.Table(
+        "run_locks", md,
+        sa.Column("run_id", sa.String(200), primary_key=True),
+        sa.Column("pid", sa.Integer, nullable=False),
+        sa.Column("host", sa.String(300), nullable=False),
+        sa.Column("since", UtcDateTime, nullable=False),
+    )
+    md.create_all(conn)
+
+
+MIGRATIONS: list[Migration] = [_v1_core_tables, _v2_calls_and_artifacts, _v3_call_purpose,
+                               _v4_leases]
 assert len(MIGRATIONS) == SCHEMA_VERSION, "schema.SCHEMA_VERSION must match the migrations"
 
 
@@ -167,20 +185,44 @@ class SchemaError(Exception):
     """The database is not (a supported version of) an agentmeter database."""
 
 
+#: takes migrations one at a time on a shared PostgreSQL store (many workers open it at once)
+_MIGRATION_LOCK_KEY = 0x61676D6D69677231  # "agmmigr1"
+
+
 def current_version(conn: sa.Connection) -> int:
-    """The schema version of a database; 0 for an empty one."""
+    """The schema version of a database; 0 for an empty one. A database that is not an
+    agentmeter store (foreign tables, an empty or odd ``schema_version``, tables of its version
+    missing) is a :class:`SchemaError`."""
     names = set(sa.inspect(conn).get_table_names())
     if "schema_version" not in names:
         if names:
             raise SchemaError("not an agentmeter database (it has tables "
                               f"{sorted(names)} but no schema_version)")
         return 0
-    version = conn.execute(sa.text("SELECT max(version) FROM schema_version")).scalar()
-    return int(version or 0)
+    versions = conn.execute(sa.text("SELECT version FROM schema_version")).scalars().all()
+    if len(versions) != 1 or not isinstance(versions[0], int) or versions[0] < 1:
+        raise SchemaError(f"unknown schema version {versions!r} in its schema_version table "
+                          "(not a store written by agentmeter)")
+    version = versions[0]
+    if version <= SCHEMA_VERSION:
+        missing = sorted(set(_TABLES_AT[version]) - names)
+        if missing:
+            raise SchemaError(f"schema version {version} but its tables {missing} are missing "
+                              "(not a store written by agentmeter)")
+    return version
+
+
+#: the tables a store has at each version (a damaged or foreign store lacks some)
+_TABLES_AT: dict[int, tuple[str, ...]] = {
+    1: ("schema_version", "runs", "configs", "tasks", "run_configs", "run_tasks", "trials")}
+_TABLES_AT[2] = _TABLES_AT[3] = (*_TABLES_AT[1], "model_calls", "artifacts")
+_TABLES_AT[4] = (*_TABLES_AT[3], "run_locks")
+assert set(_TABLES_AT) == set(range(1, SCHEMA_VERSION + 1))
 
 
 def migrate(engine: sa.Engine, target: int = SCHEMA_VERSION) -> int:
-    """Apply pending migrations up to ``target``; returns the version reached."""
+    """Apply pending migrations up to ``target``; returns the version reached. A store of a
+    newer or unknown version is refused (:class:`SchemaError`) before anything is written."""
     if not 0 <= target <= SCHEMA_VERSION:
         raise ValueError(f"target must be in 0..{SCHEMA_VERSION}")
     with engine.connect() as conn:
@@ -192,6 +234,8 @@ def migrate(engine: sa.Engine, target: int = SCHEMA_VERSION) -> int:
     while version < target:
         with engine.connect().execution_options(**{SQLITE_BEGIN_OPTION: "IMMEDIATE"}) as conn, \
                 conn.begin():
+            if conn.dialect.name == "postgresql":  # SQLite: BEGIN IMMEDIATE serialises already
+                conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_MIGRATION_LOCK_KEY)))
             # re-read inside the write transaction: another process may have migrated meanwhile
             version = current_version(conn)
             if version >= target:

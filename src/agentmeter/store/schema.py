@@ -30,7 +30,7 @@ from agentmeter.records import (
 )
 
 #: The schema version this code reads and writes (== len(migrations.MIGRATIONS)).
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: Connection execution option: how SQLite opens a transaction ("DEFERRED" for reads,
 #: "IMMEDIATE" for writes, so writers queue on the busy timeout instead of failing to upgrade).
@@ -141,6 +141,8 @@ trials = sa.Table(
     sa.Column("owner_pid", sa.Integer),
     sa.Column("extra", sa.JSON, nullable=False),
     sa.Column("updated_at", UtcDateTime, nullable=False),
+    sa.Column("lease_owner", sa.String(300)),
+    sa.Column("lease_expires_at", UtcDateTime),
 )
 
 model_calls = sa.Table(
@@ -178,6 +180,17 @@ artifacts = sa.Table(
     sa.Column("kind", sa.String(30), nullable=False),
     sa.Column("relpath", sa.Text, nullable=False),
     sa.Column("size", sa.Integer, nullable=False),
+)
+
+
+#: who holds a run's lock on a shared (PostgreSQL) store, for the refusal message; the lock
+#: itself is an advisory lock held by the runner's connection (``store.runlock``)
+run_locks = sa.Table(
+    "run_locks", metadata,
+    sa.Column("run_id", sa.String(200), primary_key=True),
+    sa.Column("pid", sa.Integer, nullable=False),
+    sa.Column("host", sa.String(300), nullable=False),
+    sa.Column("since", UtcDateTime, nullable=False),
 )
 
 
