@@ -5,7 +5,8 @@ fresh cluster in a temporary directory, listening only on a Unix socket there. W
 PostgreSQL is installed and we are root, it is installed with apt first, as a fresh Debian
 machine would need.
 
-Use: ``from pg_fixtures import postgres_url_fixture`` in a test module (or conftest).
+Use: ``from pg_fixtures import postgres_url_fixture`` in a test module (or conftest); add
+``pg_url_fixture`` for a fresh database per test on that server.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -21,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 
 def _bin(name: str) -> str | None:
@@ -51,6 +54,19 @@ def postgres_url_fixture() -> Iterator[str]:
         pytest.skip("the PostgreSQL test server is started as root dropping to 'nobody'")
     with postgres_server() as url:
         yield url
+
+
+@pytest.fixture(name="pg_url")
+def pg_url_fixture(postgres_url: str) -> Iterator[str]:
+    """A fresh database on the session's server for one test."""
+    name = "t_" + secrets.token_hex(6)
+    admin = sa.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    yield sa.make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"DROP DATABASE {name} WITH (FORCE)")
+    admin.dispose()
 
 
 @contextlib.contextmanager

@@ -13,9 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from pg_fixtures import postgres_url_fixture  # noqa: F401
+from pg_fixtures import pg_url_fixture, postgres_url_fixture  # noqa: F401
 from taskgen import make_task
-from test_store_postgres import pg_url  # noqa: F401
 
 from agentmeter.gateway import Gateway, ModelRegistry, sockdir
 from agentmeter.pricing import PriceBook

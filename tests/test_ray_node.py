@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import io
 import os
-import secrets
 import socket
 import tarfile
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
-from pg_fixtures import postgres_url_fixture  # noqa: F401
+from pg_fixtures import pg_url_fixture, postgres_url_fixture  # noqa: F401
 from polling import eventually
 from taskgen import make_scenario, make_task
 from typer.testing import CliRunner
@@ -26,17 +23,6 @@ from agentmeter.runner import ray_node, shipping
 from agentmeter.store.db import Store
 from agentmeter.tasks.models import Task
 from agentmeter.tasks.suite import load_suites
-
-
-@pytest.fixture
-def pg_url(postgres_url: str) -> Iterator[str]:
-    name = "t_" + secrets.token_hex(6)
-    admin = sa.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f"CREATE DATABASE {name}")
-    yield sa.make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f"DROP DATABASE {name} WITH (FORCE)")
 
 
 def _paths(task: Task) -> list[Path]:
@@ -223,7 +209,6 @@ def test_an_environment_that_does_not_build_is_a_build_error_not_a_retry(
     stored = store.get_trial("r3", job.records[0].id, 0)
     assert stored is not None and stored.status is TrialStatus.INFRA_INVALID
     assert stored.error == result.build_error
-
 
 
 def test_a_killed_workers_scratch_directory_is_removed_by_the_next(tmp_path: Path) -> None:

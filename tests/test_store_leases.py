@@ -5,15 +5,13 @@ race safely."""
 
 from __future__ import annotations
 
-import secrets
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
-from pg_fixtures import postgres_url_fixture  # noqa: F401
+from pg_fixtures import pg_url_fixture, postgres_url_fixture  # noqa: F401
 
 from agentmeter.records import (
     AgentSpec,
@@ -30,19 +28,6 @@ from agentmeter.store.db import Store
 CONFIG = ConfigRecord(id="cfg", label="scripted x native", model=ModelSpec(name="scripted/solver"),
                       agent=AgentSpec(name="native"))
 A, B = "host-a:node-a:101", "host-b:node-b:202"
-
-
-@pytest.fixture
-def pg_url(postgres_url: str) -> Iterator[str]:
-    """A fresh database on the session's server for one test."""
-    name = "t_" + secrets.token_hex(6)
-    admin = sa.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f"CREATE DATABASE {name}")
-    yield sa.make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f"DROP DATABASE {name} WITH (FORCE)")
-    admin.dispose()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -4,16 +4,13 @@ same metrics, reports and trial listings as on SQLite, and a CLI run with resume
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-import sqlalchemy as sa
 from agency_fixtures import RUN as AGENCY_RUN
 from agency_fixtures import agency_store
-from pg_fixtures import postgres_url_fixture  # noqa: F401
+from pg_fixtures import pg_url_fixture, postgres_url_fixture  # noqa: F401
 from taskgen import make_task
 from test_report_store import populate_grid
 from typer.testing import CliRunner
@@ -25,20 +22,6 @@ from agentmeter.report.html.collect import collect
 from agentmeter.report.html.trials import TrialQuery, trial_page
 from agentmeter.store.db import Store
 from agentmeter.store.queries import selected_trials
-
-
-@pytest.fixture
-def pg_url(postgres_url: str) -> Iterator[str]:
-    """A fresh database on the session's server for one test."""
-    name = "t_" + secrets.token_hex(6)
-    admin = sa.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f"CREATE DATABASE {name}")
-    url = sa.make_url(postgres_url).set(database=name)
-    yield url.render_as_string(hide_password=False)
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f"DROP DATABASE {name} WITH (FORCE)")
-    admin.dispose()
 
 
 def test_same_metrics_report_and_listing_as_sqlite(pg_url: str, tmp_path: Path) -> None:

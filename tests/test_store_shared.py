@@ -6,17 +6,15 @@ before anything is written."""
 from __future__ import annotations
 
 import os
-import secrets
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from pg_fixtures import postgres_url_fixture  # noqa: F401
+from pg_fixtures import pg_url_fixture, postgres_url_fixture  # noqa: F401
 
 from agentmeter.records import RunRecord
 from agentmeter.runner.lock import RunLockedError, run_lock
@@ -24,19 +22,6 @@ from agentmeter.runner.session import RunRequest
 from agentmeter.store import schema
 from agentmeter.store.db import Store, StoreError
 from agentmeter.store.runlock import DbRunLock
-
-
-@pytest.fixture
-def pg_url(postgres_url: str) -> Iterator[str]:
-    """A fresh database on the session's server for one test."""
-    name = "t_" + secrets.token_hex(6)
-    admin = sa.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f"CREATE DATABASE {name}")
-    yield sa.make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f"DROP DATABASE {name} WITH (FORCE)")
-    admin.dispose()
 
 
 def _holder(url: str, runs_dir: Path) -> subprocess.Popen[str]:
