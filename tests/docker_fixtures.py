@@ -1,14 +1,24 @@
 """Session fixtures for tests that need a Docker daemon: one is started when none answers (and
 stopped at the end of the session only if this session started it).
 
+Under pytest-xdist the workers share one daemon: the first worker that needs it starts it while
+holding a lock, records its pid in the run's directory, and the controller stops it at the end of
+the run (``stop_shared_dockerd``, called from conftest's ``pytest_unconfigure``).
+
 Use: ``from docker_fixtures import docker_backend_fixture, docker_daemon_fixture`` in a test
 module; the fixtures are named ``docker_backend`` and ``docker_daemon``."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -16,11 +26,52 @@ from agentmeter.sandbox.docker import OWNER_LABEL, DockerBackend, owner_label
 from agentmeter.sandbox.dockerd import DockerDaemon, ensure_dockerd
 from agentmeter.sandbox.spec import SandboxError
 
+#: set by the controller of an xdist run (conftest): the directory the workers share
+RUN_DIR_ENV = "AGENTMETER_TEST_RUN_DIR"
+
+
+def _shared_dir() -> Path | None:
+    d = os.environ.get(RUN_DIR_ENV)
+    return Path(d) if d and os.environ.get("PYTEST_XDIST_WORKER") else None
+
+
+def _ensure_shared(shared: Path) -> DockerDaemon:
+    """One worker at a time checks for a daemon and starts it when none answers."""
+    with open(shared / "dockerd.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        daemon = ensure_dockerd()
+        if daemon.started and daemon.proc is not None:
+            (shared / "dockerd.pid").write_text(str(daemon.proc.pid))
+        return daemon
+
+
+def stop_shared_dockerd(shared: Path, timeout: float = 20) -> None:
+    """The controller's end of an xdist run: stop the daemon a worker started, if any."""
+    pid_file = shared / "dockerd.pid"
+    if not pid_file.exists():
+        return
+    pid = int(pid_file.read_text())
+    pid_file.unlink()
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
 
 @pytest.fixture(scope="session", name="docker_daemon")
 def docker_daemon_fixture() -> Iterator[DockerDaemon]:
+    shared = _shared_dir()
     try:
-        daemon = ensure_dockerd()
+        daemon = _ensure_shared(shared) if shared is not None else ensure_dockerd()
     except SandboxError as e:
         reason = f"no Docker daemon could be started: {e}"
         print(reason, file=sys.stderr)
@@ -35,7 +86,8 @@ def docker_daemon_fixture() -> Iterator[DockerDaemon]:
                          capture_output=True, text=True).stdout.split()
     if ids:
         subprocess.run(["docker", "rm", "-f", "-v", *ids], capture_output=True)
-    daemon.stop()
+    if shared is None:
+        daemon.stop()  # under xdist the controller stops it when every worker is done
 
 
 @pytest.fixture(scope="session", name="docker_backend")
