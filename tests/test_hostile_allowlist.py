@@ -147,6 +147,10 @@ def test_addresses_are_read_as_the_resolver_reads_them() -> None:
         assert (str(ours) if ours else None) == libc, text
     assert not hostaddr.internal("8.8.8.8") and not hostaddr.internal("2606:4700::1")
     assert not hostaddr.internal("2002:808:808::1")  # 6to4 of a public address
+    own = hostaddr.host_addresses() | hostaddr.gateways()
+    for text in ("203.0.113.80", "198.18.0.1", "2001:db8::1"):  # documentation, benchmarking
+        ip = hostaddr.parse_ip(text)
+        assert ip is not None and hostaddr.is_internal(ip) == (ip in own), text
     for text in ("::ffff:10.0.0.1", "2001:0:4136:e378:8000:63bf:80ff:fffe", "fe80::1%eth0"):
         assert hostaddr.internal(text), text
 

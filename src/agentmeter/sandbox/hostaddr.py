@@ -9,9 +9,10 @@ every spelling of the host's own services must be recognised, not just ``127.0.0
 - IPv6 with brackets and zone ids (``[::1]``, ``fe80::1%eth0``, ``%25`` from URLs), and IPv4
   embedded in IPv6: IPv4-mapped (``::ffff:127.0.0.1``), IPv4-compatible, NAT64 (64:ff9b::/96),
   6to4 (2002::/16), Teredo (2001::/32: server and client);
-- *internal* (:func:`is_internal`): loopback, link-local, private, unspecified (``0.0.0.0``),
-  shared (100.64/10), multicast, reserved, not globally routable, and the host's own interface
-  addresses (:func:`host_addresses`): a service bound to 0.0.0.0 answers on each of them.
+- *internal* (:func:`is_internal`): loopback, link-local, private (RFC 1918, ULA), unspecified
+  (``0.0.0.0``), shared (100.64/10), multicast, reserved, the host's own interface addresses
+  (:func:`host_addresses`: a service bound to 0.0.0.0 answers on each of them) and its
+  gateways.
 
 Names are not resolved here: the proxy resolves them, checks every address, and connects to the
 address it checked (a second lookup could answer differently: DNS rebinding).
@@ -25,11 +26,13 @@ from pathlib import Path
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
-#: internal beyond what ``ipaddress`` calls non-global (kept explicit: its lists change by version)
+#: networks that lead to the host itself or to networks behind it (its LAN, docker's bridges,
+#: cloud metadata); explicit rather than ``ipaddress``'s is_private, which also counts the
+#: documentation and benchmarking ranges (192.0.2/24, 203.0.113/24, 198.18/15: not the host's)
 _INTERNAL = tuple(ipaddress.ip_network(n) for n in (
     "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
-    "192.168.0.0/16", "224.0.0.0/3", "::/127", "64:ff9b:1::/48", "fc00::/7", "fe80::/10",
-    "ff00::/8"))
+    "192.0.0.0/24", "192.168.0.0/16", "224.0.0.0/3", "::/127", "100::/64", "64:ff9b:1::/48",
+    "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8"))
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _SIIT = ipaddress.ip_network("::ffff:0:0:0/96")
 #: names that are this host whatever the resolver says (RFC 6761 and Debian's /etc/hosts)
@@ -132,18 +135,16 @@ def gateways() -> set[IPAddress]:
 
 def is_internal(ip: IPAddress, own: set[IPAddress] | None = None) -> bool:
     """Whether a connection to ``ip`` from the host could reach the host itself or a network
-    behind it (``own``: the host's addresses, read when not given)."""
+    behind it (``own``: the host's addresses and gateways, read when not given)."""
     if isinstance(ip, ipaddress.IPv6Address):
         if ip.scope_id is not None:
             ip = ipaddress.IPv6Address(str(ip).split("%", 1)[0])
         if any(is_internal(v4, own) for v4 in embedded_v4(ip)):
             return True
-    if (ip.is_loopback or ip.is_link_local or ip.is_private or ip.is_unspecified
-            or ip.is_multicast or ip.is_reserved or not ip.is_global):
+    if (ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast
+            or any(ip in n for n in _INTERNAL if n.version == ip.version)):
         return True
-    if any(ip in n for n in _INTERNAL if n.version == ip.version):
-        return True
-    return ip in (host_addresses() if own is None else own)
+    return ip in (host_addresses() | gateways() if own is None else own)
 
 
 def internal(address: str) -> bool:
