@@ -21,15 +21,18 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from docker_fixtures import docker_backend_fixture, docker_daemon_fixture  # noqa: F401
 from taskgen import make_task
 from typer.testing import CliRunner
 
 from agentmeter.records import TrialStatus
 from agentmeter.runner.session import RunRequest, RunSetupError, prepare, run
 from agentmeter.sandbox import hostaddr
+from agentmeter.sandbox.docker import DockerBackend
 from agentmeter.sandbox.hostpolicy import HostPolicy, entries_naming_the_host
 from agentmeter.sandbox.local import LocalBackend
 from agentmeter.sandbox.pkgcache import PackageCache
+from agentmeter.sandbox.protocol import Sandbox
 from agentmeter.sandbox.proxy import PROXY_PORT, REFUSED_REASON, SandboxProxy, _resolve
 from agentmeter.sandbox.spec import SandboxSpec
 from agentmeter.store.db import Store
@@ -279,20 +282,46 @@ def host_interface_address() -> Iterator[str]:
         subprocess.run(["ip", "link", "del", name], capture_output=True)
 
 
+async def _fenced_probe(sb: Sandbox, address: str, port: int) -> str:
+    r = await sb.exec(["bash", "-c", 'timeout 5 bash -c "exec 3<>/dev/tcp/$0/$PORT && '
+                       'head -c 100 <&3"', address], env={"PORT": str(port)}, user="root",
+                      timeout=60)
+    return r.stdout
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="a veth pair needs root")
 async def test_full_network_is_fenced_off_the_hosts_addresses(
         local_backend: LocalBackend, host_service: HostService,
         host_interface_address: str) -> None:
+    """pasta carries a connection to a host address out through a socket of the host, where
+    it reaches whatever the host binds on 0.0.0.0 (docker0's address, here a veth's)."""
     sb = await local_backend.start(SandboxSpec(network="full"))
     try:
-        r = await sb.exec(["bash", "-c", 'timeout 5 bash -c "exec 3<>/dev/tcp/$0/$PORT && '
-                           'head -c 100 <&3"', host_interface_address],
-                          env={"PORT": str(host_service.port)}, user="root", timeout=60)
+        got = await _fenced_probe(sb, host_interface_address, host_service.port)
         assert sb._keeper is not None
         rules = subprocess.run(["nsenter", "-t", str(sb._keeper.pid), "-n", "ip", "rule"],
                                capture_output=True, text=True).stdout
     finally:
         await sb.stop()
-    assert "host-secret" not in r.stdout, r.stdout
+    assert "host-secret" not in got, got
     assert host_service.accepted == 0
     assert f"to {host_interface_address} prohibit" in rules, rules
+
+
+@pytest.mark.docker
+@pytest.mark.skipif(os.geteuid() != 0, reason="a veth pair needs root")
+async def test_docker_full_network_is_fenced_off_the_hosts_addresses(
+        docker_backend: DockerBackend, host_service: HostService,
+        host_interface_address: str) -> None:
+    """A container reaches the host through docker0's address (its gateway) and every other
+    host address; all are prohibited in its namespace."""
+    sb = await docker_backend.start(SandboxSpec(network="full"))
+    try:
+        targets = [str(a) for a in hostaddr.host_addresses()  # docker0's, the gateway, is one
+                   if a.version == 4 and not a.is_loopback]
+        assert host_interface_address in targets
+        got = [await _fenced_probe(sb, a, host_service.port) for a in targets]
+    finally:
+        await sb.stop()
+    assert not any("host-secret" in g for g in got), list(zip(targets, got, strict=True))
+    assert host_service.accepted == 0
