@@ -100,7 +100,7 @@ async def test_allowlist_admits_listed_hosts_only(backend: SandboxBackend, upstr
     other.files["/secret"] = upstream.files["/ok"] = b"hello"
     listed = f"127.0.0.1:{upstream.port}"
     sb = await backend.start(SandboxSpec(network="allowlist", allowed_hosts=(listed,),
-                                         net_extras=True))
+                                         allow_host_network=True, net_extras=True))
     try:
         assert "hello" in await _ask(sb, _get(f"http://{listed}/ok"))
         for req in (_get(f"http://127.0.0.1:{other.port}/secret"),
@@ -141,7 +141,8 @@ async def test_public_mode_keeps_the_hosts_loopback_out(backend: SandboxBackend,
 async def test_malformed_requests_get_400_and_the_proxy_lives_on(tmp_path: Path,
                                                                  upstream: Upstream) -> None:
     upstream.files["/fine"] = b"still serving"
-    proxy = SandboxProxy(HostPolicy([f"127.0.0.1:{upstream.port}"]), socket_path=tmp_path / "p.sock")
+    proxy = SandboxProxy(HostPolicy([f"127.0.0.1:{upstream.port}"], host_network=True),
+                         socket_path=tmp_path / "p.sock")
     await proxy.start()
 
     async def send(data: bytes, whole: bool = False) -> bytes:
@@ -179,7 +180,7 @@ async def test_apt_files_come_from_the_cache_the_second_time(backend: SandboxBac
     upstream.files[f"{run}/debian/other.txt"] = b"uncached"
     base = f"http://127.0.0.1:{upstream.port}{run}/debian"
     spec = SandboxSpec(network="allowlist", allowed_hosts=(f"127.0.0.1:{upstream.port}",),
-                       net_extras=True)
+                       allow_host_network=True, net_extras=True)
     for trial in range(2):
         sb = await backend.start(spec)
         try:
@@ -219,7 +220,7 @@ async def test_pip_through_the_mirror_downloads_once(backend: SandboxBackend, up
         f'{name}-1.0-py3-none-any.whl</a></body></html>').encode()
     monkeypatch.setenv("AGENTMETER_PYPI_INDEX", f"http://127.0.0.1:{upstream.port}{run}/simple/")
     spec = SandboxSpec(network="allowlist", allowed_hosts=(f"127.0.0.1:{upstream.port}",),
-                       layers=(TOOLS,), net_extras=True)
+                       allow_host_network=True, layers=(TOOLS,), net_extras=True)
     for trial in range(2):
         sb = await backend.start(spec)
         try:
@@ -235,7 +236,7 @@ async def test_pip_through_the_mirror_downloads_once(backend: SandboxBackend, up
 
 async def test_a_download_that_fails_its_hash_is_not_kept(tmp_path: Path, upstream: Upstream) -> None:
     upstream.files["/f.whl"] = b"tampered"
-    proxy = SandboxProxy(HostPolicy([f"127.0.0.1:{upstream.port}"]))
+    proxy = SandboxProxy(HostPolicy([f"127.0.0.1:{upstream.port}"], host_network=True))
     cache = PackageCache(tmp_path)
     url = f"http://127.0.0.1:{upstream.port}/f.whl"
     with pytest.raises(Exception, match="sha256"):

@@ -19,6 +19,10 @@ err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 StoreOpt = Annotated[Path | None, typer.Option("--store", help="runs directory (default ./.agentmeter)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+AllowHostNetworkOpt = Annotated[bool, typer.Option(
+    "--allow-host-network", help="let an exact allowed_hosts entry (127.0.0.1:8080, localhost, "
+    "10.0.0.5) reach this host's own or an internal address; without it a task listing one is "
+    "refused, and '*', wildcards and public networks never reach them")]
 
 
 def fail(message: str) -> typer.Exit:

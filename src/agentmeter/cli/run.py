@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from agentmeter.cli.common import JsonOpt, StoreOpt, console, err, fail, open_store
+from agentmeter.cli.common import AllowHostNetworkOpt, JsonOpt, StoreOpt, console, err, fail, open_store
 from agentmeter.records import TrialRecord, TrialStatus
 from agentmeter.report.summary import summarize, summary_table
 from agentmeter.runner.executor import RunProgress
@@ -168,6 +168,7 @@ def run_cmd(
     strict: Annotated[bool, typer.Option(
         "--strict", help="refuse the run when any task fails to load (default: skip such "
         "tasks, list each with its reason, run the rest)")] = False,
+    allow_host_network: AllowHostNetworkOpt = False,
     executor: ExecutorOpt = "local", ray_address: RayAddressOpt = "auto",
     store: StoreOpt = None, as_json: JsonOpt = False,
 ) -> None:
@@ -192,7 +193,8 @@ def run_cmd(
                          backend=backend, max_infra_retries=max_infra_retries,
                          models_file=models_file, prices=prices or [],
                          allow_unpriced=allow_unpriced, record_bodies=record_bodies,
-                         judge_model=judge_model, strict=strict, executor=executor,
+                         judge_model=judge_model, strict=strict,
+                         allow_host_network=allow_host_network, executor=executor,
                          ray_address=ray_address)
         prepared = prepare(req)
     except (RunSetupError, ValueError) as e:

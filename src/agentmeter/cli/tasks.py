@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from agentmeter.cli.common import JsonOpt, StoreOpt, console, fail
+from agentmeter.cli.common import AllowHostNetworkOpt, JsonOpt, StoreOpt, console, fail
 from agentmeter.cli.run import execute_run, report_loading
 from agentmeter.importers.agencybench import PROMPT_MODES, PromptMode, import_agencybench
 from agentmeter.importers.common import ImportFormatError
@@ -63,12 +63,14 @@ def tasks_check(path: Annotated[str, typer.Argument(help="suite/task dir or buil
                 backend: str = "local", concurrency: int = 2, store: StoreOpt = None,
                 strict: Annotated[bool, typer.Option(
                     "--strict", help="refuse to check anything when a task fails to load")] = False,
+                allow_host_network: AllowHostNetworkOpt = False,
                 as_json: JsonOpt = False) -> None:
     """Run oracle and nop on every task: report broken tasks (oracle fails), trivial ones
     (nop passes) and those that cannot run (they fail to load: each with its reason)."""
     try:
         prepared = prepare(RunRequest(suites=[path], agents=["oracle", "nop"], backend=backend,
-                                      concurrency=concurrency, strict=strict))
+                                      concurrency=concurrency, strict=strict,
+                                      allow_host_network=allow_host_network))
     except RunSetupError as e:
         raise fail(str(e)) from None
     report_loading(prepared, as_json)

@@ -23,6 +23,7 @@ from agentmeter.runner.plan import PlannedConfig, build_configs, build_plan
 from agentmeter.runner.trial import TrialContext, base_image
 from agentmeter.sandbox import registry as sandbox_registry
 from agentmeter.sandbox.dockerfile import local_refusals, parse_dockerfile
+from agentmeter.sandbox.hostpolicy import entries_naming_the_host
 from agentmeter.sandbox.layers import unobtainable
 from agentmeter.sandbox.protocol import SandboxBackend
 from agentmeter.sandbox.spec import LayerBuildError, SandboxError
@@ -56,6 +57,9 @@ class RunRequest(BaseModel):
     judge_model: str | None = None
     #: refuse the run when any task fails to load (else such tasks are skipped and listed)
     strict: bool = False
+    #: exact allowed_hosts entries may reach the host's own or internal addresses
+    #: (``--allow-host-network``); without it a task listing one is refused when it loads
+    allow_host_network: bool = False
     #: where trials run: this machine (``runner/executor.py``) or a Ray cluster's nodes
     #: (``runner/ray_executor.py``; the store must then be PostgreSQL)
     executor: Literal["local", "ray"] = "local"
@@ -118,6 +122,12 @@ def prepare(request: RunRequest) -> PreparedRun:
     except (TaskError, KeyError, ValueError) as e:
         raise RunSetupError(str(e)) from e
     skipped = [] if request.task_ids else suite.skipped_in(request.subset)
+    tasks, refused = _host_network(tasks, request.allow_host_network)
+    if refused and request.strict:
+        raise RunSetupError("\n".join(refused.values()))
+    skipped += [SkippedTask(id=t.id, path=t.path, problems=(refused[t.id],))
+                for t in tasks if t.id in refused]
+    tasks = [t for t in tasks if t.id not in refused]
     if request.backend not in sandbox_registry.backend_names():
         raise RunSetupError(f"unknown sandbox backend {request.backend!r} "
                             f"(known: {', '.join(sandbox_registry.backend_names())})")
@@ -185,6 +195,24 @@ def _check_model(gw: Gateway, model: str, request: RunRequest) -> UpstreamModel:
     um = gw.models.resolve(model)
     gw.prices.require([um.price_key], allow_unpriced=request.allow_unpriced)
     return um
+
+
+def _host_network(tasks: list[Task], allowed: bool) -> tuple[list[Task], dict[str, str]]:
+    """The tasks as the run's ``--allow-host-network`` has them, and those it refuses (by id,
+    the file and key named): an exact allowed_hosts entry naming the host's own or an internal
+    address (``127.0.0.1``, ``localhost``, ``10.0.0.5``) needs the flag (sandbox/hostpolicy.py)."""
+    if allowed:
+        return [t.model_copy(update={"host_network": True}) for t in tasks], {}
+    refused: dict[str, str] = {}
+    for t in tasks:
+        hosts = entries_naming_the_host(t.allowed_hosts)
+        if hosts:
+            where = t.allowed_hosts_origin or f"{t.path}: allowed_hosts"
+            refused[t.id] = (f"{where}: {', '.join(hosts)} "
+                             f"{'names' if len(hosts) == 1 else 'name'} the host's own or an "
+                             "internal address, which a sandbox reaches only when the run allows "
+                             "it: --allow-host-network (agentmeter run, agentmeter tasks check)")
+    return tasks, refused
 
 
 def _local_problems(tasks: list[Task]) -> dict[str, str]:

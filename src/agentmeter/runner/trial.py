@@ -130,6 +130,7 @@ def sandbox_spec(task: Task, agent: Agent, gateway: Gateway | None) -> SandboxSp
         limits=task_limits(task.memory_mb, task.cpus, task.storage_mb),
         network="full" if task.allow_internet else "allowlist" if task.allowed_hosts else "none",
         allowed_hosts=() if task.allow_internet else task.allowed_hosts,
+        allow_host_network=task.host_network,
         net_extras=True,  # package cache with network, no retries without (sandbox/netsetup.py)
         exposed_sockets=sockets,
     )

@@ -62,7 +62,7 @@ from agentmeter.sandbox.fsdiff import (
     racy_files,
     snapshot_from_listing,
 )
-from agentmeter.sandbox.netsetup import SandboxNetwork, start_network
+from agentmeter.sandbox.netsetup import SandboxNetwork, fence_host, start_network
 from agentmeter.sandbox.notices import notice
 from agentmeter.sandbox.output import CappedBuffer, collect_output
 from agentmeter.sandbox.protocol import DEFAULT_IGNORE, OutputCallback
@@ -244,14 +244,26 @@ class DockerBackend:
             await docker("rm", "-f", name, check=False)
             raise SandboxError(f"docker run failed: {res.text()[-2000:]}")
         box = DockerSandbox(name, spec, workdir, user, res.stdout.decode().strip())
-        if spec.exposed_sockets:
+        if spec.exposed_sockets or spec.network == "full":
             try:
                 pid = int((await docker("inspect", "-f", "{{.State.Pid}}", name)).stdout)
-                box.bridge = await start_bridge(pid, spec.exposed_sockets)
+                if spec.network == "full":  # fenced off the host's addresses (netsetup.py)
+                    await self._fence(pid)
+                if spec.exposed_sockets:
+                    box.bridge = await start_bridge(pid, spec.exposed_sockets)
             except BaseException:
                 await box.stop()
                 raise
         return box
+
+    async def _fence(self, pid: int) -> None:
+        """``ip rule … prohibit`` for the host's addresses in the container's namespace: as
+        root (then the daemon is this machine's); otherwise a notice says it is not fenced."""
+        if os.geteuid() != 0:
+            notice("docker: not root, so full-network containers are not fenced off this host's "
+                   "addresses (a service the host binds on docker0 or 0.0.0.0 is reachable)")
+            return
+        await asyncio.to_thread(fence_host, pid)
 
     async def cleanup_stale(self) -> int:
         res = await docker("ps", "-a", "--filter", f"label={LABEL}=1", "--format",

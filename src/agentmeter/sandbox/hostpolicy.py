@@ -2,16 +2,20 @@
 
 Allowlist entries: ``name``, ``name:port``, ``*.example.com`` (its subdomains),
 ``.example.com`` (the domain and its subdomains), IP literals (``[v6]:port`` with a port), ``*``;
-a URL is read as its host. Whatever the mode, an internal address (``internal``) is reached only
-when the host is listed.
+a URL is read as its host.
+
+The host is never an allowlisted destination by accident: ``*``, wildcard entries and public mode
+never reach an internal address (hostaddr.py: the host's own, loopback, private, …, in any
+spelling). Only an *exact* entry (the literal address or name) reaches one, and only with
+``host_network`` (``agentmeter run --allow-host-network``); without it a task that lists such an
+entry is refused when it loads (``entries_naming_the_host``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import ipaddress
 from collections.abc import Sequence
-from pathlib import Path
+
+from agentmeter.sandbox.hostaddr import names_the_host, parse_ip
 
 
 def split_entry(entry: str) -> tuple[str, int | None]:
@@ -28,58 +32,68 @@ def split_entry(entry: str) -> tuple[str, int | None]:
     return e, None
 
 
-class HostPolicy:
-    """Which hosts a sandbox's proxy may reach: ``allowed`` = None is public mode."""
+def _same_host(pattern: str, host: str) -> bool:
+    if pattern == host:
+        return True
+    a, b = parse_ip(pattern), parse_ip(host)
+    return a is not None and a == b
 
-    def __init__(self, allowed: Sequence[str] | None) -> None:
+
+def _exact(pattern: str) -> bool:
+    return pattern != "*" and not pattern.startswith(("*.", "."))
+
+
+def _wildcard_matches(pattern: str, host: str) -> bool:
+    if pattern == "*":
+        return True
+    if pattern.startswith("*."):
+        return host.endswith(pattern[1:])
+    return host == pattern[1:] or host.endswith(pattern)  # ".example.com"
+
+
+class HostPolicy:
+    """Which hosts a sandbox's proxy may reach: ``allowed`` = None is public mode;
+    ``host_network``: exact entries may name internal addresses (the flag
+    ``--allow-host-network``)."""
+
+    def __init__(self, allowed: Sequence[str] | None, *, host_network: bool = False) -> None:
         self.allowed = None if allowed is None else tuple(allowed)
+        self.host_network = host_network
         self._entries = [split_entry(a) for a in (allowed or ())]
 
-    def listed(self, host: str, port: int) -> bool:
+    def _matches(self, host: str, port: int, exact_only: bool) -> bool:
         h = host.lower().rstrip(".").strip("[]")
         for pattern, p in self._entries:
             if p is not None and p != port:
                 continue
-            if pattern == "*" or pattern == h:
-                return True
-            if pattern.startswith("*.") and h.endswith(pattern[1:]):
-                return True
-            if pattern.startswith(".") and (h == pattern[1:] or h.endswith(pattern)):
+            if _exact(pattern):
+                if _same_host(pattern, h):
+                    return True
+            elif not exact_only and _wildcard_matches(pattern, h):
                 return True
         return False
 
+    def listed(self, host: str, port: int) -> bool:
+        return self._matches(host, port, exact_only=False)
+
     def admits(self, host: str, port: int) -> bool:
         return self.allowed is None or self.listed(host, port)
+
+    def exact(self, host: str, port: int) -> bool:
+        """Whether an exact entry (no ``*``, no wildcard) names ``host``."""
+        return self._matches(host, port, exact_only=True)
+
+    def may_reach_internal(self, host: str, port: int) -> bool:
+        """Whether ``host`` may be (or resolve to) an internal address: an exact entry names
+        it and the run allows the host network."""
+        return self.host_network and self.exact(host, port)
 
     def describe(self) -> str:
         return "public" if self.allowed is None else "allowlist: " + ", ".join(self.allowed)
 
 
-#: addresses the proxy never connects to unless the host is listed: the host's loopback, private
-#: networks (a host's LAN, docker's bridges, cloud metadata), link-local, multicast, reserved
-_INTERNAL = tuple(ipaddress.ip_network(n) for n in (
-    "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
-    "192.168.0.0/16", "224.0.0.0/3", "::/127", "fc00::/7", "fe80::/10", "ff00::/8"))
-
-
-def _host_addresses() -> set[str]:
-    """This host's own addresses (a service bound to 0.0.0.0 answers on each of them)."""
-    found: set[str] = set()
-    with contextlib.suppress(OSError):
-        lines = Path("/proc/net/fib_trie").read_text().splitlines()
-        for prev, line in zip(lines, lines[1:], strict=False):
-            if "/32 host LOCAL" in line:
-                found.add(prev.split()[-1])
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/net/if_inet6").read_text().splitlines():
-            raw = line.split()[0]
-            found.add(str(ipaddress.ip_address(":".join(raw[i:i + 4] for i in range(0, 32, 4)))))
-    return found
-
-
-def internal(address: str) -> bool:
-    """Whether ``address`` is the host's own or on an internal network (see ``_INTERNAL``)."""
-    ip = ipaddress.ip_address(address.split("%")[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return any(ip in n for n in _INTERNAL if n.version == ip.version) or str(ip) in _host_addresses()
+def entries_naming_the_host(allowed: Sequence[str]) -> list[str]:
+    """The exact entries of an allowlist that name an internal address or a local name as
+    written (``127.0.0.1``, ``[::1]:8080``, ``localhost``): the ones that need
+    ``--allow-host-network``. Wildcards never reach the host, so they are not among them."""
+    return [a for a in allowed if _exact(split_entry(a)[0]) and names_the_host(split_entry(a)[0])]

@@ -64,7 +64,7 @@ from agentmeter.sandbox.fsdiff import diff_host_tree, snapshot_host_tree
 from agentmeter.sandbox.hosttools import KEYRING_TOOLS, LOCAL_TOOLS, ensure_tools, missing
 from agentmeter.sandbox.layers import LayerMeta, LocalLayerCache
 from agentmeter.sandbox.masks import KEYRING_WRAPPER, SessionNoticeFilter, proc_masks
-from agentmeter.sandbox.netsetup import SandboxNetwork, start_network
+from agentmeter.sandbox.netsetup import SandboxNetwork, fence_host, start_network
 from agentmeter.sandbox.notices import notice
 from agentmeter.sandbox.output import CappedBuffer, collect_output
 from agentmeter.sandbox.pasta import Pasta, resolv_conf, start_pasta
@@ -241,9 +241,11 @@ class LocalSandbox:
         try:
             self._cgroup = cgroups.create(self.id, self.spec.limits)
             self._start_keeper()
-            if self.spec.network == "full":  # network (pasta.py)
+            if self.spec.network == "full":  # network (pasta.py), fenced off the host
                 assert self._keeper is not None
                 self._pasta = start_pasta(self._keeper.pid, self.dir, self._rootless)
+                # after pasta (its --config-net replaces the namespace's rules), before any exec
+                fence_host(self._keeper.pid, enter_userns=self._rootless)
             if self.spec.exposed_sockets:
                 assert self._keeper is not None
                 self._bridge = await start_bridge(self._keeper.pid, self.spec.exposed_sockets,

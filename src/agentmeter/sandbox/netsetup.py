@@ -15,6 +15,13 @@
   all a command that needs the network would wait for.
 
 The task's own environment variables win over these.
+
+A full-network sandbox is fenced off the host (:func:`fence_host`): in its network namespace
+each of the host's addresses and gateways (hostaddr.fence_addresses; loopback excepted, inside
+that is the sandbox's own) gets ``ip rule add to ADDR prohibit``, so a connection to a service
+the host binds on 0.0.0.0 or on docker0's address fails at once, whatever carries the packet
+(pasta's sockets on the host, docker's bridge). The rules are added from the host into a
+namespace whose root holds no CAP_NET_ADMIN over it, so the sandbox cannot remove them.
 """
 
 from __future__ import annotations
@@ -22,15 +29,17 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from agentmeter.paths import cache_dir
+from agentmeter.sandbox.hostaddr import fence_addresses
 from agentmeter.sandbox.hostpolicy import HostPolicy
 from agentmeter.sandbox.pkgcache import PackageCache
 from agentmeter.sandbox.proxy import PROXY_PORT, SandboxProxy, sandbox_env
-from agentmeter.sandbox.spec import ExposedSocket, Mount, SandboxSpec
+from agentmeter.sandbox.spec import ExposedSocket, Mount, SandboxError, SandboxSpec
 
 #: where the apt configuration file appears inside a sandbox (named by APT_CONFIG)
 APT_CONF_TARGET = "/etc/agentmeter-apt.conf"
@@ -81,7 +90,8 @@ async def start_network(spec: SandboxSpec) -> tuple[SandboxSpec, SandboxNetwork]
             return _extended(spec, {**_NO_RETRIES, "APT_CONFIG": APT_CONF_TARGET}, (), conf), \
                 SandboxNetwork()
         return spec, SandboxNetwork()
-    policy = HostPolicy(spec.allowed_hosts if spec.network == "allowlist" else None)
+    policy = HostPolicy(spec.allowed_hosts if spec.network == "allowlist" else None,
+                        host_network=spec.allow_host_network and spec.network == "allowlist")
     proxy = SandboxProxy(policy, cache=PackageCache())
     await proxy.start()
     try:
@@ -105,3 +115,28 @@ def _extended(spec: SandboxSpec, env: dict[str, str], sockets: tuple[ExposedSock
     return spec.model_copy(update={
         "env": {**env, **spec.env}, "mounts": mounts,
         "exposed_sockets": (*spec.exposed_sockets, *sockets)})
+
+
+#: run inside the namespace: IPv4 rules from $0, IPv6 ones from $1 (``ip -batch`` takes no
+#: per-line family)
+_FENCE = 'printf %s "$0" | ip -4 -batch - && { [ -z "$1" ] || printf %s "$1" | ip -6 -batch -; }'
+
+
+def fence_host(pid: int, *, enter_userns: bool = False) -> list[str]:
+    """Add a ``prohibit`` rule for each host address and gateway in the network namespace of
+    ``pid`` (``enter_userns``: the namespace belongs to that process's user namespace, as a
+    rootless local sandbox's does); the addresses fenced. Raises SandboxError when ``ip``
+    fails: a full-network sandbox does not start unfenced."""
+    addresses = fence_addresses()
+    lines = {4: "", 6: ""}
+    for a in addresses:
+        lines[a.version] += f"rule add to {a} prohibit\n"
+    cmd = ["nsenter", "-t", str(pid)]
+    if enter_userns:
+        cmd += ["-U", "--preserve-credentials"]
+    cmd += ["-n", "sh", "-c", _FENCE, lines[4], lines[6]]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    if r.returncode != 0:
+        raise SandboxError(f"network: cannot fence the host's addresses off the sandbox "
+                           f"({', '.join(map(str, addresses))}): {r.stderr.strip()}")
+    return [str(a) for a in addresses]

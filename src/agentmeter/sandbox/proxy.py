@@ -10,10 +10,13 @@ and the PyPI mirror's index URL in the sandbox's environment (``sandbox_env``).
   opened). Names are resolved here, on the host; the connection goes to the address checked.
 - **Policy** (:class:`HostPolicy`): allowlist mode admits only the hosts listed (``name``,
   ``name:port``, ``*.example.com`` = subdomains, ``.example.com`` = the domain and its
-  subdomains, IP literals); public mode admits every host. Either way an internal address (the
-  host's own addresses, loopback, private, link-local, …) is refused unless the host is listed
-  by name or address: the proxy runs on the host, and must not hand the sandbox the host's own
-  services.
+  subdomains, IP literals); public mode admits every host. Either way an internal address
+  (hostaddr.py: the host's own addresses, loopback, private, link-local, … in any spelling:
+  ``127.1``, ``2130706433``, ``[::ffff:127.0.0.1]``) is refused, for a literal host and for
+  every address a name resolves to, unless an exact entry names the host and the run allows
+  the host network (``--allow-host-network``): ``*``, wildcards and public mode never reach it.
+  The proxy runs on the host, and must not hand the sandbox the host's own services. Redirects
+  are not followed here: the client's next request is checked like the first.
   A refusal is a ``403`` whose reason names agentmeter's allowlist, and a logged line.
 - **Cache** (pkgcache.py): plain-HTTP apt downloads and the PyPI mirror (pypimirror.py). A
   cache hit for a host is served only when the policy admits that host.
@@ -34,7 +37,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from agentmeter.sandbox import pypimirror
-from agentmeter.sandbox.hostpolicy import HostPolicy, internal, split_entry
+from agentmeter.sandbox.hostaddr import internal, names_the_host, parse_ip
+from agentmeter.sandbox.hostpolicy import HostPolicy, split_entry
 from agentmeter.sandbox.pkgcache import (
     Entry,
     Kind,
@@ -157,24 +161,43 @@ class SandboxProxy:
         log.warning(line)
         return Refused(403, why)
 
+    def _internal_refusal(self, host: str, port: int, addresses: list[str]) -> Refused:
+        how = ("an exact entry names it, but this run does not allow the host network "
+               "(--allow-host-network)" if self.policy.exact(host, port)
+               else "only an exact allowed_hosts entry with --allow-host-network reaches one")
+        return self._refuse(host, port, f"{', '.join(addresses) or 'no address'} is the host's own "
+                                        f"or an internal address: {how}")
+
     def check(self, host: str, port: int) -> None:
+        """Refuse a host the policy does not admit, or an internal address literal or local name
+        (``localhost``) it may not reach (other names are checked once resolved, in ``open``)."""
         if not self.policy.admits(host, port):
             raise self._refuse(host, port, "not in this task's allowed_hosts")
+        if names_the_host(host) and not self.policy.may_reach_internal(host, port):
+            ip = parse_ip(host)
+            raise self._internal_refusal(host, port, [str(ip) if ip else host])
 
     async def open(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """A TCP connection to an admitted host, at an address checked after resolving it."""
+        """A TCP connection to an admitted host, at an address checked after resolving it
+        (every address a name has is checked; the connection goes to the first, never to a
+        second lookup's answer)."""
         self.check(host, port)
+        ip = parse_ip(host)
+        if ip is not None:
+            addresses = [str(ip)]
+        else:
+            try:
+                addresses = await asyncio.wait_for(self.resolver(host, port), CONNECT_TIMEOUT_S)
+            except (OSError, TimeoutError) as e:
+                raise Refused(502, f"cannot resolve {host}: {e}") from e
+            if not addresses:
+                raise Refused(502, f"cannot resolve {host}: no address")
+            bad = [a for a in addresses if internal(a)]
+            if bad and not self.policy.may_reach_internal(host, port):
+                raise self._internal_refusal(host, port, bad)
         try:
-            addresses = await asyncio.wait_for(self.resolver(host, port), CONNECT_TIMEOUT_S)
-        except (OSError, TimeoutError) as e:
-            raise Refused(502, f"cannot resolve {host}: {e}") from e
-        listed = self.policy.listed(host, port)
-        ok = [a for a in addresses if listed or not internal(a)]
-        if not ok:
-            raise self._refuse(host, port, f"{', '.join(addresses) or 'no address'} is the host's "
-                                           "own or an internal address, and the host is not listed")
-        try:
-            return await asyncio.wait_for(asyncio.open_connection(ok[0], port), CONNECT_TIMEOUT_S)
+            return await asyncio.wait_for(asyncio.open_connection(addresses[0], port),
+                                          CONNECT_TIMEOUT_S)
         except (OSError, TimeoutError) as e:
             raise Refused(502, f"cannot connect to {host}:{port}: {e}") from e
 

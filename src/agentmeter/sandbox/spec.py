@@ -144,6 +144,9 @@ class SandboxSpec(_Frozen):
     network: NetworkPolicy = "none"
     #: network "allowlist": the hosts the proxy admits (forms: proxy.py HostPolicy)
     allowed_hosts: tuple[str, ...] = ()
+    #: exact ``allowed_hosts`` entries may name the host's own or internal addresses (the run's
+    #: ``--allow-host-network``; hostpolicy.py); without it no network reaches them
+    allow_host_network: bool = False
     #: a trial's network extras (netsetup.py): with network, apt and pip go through the
     #: harness's proxy and its package cache; without, they fail at once instead of retrying
     net_extras: bool = False

@@ -153,6 +153,11 @@ class Task(BaseModel):
     #: Harbor's network_mode = "allowlist": the sandbox reaches only these hosts, through the
     #: harness's proxy (sandbox/proxy.py; allow_internet stays False); none = no network
     allowed_hosts: tuple[str, ...] = ()
+    #: the file and key that named allowed_hosts, for messages
+    allowed_hosts_origin: str | None = None
+    #: exact allowed_hosts entries may reach the host's own or internal addresses: set by a run
+    #: with --allow-host-network (runner/session.py), never by a task
+    host_network: bool = False
 
     # agent (always the unprivileged account: tasks may not run the agent as root)
     agent_timeout_s: float = 600.0

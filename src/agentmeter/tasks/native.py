@@ -239,6 +239,9 @@ def build_task(directory: Path, config: TaskToml, instruction: str, dockerfile: 
         storage_mb=env.storage_mb if env.storage is None else size_to_mb(env.storage),
         allow_internet=mode == "public",
         allowed_hosts=hosts,
+        allowed_hosts_origin=(f"{directory / TASK_TOML}: "
+                              f"{'agent' if agent.allowed_hosts else 'environment'}.allowed_hosts"
+                              if hosts else None),
         agent_timeout_s=agent.timeout_sec if agent.timeout_sec is not None else 600.0,
         budgets=Budgets(max_tokens=agent.max_tokens, max_usd=agent.max_usd,
                         max_calls=agent.max_calls),
