@@ -25,6 +25,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from agentmeter.sandbox.hosttools import ensure_tools
+from agentmeter.sandbox.spec import SandboxError
+
 
 def _bin(name: str) -> str | None:
     found = shutil.which(name)
@@ -35,13 +38,11 @@ def _bin(name: str) -> str | None:
 
 
 def _ensure_installed() -> tuple[str, str]:
+    # the project's installer (one install across parallel test sessions and trials)
+    with contextlib.suppress(SandboxError):
+        ensure_tools({"initdb": "postgresql", "postgres": "postgresql"}, "the PostgreSQL tests",
+                     find=_bin)
     initdb, postgres = _bin("initdb"), _bin("postgres")
-    if (initdb is None or postgres is None) and os.geteuid() == 0:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update"], check=False, capture_output=True, env=env)
-        subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", "postgresql"],
-                       check=True, capture_output=True, env=env)
-        initdb, postgres = _bin("initdb"), _bin("postgres")
     if initdb is None or postgres is None:
         pytest.fail("PostgreSQL is not installed and cannot be installed (needs root and apt)")
     return initdb, postgres

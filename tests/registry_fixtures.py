@@ -12,7 +12,7 @@ Use: ``from registry_fixtures import registry_fixture`` in a test module; the fi
 
 from __future__ import annotations
 
-import os
+import contextlib
 import shutil
 import socket
 import subprocess
@@ -24,6 +24,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from agentmeter.sandbox.hosttools import ensure_tools
+from agentmeter.sandbox.spec import SandboxError
 
 CONFIG = """\
 version: 0.1
@@ -44,14 +47,11 @@ def _binary() -> str | None:
 
 
 def _ensure_installed() -> str:
+    # the project's installer (one install across parallel test sessions and trials)
+    with contextlib.suppress(SandboxError):
+        ensure_tools({"docker-registry": "docker-registry"}, "the OCI registry tests",
+                     find=lambda _: _binary())
     found = _binary()
-    if found is None and os.geteuid() == 0:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update"], check=False, capture_output=True, env=env)
-        r = subprocess.run(["apt-get", "install", "-y", "--no-install-recommends",
-                            "docker-registry"], capture_output=True, text=True, env=env)
-        assert r.returncode == 0, f"apt-get install docker-registry failed:\n{r.stderr[-2000:]}"
-        found = _binary()
     if found is None:
         pytest.fail("the OCI registry (Debian package docker-registry) is not installed and "
                     "cannot be installed (needs root and apt)")

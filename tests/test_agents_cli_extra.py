@@ -175,9 +175,10 @@ def test_gemini_cli_is_registered_and_pinnable() -> None:
 @pytest.mark.parametrize("agent", ["gemini-cli", "qwen-code"])
 async def test_budget_refusal_ends_the_cli_and_keeps_its_logs(
         tmp_path: Path, local_backend: LocalBackend, agent: str) -> None:
-    """A task with a one-call budget: the gateway refuses the second call (Gemini CLI gets
-    Gemini's 429 RESOURCE_EXHAUSTED and, told not to retry, makes no third call); the harness
-    stops the CLI and still keeps its logs, transcript, tool calls and self-reported usage."""
+    """A task with a one-call budget: the gateway serves the first call and refuses every
+    later one (Gemini CLI gets Gemini's 429 RESOURCE_EXHAUSTED; whether a CLI retries a 429 is
+    its own choice, so only the harness's guarantee is checked); the harness stops the CLI and
+    still keeps its logs, transcript, tool calls and self-reported usage."""
     task = "log-level-counts"
     src = Path(agentmeter.__file__).parent / "tasks" / "suites" / "starter" / task
     shutil.copytree(src, tmp_path / "suite" / task)
@@ -189,8 +190,10 @@ async def test_budget_refusal_ends_the_cli_and_keeps_its_logs(
     store, rid, trials = await _run(tmp_path, req)
     t = trials[f"scripted/solver:{task}"]
     calls = store.model_calls(rid, t.id)
-    assert [(c.status_code, c.error) for c in calls] == [(200, None), (429, "budget_exceeded")]
-    assert t.model_calls == 2 and t.usage.input == calls[0].usage.input
+    got = [(c.status_code, c.error) for c in calls]
+    assert got[0] == (200, None), got  # the budget's one call is served
+    assert len(got) >= 2 and set(got[1:]) == {(429, "budget_exceeded")}, got  # every later one refused
+    assert t.model_calls == len(calls) and t.usage.input == calls[0].usage.input
     names = {a.name for a in store.artifacts(rid, t.id)}
     assert {"trajectory.json", f"{agent}.stdout.log"} <= names, names
     assert t.extra["trajectory"]["tool_calls_total"] >= 1, t.extra

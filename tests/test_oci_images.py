@@ -31,6 +31,7 @@ from agentmeter.records import TrialStatus
 from agentmeter.runner.session import RunRequest, prepare, run
 from agentmeter.sandbox import idmap, notices, oci, rootfs
 from agentmeter.sandbox.docker import DockerBackend
+from agentmeter.sandbox.hosttools import ensure_tools
 from agentmeter.sandbox.local import LocalBackend
 from agentmeter.sandbox.spec import BaseImage, LayerSpec, SandboxSpec
 from agentmeter.store.db import Store
@@ -116,8 +117,8 @@ def _alpinish(root: Path) -> None:
     for d in ("bin", "usr/bin", "usr/lib/gnu", "etc", "root", "tmp", "proc", "dev", "sys"):
         (root / d).mkdir(parents=True, exist_ok=True)
     os.chmod(root / "tmp", 0o1777)
-    shutil.copy(shutil.which("busybox") or "/bin/busybox", root / "bin" / "busybox")
-    shutil.copy(shutil.which("bash-static") or "/bin/bash-static", root / "bin" / "bash")
+    shutil.copy(_static("busybox") or "/bin/busybox", root / "bin" / "busybox")
+    shutil.copy(_static("bash-static") or "/bin/bash-static", root / "bin" / "bash")
     # /bin/sh is bash: Debian's static busybox runs its own applets before PATH (GNU find)
     (root / "bin" / "sh").symlink_to("bash")
     for applet in ("cat", "chmod", "chown", "cp", "echo", "grep", "head", "id", "ls",
@@ -157,10 +158,30 @@ def _busybox_only(root: Path) -> None:
     """A shell and little else: no bash, no GNU find or tar."""
     for d in ("bin", "etc", "tmp"):
         (root / d).mkdir(parents=True)
-    shutil.copy(shutil.which("busybox") or "/bin/busybox", root / "bin" / "busybox")
+    shutil.copy(_static("busybox") or "/bin/busybox", root / "bin" / "busybox")
     for applet in ("sh", "mkdir", "cat", "echo", "find", "tar"):
         (root / "bin" / applet).symlink_to("busybox")
     (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+
+
+def _is_static(path: str) -> bool:
+    """An executable with no program interpreter (it runs in an image without glibc)."""
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
+    return head[:4] == b"\x7fELF" and b"/ld-linux" not in head and b"ld-musl" not in head
+
+
+def _static(cmd: str) -> str | None:
+    path = shutil.which(cmd)
+    return path if path and _is_static(path) else None
+
+
+def _install_host_tools() -> None:
+    """What building the images needs on the host, installed by agentmeter's own installer
+    (static busybox and bash go into the alpinish image; skopeo pushes)."""
+    ensure_tools({"busybox": "busybox-static", "bash-static": "bash-static"}, "the OCI image tests",
+                 find=_static)
+    ensure_tools({"skopeo": "skopeo"}, "the OCI image tests")
 
 
 def _cached_entries() -> set[Path]:
@@ -171,6 +192,7 @@ def _cached_entries() -> set[Path]:
 def images(registry: str) -> Iterator[dict[str, str]]:
     """``alpinish``, ``debianish`` and ``busybox-only``: their refs in the test registry. The
     trees the local backend unpacks from them are removed at the end."""
+    _install_host_tools()
     before = _cached_entries()
     refs = {"alpinish": f"{registry}/alpinish:1", "debianish": f"{registry}/debianish:1",
             "busybox-only": f"{registry}/busybox-only:1"}

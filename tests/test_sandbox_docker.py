@@ -221,6 +221,30 @@ async def test_files_in_and_out(box: DockerSandbox, tmp_path: Path) -> None:
     assert (tmp_path / "single" / "f").read_text() == "data\n"
 
 
+async def test_host_bytecode_caches_stay_out_of_copies_and_build_contexts(
+        docker_backend: DockerBackend, tmp_path: Path) -> None:
+    """copy_in and a script layer's build context leave __pycache__/*.pyc of the host out."""
+    src = tmp_path / "src"
+    (src / "__pycache__").mkdir(parents=True)
+    (src / "a.py").write_text("A = 1\n")
+    (src / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\x00bytecode")
+    (src / "sub").mkdir()
+    (src / "sub" / "c.txt").write_text("C")
+    (src / "sub" / "old.pyc").write_bytes(b"\x00")
+    layer = LayerSpec(kind="script", origin="setup.sh", context=src,
+                      source=f"# {_nonce()}\nfind . -mindepth 1 | sort > /opt/context-listing\n")
+    sb = await docker_backend.start(SandboxSpec(layers=(layer,)))
+    try:
+        want = ["./a.py", "./sub", "./sub/c.txt"]
+        assert (await sb.read_file("/opt/context-listing")).decode().split() == want
+        await sb.copy_in(src, "/work/in", user="agent")
+        r = await sb.exec("cd /work/in && find . -mindepth 1 | sort")
+        assert r.stdout.split() == want, r.stdout
+    finally:
+        await sb.stop()
+        _docker("rmi", layer_tag(chain_digest(base_digest(), layer)))  # a one-off image
+
+
 async def test_dockerfile_layer_builds_once_and_sets_defaults(docker_backend: DockerBackend,
                                                               tmp_path: Path) -> None:
     ctx = tmp_path / "ctx"

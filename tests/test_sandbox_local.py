@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from polling import eventually_async
 
+from agentmeter.sandbox import layers
 from agentmeter.sandbox.local import LocalBackend
 from agentmeter.sandbox.protocol import Sandbox
 from agentmeter.sandbox.spec import ExposedSocket, LayerBuildError, LayerSpec, Limits, SandboxSpec
@@ -109,6 +110,46 @@ async def test_files_copy_in_out(local_backend: LocalBackend, tmp_path: Path) ->
             await sb.read_file("/workspace/missing")
     finally:
         await sb.stop()
+
+
+def _plant_droppings(top: Path) -> None:
+    """A tree with host bytecode caches beside its content (a.py, sub/c.txt)."""
+    (top / "__pycache__").mkdir(parents=True)
+    (top / "a.py").write_text("A = 1\n")
+    (top / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\x00bytecode")
+    (top / "sub").mkdir()
+    (top / "sub" / "c.txt").write_text("C")
+    (top / "sub" / "old.pyc").write_bytes(b"\x00")
+    (top / "sub" / "old.pyo").write_bytes(b"\x00")
+
+
+async def test_copy_in_leaves_host_bytecode_caches_out(local_backend: LocalBackend,
+                                                       tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    _plant_droppings(src)
+    sb = await local_backend.start(SandboxSpec())
+    try:
+        await sb.copy_in(src, "/workspace/in", user="agent")
+        r = await sb.exec("cd /workspace/in && find . -mindepth 1 | sort")
+        assert r.stdout.split() == ["./a.py", "./sub", "./sub/c.txt"], r.stdout
+    finally:
+        await sb.stop()
+
+
+def test_layer_cache_keys_ignore_host_bytecode_caches(tmp_path: Path) -> None:
+    """A build context's key is its content's: the same on a host that imported its files."""
+    ctx = tmp_path / "ctx"
+    (ctx / "sub").mkdir(parents=True)
+    (ctx / "a.py").write_text("A = 1\n")
+    (ctx / "sub" / "c.txt").write_text("C")
+    layer = LayerSpec(kind="script", source="true", context=ctx)
+    before = (layer.recipe_digest(), layers._tree_digest([ctx]))
+    (ctx / "__pycache__").mkdir()
+    (ctx / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\x00bytecode")
+    (ctx / "sub" / "old.pyc").write_bytes(b"\x00")
+    assert (layer.recipe_digest(), layers._tree_digest([ctx])) == before
+    (ctx / "sub" / "c.txt").write_text("changed")  # content still counts
+    assert layer.recipe_digest() != before[0] and layers._tree_digest([ctx]) != before[1]
 
 
 async def test_snapshot_and_diff(local_backend: LocalBackend) -> None:

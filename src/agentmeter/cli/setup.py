@@ -18,7 +18,9 @@ from rich.progress import (
 
 from agentmeter.cli.common import JsonOpt, StoreOpt, console, err, fail
 from agentmeter.cli.run import execute_run, print_results
+from agentmeter.records import TrialStatus
 from agentmeter.runner.session import RunRequest, RunSetupError, prepare
+from agentmeter.store.db import Store
 
 
 def setup(docker: Annotated[bool, typer.Option(help="also start dockerd and import the base image")] = False,
@@ -85,7 +87,8 @@ def demo(store: StoreOpt = None, concurrency: int = 2, as_json: JsonOpt = False,
     native × solver / learner (fails a step's first round, fixes it after the feedback). (4) A
     small grid on the starter suite's core subset: the native agent and the real Codex, Claude
     Code, Qwen Code and Gemini CLI (installed once into cached layers) × scripted solver /
-    quitter. Ends with the results tables and an HTML report."""
+    quitter. Ends with the results tables and an HTML report; exits 2 when a trial ended
+    infra_invalid (after listing every infra_invalid try and its reason)."""
     requests = [RunRequest(suites=["starter"], agents=["oracle", "nop", "native"],
                            models=["scripted/solver", "scripted/explorer", "scripted/quitter"],
                            concurrency=concurrency)]
@@ -122,6 +125,24 @@ def demo(store: StoreOpt = None, concurrency: int = 2, as_json: JsonOpt = False,
         path = write_html_report(st, [rid], st.run_dir(rid) / "report.html")
         if not as_json:
             console.print(f"HTML report (open in a browser): {path}")
+    exit_on_infra_invalid(st, run_ids)
+
+
+def exit_on_infra_invalid(store: Store, run_ids: list[str]) -> None:
+    """Exit 2 when a selected trial of the runs is infra_invalid (the harness could not run it:
+    the demo did not show what it should), after naming every infra_invalid try and why."""
+    selected = [t for rid in run_ids for t in store.latest_completed_trials(rid)
+                if t.status is TrialStatus.INFRA_INVALID]
+    if not selected:
+        return
+    n = len(selected)
+    err.print(f"[red]error:[/red] {n} trial{'s' if n > 1 else ''} of the demo ended infra_invalid "
+              "(the harness could not run them); every infra_invalid try:")
+    for rid in run_ids:
+        for t in store.trials(rid, TrialStatus.INFRA_INVALID):
+            err.print(f"  [yellow]infra_invalid[/yellow] {escape(t.id)} try {t.try_number} "
+                      f"(run {rid}): {escape((t.error or 'no reason recorded').strip())}")
+    raise typer.Exit(2)
 
 
 def register(app: typer.Typer) -> None:

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agentmeter.paths import cache_dir
-from agentmeter.sandbox import images, seccomp
+from agentmeter.sandbox import droppings, images, seccomp
 from agentmeter.sandbox.archive import (
     COPY_OUT_MAX_BYTES,
     NO_SUCH_FILE,
@@ -417,7 +417,9 @@ class DockerSandbox:
             raise SandboxError(f"copy_in: {host_src} does not exist")
 
         def make_tar(fh: tempfile.SpooledTemporaryFile[bytes]) -> None:
-            def own(ti: tarfile.TarInfo) -> tarfile.TarInfo:
+            def own(ti: tarfile.TarInfo) -> tarfile.TarInfo | None:
+                if droppings.under_dropping(ti.name.partition("/")[2]):  # no host bytecode caches
+                    return None
                 ti.uid, ti.gid, ti.uname, ti.gname = int(uid), int(gid), "", ""
                 return ti
             with tarfile.open(fileobj=fh, mode="w") as tar:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentmeter.paths import cache_dir
+from agentmeter.sandbox import droppings
 from agentmeter.sandbox.dockerfile import ParsedDockerfile, parse_dockerfile
 from agentmeter.sandbox.dockerfile_legacy import legacy_dockerfile
 from agentmeter.sandbox.hosttools import DOCKER_TOOLS, ensure_tools
@@ -280,7 +281,8 @@ async def build_script_layer(layer: LayerSpec, parent: str, tag: str, labels: li
         await docker("create", "-i", "--name", name, *labels, "-u", "0:0", "--entrypoint", "",
                      "--network", _network_flag(layer), parent, "bash", "-c", _SCRIPT_WRAPPER)
         if layer.context is not None:
-            await docker("cp", f"{layer.context}/.", f"{name}:{_CONTEXT_DIR}")
+            with droppings.clean_tree(layer.context) as context:  # no host bytecode caches
+                await docker("cp", f"{context}/.", f"{name}:{_CONTEXT_DIR}")
         res = await docker("start", "-a", "-i", name, stdin=layer.source.encode(), check=False)
         if res.returncode != 0:
             out = res.text()
@@ -351,10 +353,13 @@ async def build_dockerfile_layer(layer: LayerSpec, parent: str, tag: str,
         dockerfile = Path(tmp) / "Dockerfile"
         context = layer.context if layer.context is not None else Path(tmp) / "empty"
         context.mkdir(exist_ok=True)
-        if ca is not None:  # lend the host's trust roots to the RUN steps (sandbox/trust.py)
+        if ca is not None or droppings.contains(context):
+            # a copy: without host bytecode caches, and lending the host's trust roots to
+            # the RUN steps (sandbox/trust.py)
             lent = Path(tmp) / "context"
-            shutil.copytree(context, lent, symlinks=True)
-            (lent / _CA_NAME).write_bytes(ca)
+            shutil.copytree(context, lent, symlinks=True, ignore=droppings.ignore)
+            if ca is not None:
+                (lent / _CA_NAME).write_bytes(ca)
             context = lent
         dockerfile.write_text(text)
         res = await docker("build", "--force-rm", "--network", _network_flag(layer), *labels,

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, Field
 
 from agentmeter.paths import cache_dir
-from agentmeter.sandbox import idmap, oci, rootfs
+from agentmeter.sandbox import droppings, idmap, oci, rootfs
 from agentmeter.sandbox.buildcopy import copy_step
 from agentmeter.sandbox.dockerfile import (
     DEFAULT_SHELL,
@@ -135,7 +135,7 @@ def _digest(*parts: str) -> str:
 def _tree_digest(paths: list[Path]) -> str:
     h = hashlib.sha256()
     for top in paths:
-        items = [top] if top.is_file() else sorted(top.rglob("*"))
+        items = [top] if top.is_file() else droppings.walk(top)
         for p in items:
             h.update(str(p.relative_to(top.parent)).encode())
             if p.is_file():

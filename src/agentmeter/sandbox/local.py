@@ -48,7 +48,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from agentmeter.sandbox import cgroups, idmap, local_dirs, rootfs, seccomp
+from agentmeter.sandbox import cgroups, droppings, idmap, local_dirs, rootfs, seccomp
 from agentmeter.sandbox.archive import (
     COPY_OUT_MAX_BYTES,
     NO_SUCH_FILE,
@@ -435,7 +435,7 @@ class LocalSandbox:
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tar:
             if host_src.is_dir():
-                for p in sorted(host_src.rglob("*")):
+                for p in droppings.walk(host_src):  # no host bytecode caches
                     tar.add(p, arcname=p.relative_to(host_src).as_posix(), recursive=False)
             else:
                 tar.add(host_src, arcname=Path(dst).name, recursive=False)

@@ -11,6 +11,8 @@ from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from agentmeter.sandbox import droppings
+
 BaseName = Literal["debian", "host"]
 #: "none": loopback only; "full": the internet (never the host's loopback); "allowlist": loopback
 #: only, plus the harness's proxy admitting ``SandboxSpec.allowed_hosts`` (proxy.py)
@@ -99,7 +101,7 @@ class LayerSpec(_Frozen):
         h.update(b"\0")
         h.update(self.network.encode())
         if self.context is not None and self.context.is_dir():
-            for p in sorted(self.context.rglob("*")):
+            for p in droppings.walk(self.context):  # host bytecode caches are not content
                 rel = p.relative_to(self.context).as_posix()
                 h.update(rel.encode() + b"\0")
                 if p.is_file() and not p.is_symlink():
