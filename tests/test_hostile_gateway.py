@@ -291,18 +291,30 @@ async def test_a_17th_request_in_flight_gets_429(gated: tuple[GatedUpstream, int
         await gw.stop()
 
 
-async def test_connections_per_client_are_capped() -> None:
-    gw = await start_gateway(GatewayLimits(max_connections_per_client=8))
+@pytest.mark.parametrize("over", ["tcp", "unix"])
+async def test_connections_per_client_are_capped(over: str) -> None:
+    """Over TCP a client is an IP address; over the Unix socket, a process (each sandbox's
+    bridge is its own)."""
+    gw = Gateway(ModelRegistry(), PriceBook(), limits=GatewayLimits(max_connections_per_client=8))
+    await gw.start(port=0, private_socket=True)
     try:
-        assert gw.port is not None
-        conns = [await asyncio.open_connection("127.0.0.1", gw.port) for _ in range(8)]
-        reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+        assert gw.port is not None and gw.unix_socket is not None
+        path, port = str(gw.unix_socket), gw.port
+
+        async def connect() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+            if over == "unix":
+                return await asyncio.open_unix_connection(path)
+            return await asyncio.open_connection("127.0.0.1", port)
+
+        conns = [await connect() for _ in range(8)]
+        reader, writer = await connect()
         answer = await closed_within(reader, 5)
         assert answer.startswith(b"HTTP/1.1 503") and b"too many connections" in answer
         writer.close()
         conns.pop()[1].close()  # one closes: a new one is taken
         assert await eventually_async(lambda: sum(gw._gate.open.values()) == 7)
-        reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+        assert list(gw._gate.open) == [f"pid:{os.getpid()}" if over == "unix" else "ip:127.0.0.1"]
+        reader, writer = await connect()
         writer.write(b"GET / HTTP/1.1\r\nHost: gw\r\n\r\n")
         assert (await reader.readline()).startswith(b"HTTP/1.1 200")
         writer.close()
@@ -383,5 +395,36 @@ async def test_max_usd_holds_against_100_concurrent_calls(
         assert statuses.count(200) == up.received == 6
         assert meter.charged_usd == pytest.approx(6 * one)
         assert meter.charged_usd <= 5.5 * one + one
+    finally:
+        await gw.stop()
+
+
+async def test_calls_waiting_for_their_reservation_are_refused_when_the_trial_ends(
+        gated: tuple[GatedUpstream, int]) -> None:
+    up, port = gated
+    gw = await start_gateway(None, port)
+    try:
+        token = gw.open_trial("t", "gated/up", budget=Budget(max_tokens=3000))
+        async with aiohttp.ClientSession() as s:
+
+            async def call() -> int:
+                async with s.post(gw.base_url + PATHS["chat"], json=request_body("chat", False),
+                                  headers={"Authorization": f"Bearer {token}"}) as r:
+                    await r.read()
+                    return r.status
+
+            first = asyncio.create_task(call())
+            assert await eventually_async(lambda: up.received == 1)
+            waiting = [asyncio.create_task(call()) for _ in range(3)]  # their worst case waits
+            assert await eventually_async(lambda: gw._trials["t"].in_flight == 4)
+            finishing = asyncio.create_task(gw.finish_trial("t"))
+            try:
+                async with asyncio.timeout(10):
+                    assert await asyncio.gather(*waiting) == [401] * 3  # at once, never served
+            finally:
+                up.gate.set()
+            assert await first == 200
+            meter = await finishing
+        assert len(meter.calls) == 1 and up.received == 1 and not meter.budget_exceeded
     finally:
         await gw.stop()

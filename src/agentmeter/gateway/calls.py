@@ -116,7 +116,7 @@ def worst_case(call: Call, prices: PriceBook) -> Reservation:
     cap = translate.output_cap(call.client_api, call.body) or DEFAULT_OUTPUT_RESERVE
     tokens = call.bytes_in + cap
     usd = prices.max_charge_usd(call.trial.model.price_key, tokens, call.bytes_in) \
-        if call.trial.priced else None
+        if call.trial.priced and call.trial.budget.max_usd is not None else None
     return Reservation(tokens=tokens, usd=usd or 0.0)
 
 

@@ -70,6 +70,10 @@ class TrialMeter(BaseModel):
 CallSink = Callable[[ModelCallRecord], None]
 
 
+class TrialClosed(Exception):
+    """The trial ended while a call waited to reserve its worst case (it is not served)."""
+
+
 @dataclass(frozen=True)
 class Reservation:
     """A call's worst case, held against its trial's budgets while it is under way."""
@@ -113,6 +117,7 @@ class TrialState:
     reserved_usd: float = 0.0
     reserved_calls: int = 0
     settled: asyncio.Event = field(default_factory=asyncio.Event)  # set (and renewed) on a settle
+    ended: bool = False  # the token is refused: calls waiting to reserve are not served
 
     def __post_init__(self) -> None:
         self.idle.set()
@@ -148,8 +153,11 @@ class TrialState:
         whose worst case does not fit beside the calls under way waits for them to settle; a
         call alone is served while no budget is used up. So the calls served together always
         fit, and a budget is exceeded by at most one call's true usage (the call served alone
-        when its worst case was more than was left)."""
+        when its worst case was more than was left). Raises :class:`TrialClosed` when the trial
+        ends while the call waits."""
         while True:
+            if self.ended:
+                raise TrialClosed(self.trial_id)
             reason = self.over_budget()
             if reason is not None:
                 return reason
@@ -177,6 +185,14 @@ class TrialState:
         self.reserved_tokens -= held.tokens
         self.reserved_usd -= held.usd
         self.reserved_calls -= held.calls
+        self._wake()
+
+    def end(self) -> None:
+        """The trial's token is refused: calls waiting to reserve give up."""
+        self.ended = True
+        self._wake()
+
+    def _wake(self) -> None:
         waiters, self.settled = self.settled, asyncio.Event()
         waiters.set()
 

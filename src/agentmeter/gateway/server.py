@@ -30,6 +30,7 @@ from agentmeter.gateway.metering import (
     CallPurpose,
     CallSink,
     ScriptedContext,
+    TrialClosed,
     TrialMeter,
     TrialState,
 )
@@ -211,6 +212,7 @@ class Gateway:
         state = self._trial(trial_id)
         del self._trials[trial_id]
         self._tokens.pop(state.token, None)
+        state.end()
         return state.meter()
 
     async def finish_trial(self, trial_id: str, settle_s: float = SETTLE_S) -> TrialMeter:
@@ -218,6 +220,7 @@ class Gateway:
         metered, then close it."""
         state = self._trial(trial_id)
         self._tokens.pop(state.token, None)
+        state.end()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(state.idle.wait(), settle_s)
         return self.close_trial(trial_id)
@@ -275,6 +278,8 @@ class Gateway:
             return await bounds.read_body(request, trial.load, self.limits, held)
         except BodyRefused as e:
             refusal = self._error(api, e.status, e.message)
+            if e.status == 429:
+                refusal.headers["Retry-After"] = "1"
         except (aiohttp.ClientError, ConnectionError):
             refusal = self._error(api, 400, "could not read the request body")
         refusal.force_close()  # what is left of the body is never read
@@ -325,7 +330,11 @@ class Gateway:
         trial.begin_call()
         try:
             want = worst_case(call, self.prices)
-            reason = await trial.reserve(want)
+            try:
+                reason = await trial.reserve(want)
+            except TrialClosed:
+                return self._error(client_api, 401, "the agentmeter trial has ended",
+                                   code="invalid_api_key")
             if reason is not None:
                 return await refuse_budget(call, env, reason)
             call.reservation = want
