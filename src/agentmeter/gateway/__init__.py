@@ -5,6 +5,7 @@ meters every call, enforces per-trial budgets, injects provider keys, translates
 upstreams, and hosts the scripted offline model (``scripted/<policy>``).
 """
 
+from agentmeter.gateway.bounds import GatewayLimits
 from agentmeter.gateway.metering import Budget, ScriptedContext, TrialMeter
 from agentmeter.gateway.registry import (
     BUILTIN_PROVIDERS,
@@ -15,5 +16,5 @@ from agentmeter.gateway.registry import (
 from agentmeter.gateway.server import Gateway, GatewayError
 from agentmeter.gateway.upstream import RetryPolicy
 
-__all__ = ["BUILTIN_PROVIDERS", "Budget", "Gateway", "GatewayError", "ModelConfigError",
+__all__ = ["BUILTIN_PROVIDERS", "Budget", "Gateway", "GatewayError", "GatewayLimits", "ModelConfigError",
            "ModelRegistry", "RetryPolicy", "ScriptedContext", "TrialMeter", "UpstreamModel"]

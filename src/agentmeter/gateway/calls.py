@@ -2,11 +2,14 @@
 
 A call is finished (metered, charged to its trial's budget, handed to the trial's sink) before
 the client sees the end of its response. A client that hangs up mid-stream does not end the call:
-the upstream is read to its end, so the call's real usage is metered and charged.
+the upstream is read to its end, so the call's real usage is metered and charged. Before it is
+served a call reserves its worst case against the budgets (``worst_case``); its true usage
+replaces the reservation when it finishes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
@@ -19,7 +22,7 @@ from aiohttp import web
 from agentmeter.gateway import translate
 from agentmeter.gateway import usage as usage_fields
 from agentmeter.gateway.errors import convert_error, error_bytes, gemini_budget_bytes
-from agentmeter.gateway.metering import StreamUsage, TrialState, body_usage
+from agentmeter.gateway.metering import Reservation, StreamUsage, TrialState, body_usage
 from agentmeter.gateway.neutral import NeutralUsage
 from agentmeter.gateway.persist import CallWriter
 from agentmeter.gateway.sse import SseEvent, SseParser, loads_object
@@ -31,6 +34,8 @@ if TYPE_CHECKING:
     from agentmeter.pricing import PriceBook
 
 JSON = "application/json"
+#: the output a call reserves against a token or USD budget when its request sets no cap
+DEFAULT_OUTPUT_RESERVE = 32_768
 
 
 @dataclass
@@ -42,6 +47,7 @@ class CallEnv:
     secret: str | None  # the injected key: scrubbed from anything sent to the client
     bodies_dir: Path | None
     writer: CallWriter
+    write_timeout_s: float = 60.0  # a stream's write the client does not take: it is gone
 
 
 @dataclass
@@ -65,6 +71,7 @@ class Call:
     finished: bool = False
     stream_route: bool | None = None  # Gemini: streaming is the URL's method, not a body field
     sse: bool = True  # Gemini: a stream as SSE (``?alt=sse``), else as one JSON array
+    reservation: Reservation | None = None  # held against the budgets until the call settles
 
     @property
     def translated(self) -> bool:
@@ -102,6 +109,24 @@ def usage_bound(call: Call, usage: TokenUsage) -> TokenUsage:
             cap if cap is not None else call.upstream_bytes)})
 
 
+def worst_case(call: Call, prices: PriceBook) -> Reservation:
+    """What a call may cost at most: input, the request's bytes (a token is at least a byte of
+    its text); output, the request's cap (``DEFAULT_OUTPUT_RESERVE`` when it sets none); in USD,
+    all of it at the highest rate of the model's price entry."""
+    cap = translate.output_cap(call.client_api, call.body) or DEFAULT_OUTPUT_RESERVE
+    tokens = call.bytes_in + cap
+    usd = prices.max_charge_usd(call.trial.model.price_key, tokens, call.bytes_in) \
+        if call.trial.priced and call.trial.budget.max_usd is not None else None
+    return Reservation(tokens=tokens, usd=usd or 0.0)
+
+
+def settle(call: Call) -> None:
+    """Give back the call's reservation (once): after it was charged, or when never served."""
+    held, call.reservation = call.reservation, None
+    if held is not None:
+        call.trial.release(held)
+
+
 async def finish_call(call: Call, env: CallEnv) -> ModelCallRecord:
     """Meter the call, charge its trial and hand it to the trial's sink (once)."""
     call.finished = True
@@ -126,6 +151,7 @@ async def finish_call(call: Call, env: CallEnv) -> ModelCallRecord:
     else:  # a cost n/a for want of a cache price is charged an upper bound, never zero
         call.trial.add(record, None, env.prices.charge_usd(model.price_key, usage)
                        if call.usage and record.cost_usd is None else None)
+    settle(call)  # the true charge replaces the worst case
     await env.writer.write(call.trial, record)
     return record
 
@@ -254,10 +280,16 @@ async def _stream(request: web.Request, call: Call, env: CallEnv, reply: Upstrea
 
     async def to_client(step: Awaitable[Any]) -> None:
         try:
-            await step
+            async with asyncio.timeout(env.write_timeout_s):
+                await step
         except (ConnectionError, RuntimeError) as e:  # the client went away: keep reading
             call.client_gone = True
             call.error = f"client disconnected: {type(e).__name__}"
+        except TimeoutError:  # the client takes nothing: drop it, keep reading the upstream
+            call.client_gone = True
+            call.error = f"client disconnected: took no data for {env.write_timeout_s:g} s"
+            if request.transport is not None:
+                request.transport.abort()
 
     async def emit(data: bytes) -> None:
         if not data or call.client_gone:

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentmeter.gateway import usage as usage_fields
+from agentmeter.gateway.bounds import TrialLoad
 from agentmeter.gateway.neutral import NeutralUsage
 from agentmeter.gateway.registry import UpstreamModel
 from agentmeter.gateway.sse import SseEvent, loads_object
@@ -25,7 +26,9 @@ CallPurpose = Literal["agent", "judge"]
 
 
 class Budget(BaseModel):
-    """Per-trial limits; a call starting after one is reached is refused."""
+    """Per-trial limits; a call starting after one is reached is refused. Concurrent calls
+    reserve their worst case first (``TrialState.reserve``): no budget is exceeded by more
+    than one call's usage."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -67,6 +70,19 @@ class TrialMeter(BaseModel):
 CallSink = Callable[[ModelCallRecord], None]
 
 
+class TrialClosed(Exception):
+    """The trial ended while a call waited to reserve its worst case (it is not served)."""
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A call's worst case, held against its trial's budgets while it is under way."""
+
+    tokens: int
+    usd: float
+    calls: int = 1
+
+
 def usage_unknown(record: ModelCallRecord) -> bool:
     """A served call (status 200) whose input or output tokens the upstream did not report."""
     return record.status_code == 200 and (record.usage.input is None or record.usage.output is None)
@@ -96,6 +112,12 @@ class TrialState:
     calls_without_usage: int = 0
     in_flight: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
+    load: TrialLoad = field(default_factory=TrialLoad)  # requests and body bytes held (bounds)
+    reserved_tokens: int = 0
+    reserved_usd: float = 0.0
+    reserved_calls: int = 0
+    settled: asyncio.Event = field(default_factory=asyncio.Event)  # set (and renewed) on a settle
+    ended: bool = False  # the token is refused: calls waiting to reserve are not served
 
     def __post_init__(self) -> None:
         self.idle.set()
@@ -123,6 +145,56 @@ class TrialState:
         if b.max_usd is not None and self.priced and self.charged_usd >= b.max_usd:
             return f"cost budget of ${b.max_usd:.4f} exhausted (${self.charged_usd:.4f} charged)"
         return None
+
+    async def reserve(self, want: Reservation) -> str | None:
+        """Hold a call's worst case against the budgets before it is served, or say why it is
+        refused. Atomic across the trial's concurrent calls: the check and the reservation run
+        with no await between them, on the gateway's one event loop (that is the lock). A call
+        whose worst case does not fit beside the calls under way waits for them to settle; a
+        call alone is served while no budget is used up. So the calls served together always
+        fit, and a budget is exceeded by at most one call's true usage (the call served alone
+        when its worst case was more than was left). Raises :class:`TrialClosed` when the trial
+        ends while the call waits."""
+        while True:
+            if self.ended:
+                raise TrialClosed(self.trial_id)
+            reason = self.over_budget()
+            if reason is not None:
+                return reason
+            if self.reserved_calls == 0 or self._fits(want):
+                break
+            await self.settled.wait()
+        self.reserved_tokens += want.tokens
+        self.reserved_usd += want.usd
+        self.reserved_calls += want.calls
+        return None
+
+    def _fits(self, want: Reservation) -> bool:
+        b = self.budget
+        if b.max_calls is not None and \
+                self.metered_calls + self.reserved_calls + want.calls > b.max_calls:
+            return False
+        if b.max_tokens is not None and \
+                self.charged_tokens + self.reserved_tokens + want.tokens > b.max_tokens:
+            return False
+        return not (b.max_usd is not None and self.priced
+                    and self.charged_usd + self.reserved_usd + want.usd > b.max_usd)
+
+    def release(self, held: Reservation) -> None:
+        """Give back a reservation (the call settled, or was never served); wakes the waiters."""
+        self.reserved_tokens -= held.tokens
+        self.reserved_usd -= held.usd
+        self.reserved_calls -= held.calls
+        self._wake()
+
+    def end(self) -> None:
+        """The trial's token is refused: calls waiting to reserve give up."""
+        self.ended = True
+        self._wake()
+
+    def _wake(self) -> None:
+        waiters, self.settled = self.settled, asyncio.Event()
+        waiters.set()
 
     def add(self, record: ModelCallRecord, charged: TokenUsage | None = None,
             charged_usd: float | None = None) -> None:

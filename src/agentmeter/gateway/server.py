@@ -13,14 +13,24 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from agentmeter.gateway import sockdir, translate
-from agentmeter.gateway.calls import JSON, Call, CallEnv, forward, refuse_budget
+from agentmeter.gateway import bounds, sockdir, translate
+from agentmeter.gateway.bounds import BodyRefused, GatewayLimits
+from agentmeter.gateway.calls import (
+    JSON,
+    Call,
+    CallEnv,
+    forward,
+    refuse_budget,
+    settle,
+    worst_case,
+)
 from agentmeter.gateway.errors import error_bytes
 from agentmeter.gateway.metering import (
     Budget,
     CallPurpose,
     CallSink,
     ScriptedContext,
+    TrialClosed,
     TrialMeter,
     TrialState,
 )
@@ -63,12 +73,16 @@ def _api_of(request: web.Request) -> WireApi:
 
 
 class Gateway:
-    """Metering proxy. ``open_trial`` gives a token; ``close_trial`` returns what was metered."""
+    """Metering proxy. ``open_trial`` gives a token; ``close_trial`` returns what was metered.
+    ``limits``: what a trial or a connecting client may hold of it (``bounds``)."""
 
     def __init__(self, models: ModelRegistry, prices: PriceBook, *,
                  record_bodies_dir: Path | None = None, retry: RetryPolicy | None = None,
-                 allow_unpriced: bool = True) -> None:
+                 allow_unpriced: bool = True, limits: GatewayLimits | None = None) -> None:
         self.models, self.prices = models, prices
+        self.limits = limits or GatewayLimits()
+        self._gate = bounds.ConnectionGate(self.limits)
+        self._servers: list[asyncio.AbstractServer] = []
         self.record_bodies_dir = record_bodies_dir
         self.retry = retry or RetryPolicy()
         self.allow_unpriced = allow_unpriced
@@ -94,7 +108,8 @@ class Gateway:
             unix_socket = self._own_socket_dir / "gw.sock"
         if unix_socket is None and host is None and port is None:
             host, port = "127.0.0.1", 0
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(client_max_size=self.limits.max_body_bytes,
+                              middlewares=[bounds.middleware(self.limits)])
         for path in CALL_ROUTES:
             app.router.add_post(path, self._handle_call)
         for path in ("/v1/messages/count_tokens", "/messages/count_tokens"):
@@ -109,25 +124,36 @@ class Gateway:
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300),
             auto_decompress=True)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # a body left unread (a refused request) closes its connection at once (no lingering)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                     lingering_time=0,
+                                     keepalive_timeout=self.limits.header_timeout_s)
         await self._runner.setup()
+        # aiohttp's protocol behind the connection gate (bounds.BoundedConnection)
+        assert self._runner.server is not None
+        factory = self._gate.factory(self._runner.server)
+        loop = asyncio.get_running_loop()
         if unix_socket is not None:
             unix_socket.parent.mkdir(parents=True, exist_ok=True)
             if unix_socket.exists():
                 unix_socket.unlink()
-            await web.UnixSite(self._runner, str(unix_socket)).start()
+            self._servers.append(await loop.create_unix_server(factory, str(unix_socket)))
             self.unix_socket = unix_socket
         if host is not None or port is not None:
-            site = web.TCPSite(self._runner, host or "127.0.0.1", port or 0)
-            await site.start()
-            server = site._server
-            assert isinstance(server, asyncio.base_events.Server)
+            server = await loop.create_server(factory, host or "127.0.0.1", port or 0)
+            self._servers.append(server)
             self.port = server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
+        for server in self._servers:
+            server.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        for server in self._servers:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(server.wait_closed(), 5)
+        self._servers.clear()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -186,6 +212,7 @@ class Gateway:
         state = self._trial(trial_id)
         del self._trials[trial_id]
         self._tokens.pop(state.token, None)
+        state.end()
         return state.meter()
 
     async def finish_trial(self, trial_id: str, settle_s: float = SETTLE_S) -> TrialMeter:
@@ -193,6 +220,7 @@ class Gateway:
         metered, then close it."""
         state = self._trial(trial_id)
         self._tokens.pop(state.token, None)
+        state.end()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(state.idle.wait(), settle_s)
         return self.close_trial(trial_id)
@@ -243,16 +271,47 @@ class Gateway:
         return await self._call(request, "gemini", stream=stream,
                                 sse=request.query.get("alt") == "sse")
 
+    async def _read(self, request: web.Request, trial: TrialState, api: WireApi,
+                    held: list[int]) -> bytes | web.Response:
+        """The request's body within the limits, or the answer refusing it."""
+        try:
+            return await bounds.read_body(request, trial.load, self.limits, held)
+        except BodyRefused as e:
+            refusal = self._error(api, e.status, e.message)
+            if e.status == 429:
+                refusal.headers["Retry-After"] = "1"
+        except (aiohttp.ClientError, ConnectionError):
+            refusal = self._error(api, 400, "could not read the request body")
+        refusal.force_close()  # what is left of the body is never read
+        return refusal
+
+    def _too_busy(self, api: WireApi) -> web.Response:
+        resp = self._error(api, 429, f"the trial has {self.limits.max_in_flight} requests in "
+                           "flight, the gateway's limit; retry when one has ended")
+        resp.headers["Retry-After"] = "1"
+        return resp
+
     async def _call(self, request: web.Request, client_api: WireApi, *,
                     stream: bool | None = None, sse: bool = True) -> web.StreamResponse:
         trial = self._auth(request)
         if trial is None:
             return self._error(client_api, 401, "invalid or unknown agentmeter trial token",
                                code="invalid_api_key")
+        if not trial.load.enter(self.limits):
+            return self._too_busy(client_api)
+        held = [0]
         try:
-            raw = await request.read()
-        except (TimeoutError, aiohttp.ClientError, ConnectionError):
-            return self._error(client_api, 400, "could not read the request body")
+            return await self._bounded_call(request, trial, client_api, held, stream, sse)
+        finally:
+            bounds.release_body(trial.load, held)
+            trial.load.leave()
+
+    async def _bounded_call(self, request: web.Request, trial: TrialState, client_api: WireApi,
+                            held: list[int], stream: bool | None,
+                            sse: bool) -> web.StreamResponse:
+        raw = await self._read(request, trial, client_api, held)
+        if isinstance(raw, web.Response):
+            return raw
         body = request_object(raw)
         if isinstance(body, str):
             return self._error(client_api, 400, body)
@@ -266,25 +325,41 @@ class Gateway:
             upstream, key = self._upstream(um)
         except GatewayError as e:
             return self._error(client_api, 503, str(e))
-        env = CallEnv(self.prices, upstream, key, self.record_bodies_dir, self._writer)
+        env = CallEnv(self.prices, upstream, key, self.record_bodies_dir, self._writer,
+                      self.limits.write_timeout_s)
         trial.begin_call()
         try:
-            reason = trial.over_budget()
+            want = worst_case(call, self.prices)
+            try:
+                reason = await trial.reserve(want)
+            except TrialClosed:
+                return self._error(client_api, 401, "the agentmeter trial has ended",
+                                   code="invalid_api_key")
             if reason is not None:
                 return await refuse_budget(call, env, reason)
+            call.reservation = want
             return await forward(request, call, env)
         finally:
+            settle(call)  # a call never served gives its reservation back
             trial.end_call()
 
     async def _count_tokens(self, request: web.Request,
                             api: WireApi = "messages") -> web.Response:
         """An estimate of a request's input tokens (not metered, not sent upstream)."""
-        if self._auth(request) is None:
+        trial = self._auth(request)
+        if trial is None:
             return self._error(api, 401, "invalid or unknown agentmeter trial token")
+        if not trial.load.enter(self.limits):
+            return self._too_busy(api)
+        held = [0]
         try:
-            body = request_object(await request.read())
-        except (TimeoutError, aiohttp.ClientError, ConnectionError):
-            body = "could not read the request body"
+            raw = await self._read(request, trial, api, held)
+            if isinstance(raw, web.Response):
+                return raw
+            body = request_object(raw)
+        finally:
+            bounds.release_body(trial.load, held)
+            trial.load.leave()
         if isinstance(body, str):
             return self._error(api, 400, body)
         from agentmeter.gateway.scripted.conversation import read

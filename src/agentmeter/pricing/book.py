@@ -13,7 +13,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from agentmeter.pricing.formula import CacheFallback, ModelRates, charge_bound, cost
+from agentmeter.pricing.formula import MILLION, CacheFallback, ModelRates, charge_bound, cost
 from agentmeter.pricing.snapshot import PricingError, PricingSnapshot, scripted_snapshot
 from agentmeter.records import TokenUsage
 
@@ -138,6 +138,18 @@ class PriceBook:
         want of a cache price, the upper bound :func:`~agentmeter.pricing.formula.charge_bound`.
         ``None`` only when the model is unpriced or the usage exposes nothing."""
         return self._usd(price_key, usage, charge_bound)
+
+    def max_charge_usd(self, price_key: str | None, tokens: int,
+                       input_tokens: int = 0) -> float | None:
+        """An upper bound of what ``tokens`` tokens of any kind can cost (a call's worst case,
+        reserved against a USD budget): all at the entry's highest rate. ``None`` when
+        unpriced."""
+        quote = self.quote(price_key, input_tokens) if price_key is not None else None
+        if quote is None:
+            return None
+        r = quote.rates
+        top = max(r.input, r.output, r.cache_write or 0, r.cache_read or 0)
+        return float(top * tokens / MILLION * Decimal(str(quote.usd_per_unit)))
 
     def require(self, price_keys: Iterable[str | None], *, allow_unpriced: bool = False) -> None:
         """Fail before a run when a model has no price (unless allowed)."""

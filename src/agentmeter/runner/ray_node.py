@@ -34,7 +34,7 @@ from agentmeter.pricing import PriceBook
 from agentmeter.records import ConfigRecord, TrialRecord, TrialStatus
 from agentmeter.runner import shipping
 from agentmeter.runner.scenario import ScenarioRunner
-from agentmeter.runner.trial import TrialContext, TrialRunner, sandbox_spec
+from agentmeter.runner.trial import GATEWAY_LIMITS, TrialContext, TrialRunner, sandbox_spec
 from agentmeter.sandbox import registry as sandbox_registry
 from agentmeter.sandbox.protocol import SandboxBackend
 from agentmeter.sandbox.spec import SandboxError, SandboxSpec
@@ -154,7 +154,8 @@ def _gateway(models: ModelFiles, scratch: Path, bodies: Path | None) -> Gateway:
             paths.append(scratch / f"prices-{i}.toml")
             paths[-1].write_text(text)
         prices = PriceBook.load(paths)
-    return Gateway(registry, prices, record_bodies_dir=bodies, allow_unpriced=models.allow_unpriced)
+    return Gateway(registry, prices, record_bodies_dir=bodies, allow_unpriced=models.allow_unpriced,
+                   limits=GATEWAY_LIMITS)
 
 
 class _OwnedStore(Store):

@@ -20,7 +20,7 @@ from agentmeter.runner import ray_cluster, ray_executor
 from agentmeter.runner.executor import PrepareCallback, ProgressCallback, RunProgress, execute
 from agentmeter.runner.lock import RunLockedError, run_lock
 from agentmeter.runner.plan import PlannedConfig, build_configs, build_plan
-from agentmeter.runner.trial import TrialContext, base_image
+from agentmeter.runner.trial import GATEWAY_LIMITS, TrialContext, base_image
 from agentmeter.sandbox import registry as sandbox_registry
 from agentmeter.sandbox.dockerfile import local_refusals, parse_dockerfile
 from agentmeter.sandbox.hostpolicy import entries_naming_the_host
@@ -304,7 +304,7 @@ class Executor:
             registry, prices = models_and_prices(req)
             bodies = store.run_dir(run_id) / "bodies" if req.record_bodies else None
             gateway = Gateway(registry, prices, record_bodies_dir=bodies,
-                              allow_unpriced=req.allow_unpriced)
+                              allow_unpriced=req.allow_unpriced, limits=GATEWAY_LIMITS)
             await gateway.start(private_socket=True, host="127.0.0.1", port=0)
         ctx = TrialContext(store=store, run_id=run_id, backend=self.backend, gateway=gateway,
                            judge_model=req.judge_model)

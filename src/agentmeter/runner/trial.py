@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 
 from agentmeter.agents.base import Agent, AgentContext, AgentRun, AgentSession, GatewayEndpoint
 from agentmeter.agents.reference import replay_script
-from agentmeter.gateway import Budget, Gateway, ScriptedContext, TrialMeter
+from agentmeter.gateway import Budget, Gateway, GatewayLimits, ScriptedContext, TrialMeter
 from agentmeter.records import (
     ArtifactRecord,
     ConfigRecord,
@@ -50,6 +50,8 @@ from agentmeter.verify.registry import make_verifier
 
 #: port the gateway appears on inside every sandbox
 GATEWAY_PORT = 18080
+#: what each trial (and each sandbox's bridge) may hold of a run's gateway (docs/security.md)
+GATEWAY_LIMITS = GatewayLimits()
 #: how often a running agent's budget state is checked (seconds)
 BUDGET_POLL_S = 0.5
 #: how long an agent asked to stop (budget exhausted) may take to hand back its logs
