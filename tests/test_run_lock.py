@@ -56,7 +56,7 @@ def test_concurrent_resume_of_a_live_run_is_refused(tmp_path: Path) -> None:
     its trials; after the runner is SIGKILLed, resume completes every trial once."""
     suite = tmp_path / "suite"
     # the slow trial is surely mid-run while the test acts; it ends by its agent timeout
-    make_task(suite, "slow", solve="sleep 600", agent_timeout=8)
+    make_task(suite, "slow", solve="sleep 600", agent_timeout=25)  # outlasts a loaded machine
     make_task(suite, "quick")
     runs = tmp_path / "runs"
     log = (tmp_path / "run.log").open("w")
