@@ -4,8 +4,9 @@ launched by path). Chromium is installed with apt when missing and we are root; 
 playwright or chromium the tests are skipped with the reason printed.
 
 Use: ``from browser import browser_fixture, page_fixture`` in a test module; the fixtures are
-named ``browser`` (session) and ``page`` (per test: a fresh context whose console errors and
-uncaught page errors are collected in ``page.errors``)."""
+named ``browser`` (module) and ``page`` (per test: a fresh context whose console errors and
+uncaught page errors are collected in ``page.errors``); ``chromium_fixture`` (``chromium``, the
+path) only makes sure Chromium is there."""
 
 from __future__ import annotations
 
@@ -37,6 +38,26 @@ def chromium_path() -> str | None:
     return CHROMIUM if Path(CHROMIUM).exists() else None
 
 
+def require_chromium() -> str:
+    """The path of Chromium, installed through agentmeter's host installer when missing (as a
+    user's first browser-judged run does); skips the test when it cannot be had."""
+    if chromium_path() is None:
+        try:
+            ensure_tools({"chromium": "chromium"}, "browser tests")
+        except SandboxError as e:
+            _skip(str(e))
+    path = chromium_path()
+    if path is None:
+        _skip("chromium is not installed (apt-get install chromium)")
+    assert path is not None
+    return path
+
+
+@pytest.fixture(scope="session", name="chromium")
+def chromium_fixture() -> str:
+    return require_chromium()
+
+
 # module scope: playwright's sync API keeps an event loop running in this thread while open,
 # which would break every asyncio test collected after the browser tests
 @pytest.fixture(scope="module", name="browser")
@@ -46,16 +67,7 @@ def browser_fixture() -> Iterator[Any]:
     except ImportError:
         _skip("the Python package playwright is not installed (pip install playwright)")
         return
-    if chromium_path() is None:
-        try:
-            ensure_tools({"chromium": "chromium"}, "browser tests")
-        except SandboxError as e:
-            _skip(str(e))
-            return
-    path = chromium_path()
-    if path is None:
-        _skip("chromium is not installed (apt-get install chromium)")
-        return
+    path = require_chromium()
     with sync_playwright() as pw:
         try:
             browser = pw.chromium.launch(executable_path=path, args=CHROMIUM_ARGS,

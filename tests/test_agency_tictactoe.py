@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
+from browser import chromium_fixture  # noqa: F401
 
 from agentmeter.verify.browser import CaptureResult, capture, load_plan
 
@@ -22,9 +22,7 @@ SCENARIO = Path(__file__).resolve().parents[1] / "src/agentmeter/tasks/suites/ag
 STEPS = ["subtask1", "subtask2", "subtask3"]
 EVIDENCE_LABEL = re.compile(r"^capture:([A-Za-z0-9_-]+)")
 
-needs_chromium = pytest.mark.skipif(
-    shutil.which("chromium") is None and not Path("/usr/bin/chromium").exists(),
-    reason="chromium is not installed (apt-get install chromium)")
+needs_chromium = pytest.mark.usefixtures("chromium")
 
 
 def _rubric(step: str) -> dict[str, Any]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import shutil
 import socket
 import struct
 import threading
@@ -14,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from browser import chromium_fixture  # noqa: F401
 
 from agentmeter.verify.browser import (
     CaptureError,
@@ -23,9 +23,7 @@ from agentmeter.verify.browser import (
     parse_plan,
 )
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("chromium") is None and not Path("/usr/bin/chromium").exists(),
-    reason="chromium is not installed (apt-get install chromium)")
+pytestmark = pytest.mark.usefixtures("chromium")
 
 COUNTER = """<!doctype html><html><head><title>Counter</title>
 <style>body{margin:0} #board{height:1500px;background:#eef}</style></head><body>

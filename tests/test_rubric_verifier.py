@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
+from browser import require_chromium
 
 from agentmeter.gateway import Gateway, ModelRegistry
 from agentmeter.gateway.scripted import rubric as scripted_rubric
@@ -524,8 +525,7 @@ async def test_capture_labels_screenshots_and_the_vision_judge(
     """With the browser capture installed (verify/browser, Chromium): the capture runs on the
     deliverables, its labels decide capture items, its screenshot goes to the vision judge."""
     pytest.importorskip("agentmeter.verify.browser")
-    if not Path("/usr/bin/chromium").exists():
-        pytest.skip("chromium is not installed")
+    require_chromium()
     task = load_native_task(rubric_task(tmp_path, "captured", CAPTURE_RUBRIC, plan=CAPTURE_PLAN))
     (tmp_path / "index.html").write_text(PAGE)
     calls: list[ModelCallRecord] = []
