@@ -7,9 +7,10 @@ reversible (:func:`unescape_name` gives the name's bytes back):
 
 - a byte that is not part of valid UTF-8 becomes ``\\xNN``;
 - an ASCII control character (newline, tab, ESC, DEL, ...) becomes ``\\xNN``;
-- any other control, format (U+202E, U+200B, ...), line or paragraph separator, surrogate or
-  private-use character, and any space but U+0020, becomes ``\\uNNNN`` (``\\UNNNNNNNN`` above
-  U+FFFF): a ``\\xNN`` is always one byte, a ``\\u`` always one character;
+- any other character Python does not call printable (controls, format characters such as
+  U+202E and U+200B, line and paragraph separators, surrogates, private-use and unassigned
+  code points, spaces but U+0020) becomes ``\\uNNNN`` (``\\UNNNNNNNN`` above U+FFFF): a
+  ``\\xNN`` is always one byte, a ``\\u`` always one character;
 - a backslash becomes ``\\\\``.
 
 Listings of such trees are bounded (:class:`Caps`: entries, depth, bytes of names) and never
@@ -19,18 +20,17 @@ in a note recorded on the trial.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import re
 import shutil
 import stat
 import subprocess
-import unicodedata
 from dataclasses import dataclass, field
 
 #: characters a name keeps as they are (printable ASCII but the backslash)
 _PLAIN = re.compile(r"[ -\[\]-~]*")
-_ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp", "Zs"})
 _ESCAPE = re.compile(rb"\\(?:x([0-9a-fA-F]{2})|u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|(\\))")
 
 
@@ -48,7 +48,7 @@ def escape_name(name: str | bytes) -> str:
             out.append(f"\\x{cp - 0xDC00:02x}")
         elif cp < 0x80:
             out.append(ch if 0x20 <= cp < 0x7F else f"\\x{cp:02x}")
-        elif unicodedata.category(ch) in _ESCAPED_CATEGORIES:
+        elif not ch.isprintable():  # Unicode's Cc, Cf, Cs, Co, Cn, Zl, Zp, Zs but the space
             out.append(f"\\u{cp:04x}" if cp <= 0xFFFF else f"\\U{cp:08x}")
         else:
             out.append(ch)
@@ -138,13 +138,14 @@ class Budget:
 
 
 def walk_files(top: str, budget: Budget) -> list[str]:
-    """Relative paths (``os.fsdecode`` text) of the regular files under ``top``, never following
-    symlinks, without recursion, within ``budget`` (files and directories count as entries;
-    directories at its depth are not entered). Unreadable directories are skipped."""
+    """Relative paths (``os.fsdecode`` text) of the regular files under ``top``, shallowest
+    first, never following symlinks, without recursion, within ``budget`` (files and
+    directories count as entries; directories at its depth are not entered). Unreadable
+    directories are skipped."""
     files: list[str] = []
-    stack = [""]
-    while stack and budget.full is None:
-        rel_dir = stack.pop()
+    queue = collections.deque([""])
+    while queue and budget.full is None:
+        rel_dir = queue.popleft()
         try:
             it = os.scandir(os.path.join(top, rel_dir) if rel_dir else top)
         except OSError:
@@ -160,10 +161,10 @@ def walk_files(top: str, budget: Budget) -> list[str]:
                     break
                 if stat.S_ISDIR(mode):
                     if budget.descend(rel):
-                        stack.append(rel)
+                        queue.append(rel)
                 elif stat.S_ISREG(mode):
                     files.append(rel)
-    return sorted(files)
+    return files
 
 
 def prune_depth(top: str, depth: int) -> int:
