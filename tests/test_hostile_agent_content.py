@@ -17,9 +17,18 @@ import sys
 from pathlib import Path
 
 import pytest
+from pg_fixtures import pg_url_fixture, postgres_url_fixture  # noqa: F401
 from taskgen import make_task
 
-from agentmeter.records import AgentSpec, ConfigRecord, ModelSpec, RunRecord, TrialRecord, TrialStatus
+from agentmeter.records import (
+    AgentSpec,
+    ArtifactRecord,
+    ConfigRecord,
+    ModelSpec,
+    RunRecord,
+    TrialRecord,
+    TrialStatus,
+)
 from agentmeter.runner import trial as trial_mod
 from agentmeter.runner.session import RunRequest, prepare, run
 from agentmeter.sandbox import fsnames
@@ -82,23 +91,33 @@ def test_escape_round_trips_random_bytes() -> None:
     assert fsnames.escape_path("a/new\nline/b\udcff\xff") == "a/new\\x0aline/b\\xffÿ"
 
 
-def test_storable_makes_nul_and_surrogates_storable(tmp_path: Path) -> None:
+def test_storable_escapes_nul_and_surrogates() -> None:
     bad = "x\x00y\udcffz\ud800"
     assert storable(bad) == "x\\x00y\\xffz\\ud800"
     assert storable({bad: [bad, (1, None)], "n": 2.5}) == \
         {storable(bad): [storable(bad), [1, None]], "n": 2.5}
-    store = Store.open(tmp_path)
-    store.create_run(RunRecord(id="r"))
-    store.upsert_config(ConfigRecord(id="c", label="c", model=ModelSpec(name="m"),
-                                     agent=AgentSpec(name="a")), run_id="r")
-    rec = TrialRecord(id="c:t:0", run_id="r", config_id="c", task_id="t", attempt=0,
-                      status=TrialStatus.FAILED, error=bad, tool_calls={bad: 1},
-                      extra={"problems": [bad]})
-    store.save_trial(rec)
-    got = store.get_trial("r", "c:t:0")
-    assert got is not None and got.status is TrialStatus.FAILED
-    assert got.error == storable(bad) and got.tool_calls == {storable(bad): 1}
-    assert got.extra["problems"] == [storable(bad)]
+
+
+@pytest.mark.parametrize("db", ["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])
+def test_trial_and_artifact_rows_with_nul_and_surrogates_are_stored_alike(
+        db: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """PostgreSQL refuses NUL, SQLite's driver refuses surrogates: both store the same text."""
+    bad = "x\x00y\udcffz\ud800"
+    where = request.getfixturevalue("pg_url") if db == "postgres" else tmp_path
+    with Store.open(where, runs_dir=tmp_path / "runs") as store:
+        store.create_run(RunRecord(id="r"))
+        store.upsert_config(ConfigRecord(id="c", label="c", model=ModelSpec(name="m"),
+                                         agent=AgentSpec(name="a")), run_id="r")
+        store.save_trial(TrialRecord(id="c:t:0", run_id="r", config_id="c", task_id="t",
+                                     attempt=0, status=TrialStatus.FAILED, error=bad,
+                                     tool_calls={bad: 1}, extra={"problems": [bad]}))
+        store.add_artifact("r", ArtifactRecord(trial_id="c:t:0", name=bad, kind="other",
+                                               relpath=bad, size=1))
+        got = store.get_trial("r", "c:t:0")
+        assert got is not None and got.status is TrialStatus.FAILED
+        assert got.error == storable(bad) and got.tool_calls == {storable(bad): 1}
+        assert got.extra["problems"] == [storable(bad)]
+        assert [(a.name, a.relpath) for a in store.artifacts("r")] == [(storable(bad),) * 2]
 
 
 # --- trees without recursion -------------------------------------------------------------
