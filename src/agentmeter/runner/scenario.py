@@ -86,12 +86,12 @@ class StepRunner(TrialRunner):
                         self.next_seq = max(self.next_seq, meter.next_seq)
                 assert timings.agent_run is not None
                 timings.agent_run += time.monotonic() - t0
-                await self._save_diff(sandbox, snapshot, prefix)
                 t0 = time.monotonic()
                 try:
                     await sandbox.kill_user_processes(AGENT_USER)
                 except SandboxError as e:
                     raise InfraError(f"ending the agent's processes: {e}") from e
+                await self._save_diff(sandbox, snapshot, prefix)  # the agent's processes gone
                 verdict = await self._verify(sandbox, self.next_seq, prefix)
                 assert timings.verification is not None
                 timings.verification += time.monotonic() - t0

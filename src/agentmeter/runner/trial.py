@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import time
 import traceback
 from collections.abc import Awaitable
@@ -31,6 +32,7 @@ from agentmeter.records import (
 from agentmeter.runner import hooks, separate
 from agentmeter.runner.judging import GatewayJudge, evaluation_extra, merge_meters
 from agentmeter.runner.network import network_failure, network_label
+from agentmeter.sandbox import fsnames
 from agentmeter.sandbox.protocol import Sandbox, SandboxBackend
 from agentmeter.sandbox.spec import (
     AGENT_GID,
@@ -58,6 +60,11 @@ BUDGET_POLL_S = 0.5
 STOP_GRACE_S = 60.0
 #: the most one task artifact may hold (its tar stream); a larger one is refused, not cut
 ARTIFACT_MAX_BYTES = 64 << 20
+#: the most collected files (``/logs/artifacts`` and the task's artifacts) one trial records
+ARTIFACT_MAX_FILES = 2000
+#: the longest artifact name stored (the artifacts table's ``name`` column); longer ones are
+#: cut and end in a digest of the whole name
+ARTIFACT_NAME_MAX = 300
 #: the error of a try cut short by the runner stopping (not counted as an infra retry)
 INTERRUPTED = "interrupted: the runner stopped before this try finished"
 
@@ -158,10 +165,23 @@ class TrialRunner:
         self.ctx.store.save_trial(self.rec)
 
     def _artifact(self, name: str, path: Path, kind: str) -> None:
-        rel = path.relative_to(self.ctx.store.run_dir(self.ctx.run_id)).as_posix()
+        """Record a file of the trial's directory. Names an agent made (collected artifacts,
+        transcripts) are stored escaped (``fsnames.escape_path``: the relpath of such a file is
+        its escaped form too; ``fsnames.unescape_name`` gives its bytes back)."""
+        rel = fsnames.escape_path(
+            path.relative_to(self.ctx.store.run_dir(self.ctx.run_id)).as_posix())
+        name = fsnames.escape_path(name)
+        if len(name) > ARTIFACT_NAME_MAX:
+            digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+            name = f"{name[:ARTIFACT_NAME_MAX - 20]}...-{digest}"
         self.ctx.store.add_artifact(self.ctx.run_id, ArtifactRecord(
             trial_id=self.rec.id, name=name, kind=kind, relpath=rel,  # type: ignore[arg-type]
             size=path.stat().st_size), try_number=self.rec.try_number)
+
+    def _note(self, key: str, lines: list[str]) -> None:
+        """Add ``lines`` to the list ``rec.extra[key]`` (what the trial's record should say)."""
+        if lines:
+            self.rec.extra[key] = [*self.rec.extra.get(key, []), *lines]
 
     async def run(self) -> TrialRecord:
         rec = self.rec
@@ -204,13 +224,13 @@ class TrialRunner:
             if token_open and self.ctx.gateway is not None:
                 meter = await self.ctx.gateway.finish_trial(rec.id)  # calls under way metered
                 token_open = False
-            await self._save_diff(sandbox, snapshot)
 
             t0 = time.monotonic()
             try:  # what the agent detached (setsid, nohup, daemons) must not meet the verifier
                 await sandbox.kill_user_processes(AGENT_USER)
             except SandboxError as e:
                 raise InfraError(f"ending the agent's processes: {e}") from e
+            await self._save_diff(sandbox, snapshot)  # of a tree nothing of the agent changes
             # Harbor's order: collect hooks, then artifacts, then the verifier
             hook_problems = await hooks.collect(sandbox, self.task.collect)
             if hook_problems:
@@ -318,10 +338,15 @@ class TrialRunner:
         return task.result()
 
     async def _save_diff(self, sandbox: Sandbox, snapshot: object, prefix: str = "") -> None:
+        """The workdir's changes as the ``fs_diff.json`` artifact; call it once the agent's
+        processes are gone. Its paths are escaped and its listing bounded (sandbox/fsnames.py);
+        what the caps left out, or a diff that could not be taken, is noted on the trial."""
         try:
             diff = await sandbox.diff(snapshot)  # type: ignore[arg-type]
-        except SandboxError:
+        except (SandboxError, OSError) as e:
+            self._note("fs_diff_problems", [f"{prefix}fs_diff.json: {e}"])
             return
+        self._note("fs_diff_problems", [f"{prefix}fs_diff.json: {n}" for n in diff.notes])
         path = self.dir / prefix / "fs_diff.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(diff.model_dump_json(indent=1))
@@ -388,9 +413,13 @@ class TrialRunner:
 
     async def _collect_artifacts(self, sandbox: Sandbox) -> None:
         """Copy the task's ``artifacts`` out (each bounded by ARTIFACT_MAX_BYTES) and record
-        every file; a missing or oversized one is noted in the trial, not an error of it."""
+        their files (at most ARTIFACT_MAX_FILES); a missing or oversized one is noted in the
+        trial, not an error of it. The copies are the agent's trees: directories deeper than
+        ``fsnames.CAPS.depth`` are cut from them (so restoring them for a separate verifier
+        stays bounded) and their names are recorded escaped."""
         root = self.dir / "artifacts"
         problems: list[str] = []
+        recorded = 0
         conventional = TaskArtifact(source=hooks.ARTIFACTS_DIR,
                                     destination=hooks.ARTIFACTS_DIR.strip("/"))
         for art in (conventional, *self.task.artifacts):
@@ -413,12 +442,27 @@ class TrialRunner:
             except (SandboxError, OSError) as e:
                 problems.append(f"{art.source}: {e}")
                 continue
-            files = [dest] if dest.is_file() else sorted(dest.rglob("*"))
+            if dest.is_symlink() or not (dest.is_file() or dest.is_dir()):
+                continue
+            if dest.is_file():
+                files = [dest]
+            else:
+                caps = fsnames.CAPS
+                if fsnames.prune_depth(str(dest), caps.depth):
+                    problems.append(f"{art.source}: what lies deeper than {caps.depth} levels "
+                                    "was not kept")
+                budget = fsnames.Budget(caps)
+                files = [dest / rel for rel in fsnames.walk_files(str(dest), budget)]
+                if budget.note:
+                    problems.append(f"{art.source}: {budget.note}")
             for p in files:
-                if p.is_file() and not p.is_symlink():
-                    self._artifact(p.relative_to(self.dir).as_posix(), p, "other")
-        if problems:
-            self.rec.extra["artifact_problems"] = problems
+                if recorded >= ARTIFACT_MAX_FILES:
+                    problems.append(f"{art.source}: more than {ARTIFACT_MAX_FILES} files "
+                                    "collected: the rest are kept but not recorded")
+                    break
+                self._artifact(p.relative_to(self.dir).as_posix(), p, "other")
+                recorded += 1
+        self._note("artifact_problems", problems)
 
     def _finish(self, run: AgentRun, meter: TrialMeter | None, verdict: Verdict) -> None:
         rec = self.rec

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import tarfile
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO
 
+from agentmeter.sandbox import fsnames
+from agentmeter.sandbox.fsnames import remove_tree
 from agentmeter.sandbox.spec import SandboxError
 
 #: the default cap of ``read_file`` (a reward file's is smaller still)
@@ -105,11 +106,20 @@ def extract_safely(fileobj: BinaryIO, dest: Path, what: str, max_bytes: int) -> 
     """Extract a tar stream into ``dest``. Members that would land or point outside ``dest``
     (absolute or escaping links, device files, ``..`` paths) are skipped, not followed; returns
     their names. Members whose sizes add up past ``max_bytes`` (sparse entries) refuse the whole
-    copy. Extraction goes to a scratch directory first: on any failure nothing is written."""
+    copy. Members deeper than ``fsnames.CAPS.depth + 1`` levels are skipped too. Extraction goes to
+    a scratch directory first: on any failure nothing is written."""
     skipped: list[str] = []
+    # one level past the listing depth cap (so a reader sees something was cut): beyond it
+    # the safety filter's path checks (an lstat per component of each) grow as depth cubed
+    max_depth = fsnames.CAPS.depth + 1
     try:
         with tarfile.open(fileobj=fileobj, mode="r:") as tar:
-            members = tar.getmembers()
+            members = []
+            for m in tar.getmembers():
+                if sum(1 for p in m.name.split("/") if p not in ("", ".")) > max_depth:
+                    skipped.append(m.name)
+                else:
+                    members.append(m)
             if sum(m.size for m in members if m.isfile()) > max_bytes:
                 raise CopyTooLarge(f"{what}: its files hold more than the {max_bytes} bytes "
                                    "allowed")
@@ -127,20 +137,24 @@ def extract_safely(fileobj: BinaryIO, dest: Path, what: str, max_bytes: int) -> 
                 tar.extractall(scratch, members=members, filter=keep)
                 _merge(scratch, dest)
             finally:
-                shutil.rmtree(scratch, ignore_errors=True)
+                remove_tree(scratch)  # what a failed extraction left, of any depth
     except (tarfile.TarError, EOFError) as e:
         raise SandboxError(f"{what}: not a readable tar stream: {e}") from e
     return skipped
 
 
 def _merge(src: Path, dest: Path) -> None:
-    """Move ``src``'s content into ``dest`` (created), replacing what is there."""
-    dest.mkdir(parents=True, exist_ok=True)
-    for entry in os.scandir(src):
-        target = dest / entry.name
-        if entry.is_dir(follow_symlinks=False) and target.is_dir() and not target.is_symlink():
-            _merge(Path(entry.path), target)
-        else:
-            if target.is_dir() and not target.is_symlink():
-                shutil.rmtree(target)
-            os.replace(entry.path, target)
+    """Move ``src``'s content into ``dest`` (created), replacing what is there; directories on
+    both sides are merged (without recursion: the tree is a sandbox's, of any depth)."""
+    pairs = [(src, dest)]
+    while pairs:
+        s, d = pairs.pop()
+        d.mkdir(parents=True, exist_ok=True)
+        for entry in os.scandir(s):
+            target = d / entry.name
+            if entry.is_dir(follow_symlinks=False) and target.is_dir() and not target.is_symlink():
+                pairs.append((Path(entry.path), target))
+            else:
+                if target.is_dir() and not target.is_symlink():
+                    remove_tree(target)
+                os.replace(entry.path, target)

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agentmeter.paths import cache_dir
-from agentmeter.sandbox import droppings, images, seccomp
+from agentmeter.sandbox import droppings, fsnames, images, seccomp
 from agentmeter.sandbox.archive import (
     COPY_OUT_MAX_BYTES,
     NO_SUCH_FILE,
@@ -56,8 +56,8 @@ from agentmeter.sandbox.dockerd import (
 )
 from agentmeter.sandbox.dockerfile import parse_dockerfile
 from agentmeter.sandbox.fsdiff import (
-    FIND_LISTING_CMD,
     diff_entries,
+    find_listing_cmd,
     parse_find_listing,
     racy_files,
     snapshot_from_listing,
@@ -465,21 +465,23 @@ class DockerSandbox:
                        ignore: Sequence[str] = DEFAULT_IGNORE) -> FsSnapshot:
         top = self._abs(root or ".")
         taken = time.time_ns()
-        entries = parse_find_listing(await self._listing(top), ignore)
+        budget = fsnames.Budget()
+        entries = parse_find_listing(await self._listing(top, budget.caps), ignore, budget)
         digests = await self._digests(top, list(racy_files(entries, taken)))
-        return snapshot_from_listing(top, taken, entries, digests)
+        return snapshot_from_listing(top, taken, entries, digests, budget.note)
 
     async def diff(self, snapshot: FsSnapshot, ignore: Sequence[str] = DEFAULT_IGNORE) -> FsDiff:
-        now = parse_find_listing(await self._listing(snapshot.root), ignore)
+        budget = fsnames.Budget()
+        now = parse_find_listing(await self._listing(snapshot.root, budget.caps), ignore, budget)
         suspects = [rel for rel, e in snapshot.entries.items()
                     if e.digest is not None and rel in now and now[rel].kind == "f"
                     and now[rel].size == e.size and now[rel].mtime_ns == e.mtime_ns]
         digests = await self._digests(snapshot.root, suspects)
-        return diff_entries(snapshot, now, digests.get, ignore)
+        return diff_entries(snapshot, now, digests.get, ignore, budget.note)
 
-    async def _listing(self, top: str) -> bytes:
-        res = await docker("exec", "-u", "0:0", "-w", top, self.id, "bash", "-c", FIND_LISTING_CMD,
-                           check=False)
+    async def _listing(self, top: str, caps: fsnames.Caps) -> bytes:
+        res = await docker("exec", "-u", "0:0", "-w", top, self.id, "bash", "-c",
+                           find_listing_cmd(caps), check=False)
         if res.returncode != 0 and not res.stdout:
             raise SandboxError(f"listing {top} in {self.id}: {res.text()}")
         return res.stdout

@@ -10,13 +10,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import time
 from pathlib import Path
 
 from agentmeter.paths import cache_dir
 from agentmeter.sandbox import cgroups
+from agentmeter.sandbox.fsnames import remove_tree
 
 #: where a root-run keeper mounts the sandbox tree ("root") and binds the spec's mount sources
 #: ("d0", "f1", ...: directories, files) for the sandbox's root to reach: empty mount points on
@@ -61,19 +61,9 @@ def stage_point(i: int, is_dir: bool) -> str:
 
 
 def rmtree(path: Path) -> None:
-    """rmtree that also removes what overlayfs leaves unreadable (its work dir is mode 000)."""
-    try:
-        shutil.rmtree(path)
-        return
-    except FileNotFoundError:
-        return
-    except OSError:
-        pass
-    for root, dirs, _files in os.walk(path):
-        for d in dirs:  # top-down: fixed before os.walk descends into it
-            with contextlib.suppress(OSError):
-                os.chmod(os.path.join(root, d), 0o700)
-    shutil.rmtree(path, ignore_errors=True)
+    """rmtree that also removes what overlayfs leaves unreadable (its work dir is mode 000) and
+    trees of any depth (an agent's): ``fsnames.remove_tree``."""
+    remove_tree(path)
 
 
 def remove_stale() -> int:

@@ -197,13 +197,20 @@ class FsEntry(NamedTuple):
 class FsSnapshot(_Frozen):
     root: str
     taken_ns: int
+    #: keyed by path as ``os.fsdecode`` gives it (raw: undecodable bytes as surrogates)
     entries: dict[str, FsEntry]
+    #: what the listing's caps left out (sandbox/fsnames.py), if anything
+    note: str | None = None
 
 
 class FsDiff(_Frozen):
+    """Paths escaped (``fsnames.escape_path``): printable, valid text, reversible."""
+
     created: list[str] = Field(default_factory=list)
     modified: list[str] = Field(default_factory=list)
     deleted: list[str] = Field(default_factory=list)
+    #: what the listings' caps left out (a cut listing can show spurious changes)
+    notes: list[str] = Field(default_factory=list)
 
     @property
     def empty(self) -> bool:

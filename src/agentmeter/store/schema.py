@@ -8,6 +8,7 @@ tables and columns.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -196,6 +197,32 @@ run_locks = sa.Table(
 
 # --- conversions ---------------------------------------------------------------------------
 
+#: what PostgreSQL refuses in text and JSON (NUL) and no UTF-8 can hold (lone surrogates, as
+#: ``os.fsdecode`` makes of undecodable bytes); SQLite would take the first and refuse the second
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def _escape_unstorable(m: re.Match[str]) -> str:
+    cp = ord(m.group())
+    if 0xDC80 <= cp <= 0xDCFF:  # an undecodable byte: as sandbox/fsnames.py writes it
+        return f"\\x{cp - 0xDC00:02x}"
+    return f"\\x{cp:02x}" if cp == 0 else f"\\u{cp:04x}"
+
+
+def storable(value: Any) -> Any:
+    """``value`` with every string in it (dict keys too, in lists and dicts at any depth) made
+    storable the same way on every database: NUL becomes ``\\x00``, a lone surrogate
+    ``\\xNN`` (an undecodable byte) or ``\\uNNNN``. Anything an agent made can reach a
+    record (its errors, tool names, file names in notes); the rest is returned as it is."""
+    if isinstance(value, str):
+        return _UNSTORABLE.sub(_escape_unstorable, value) if _UNSTORABLE.search(value) else value
+    if isinstance(value, dict):
+        return {storable(k): storable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [storable(v) for v in value]
+    return value
+
+
 
 def usage_to_columns(usage: TokenUsage) -> dict[str, int | None]:
     """A usage as the values of its columns in the trials and model_calls tables."""
@@ -249,7 +276,7 @@ def trial_to_row(trial: TrialRecord, updated_at: datetime) -> dict[str, Any]:
     row.update(usage_to_columns(trial.usage))
     row.update({f"{name}_s": getattr(trial.timings, name) for name in TIMING_FIELDS})
     row["updated_at"] = updated_at
-    return row
+    return storable(row)  # type: ignore[no-any-return]
 
 
 def trial_from_row(row: RowMapping) -> TrialRecord:
@@ -268,7 +295,7 @@ def model_call_to_row(run_id: str, try_number: int, call: ModelCallRecord) -> di
     row.update(usage_to_columns(call.usage))
     row["run_id"] = run_id
     row["try_number"] = try_number
-    return row
+    return storable(row)  # type: ignore[no-any-return]
 
 
 def model_call_from_row(row: RowMapping) -> ModelCallRecord:
@@ -277,7 +304,8 @@ def model_call_from_row(row: RowMapping) -> ModelCallRecord:
 
 
 def artifact_to_row(run_id: str, try_number: int, artifact: ArtifactRecord) -> dict[str, Any]:
-    return {**artifact.model_dump(mode="python"), "run_id": run_id, "try_number": try_number}
+    return storable(  # type: ignore[no-any-return]
+        {**artifact.model_dump(mode="python"), "run_id": run_id, "try_number": try_number})
 
 
 def artifact_from_row(row: RowMapping) -> ArtifactRecord:

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentmeter.agents.base import AgentContext, AgentRun
 from agentmeter.agents.cli.spec import CliDefinition, ParsedRun, ParseInput, render
 from agentmeter.records import CLI_TRAJECTORY
+from agentmeter.sandbox import fsnames
 from agentmeter.sandbox.archive import CopyTooLarge
 from agentmeter.sandbox.spec import AGENT_USER, LayerSpec, SandboxError
 
@@ -249,11 +250,14 @@ class InstalledCliAgent:
                 continue
             except SandboxError:
                 continue  # the CLI did not write it (crashed early, or this version does not)
-            for f in sorted(p for p in dst.rglob("*") if p.is_file()):
-                rel = f.relative_to(dst).as_posix()
+            budget = fsnames.Budget()  # the folder is the agent's: any depth, any names
+            for rel in fsnames.walk_files(str(dst), budget):
+                f = dst / rel
                 texts[f"{src}/{rel}" if rel != Path(src).name else src] = \
                     f.read_text(errors="replace")
                 artifacts[f"native/{dst.name}/{rel}"] = (f, "transcript")
+            if budget.note:
+                notes.append(f"transcript {src}: {budget.note}")
         return texts
 
     def _classify(self, parsed: ParsedRun, exit_code: int | None, timed_out: bool,
