@@ -106,18 +106,16 @@ async def copy_out(run: BusyboxRun, src: str, host_dst: Path, *, user: str,
             code, err = await run(cmd, user, sink)
             if code != 0:
                 lines = [ln for ln in err.strip().splitlines() if "delayed from previous" not in ln]
-                if _no_such(err) and sink.size <= 1024 and cmd is commands[0]:
-                    raise SandboxError(f"{what}: no such file or directory")
                 notes += [f"{what}: {ln.removeprefix('tar: ')}" for ln in lines[:20]]
         if sink.size == 0:
-            raise SandboxError(f"{what}: tar wrote nothing")
+            raise SandboxError(notes[0] if notes else f"{what}: tar wrote nothing")
         sink.file.flush()
         sink.file.seek(0)
         res = await asyncio.to_thread(untar.extract, sink.file, host_dst, what=what,
                                       max_bytes=max_bytes, top=name, exclude=exclude,
                                       concatenated=len(commands) > 1)
-    if res.top_kind is None:
-        raise SandboxError(f"{what}: no such file or directory")
+    if res.top_kind is None:  # tar said why (missing, unreadable)
+        raise SandboxError(notes[0] if notes else f"{what}: no such file or directory")
     if res.top_kind == "symlink":
         raise SandboxError(f"{what}: {path} is a symbolic link: not followed, not copied")
     return notes + [f"{what}: {n}" for n in res.notes]
