@@ -231,11 +231,11 @@ async def _copy_with_hostile_tar(sb: Sandbox, base: Path) -> None:
     await _plant(sb, _hostile_stream(outside, pwned))
     try:
         await sb.copy_out("/logs/artifacts", dest)
+        _nothing_outside(base, dest, outside)
+        assert not pwned.exists()
         # what came out is the sandbox's real tree, made by the host's busybox
         assert (dest / "sub" / "real.txt").read_bytes() == b"real\n"
         assert not (dest / "ok.txt").exists()
-        _nothing_outside(base, dest, outside)
-        assert not pwned.exists()
         # read_file, too, runs none of the image's programs
         assert await sb.read_file("/logs/artifacts/r.txt") == b"reward\n"
     finally:
