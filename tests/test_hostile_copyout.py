@@ -307,3 +307,24 @@ async def test_symlinked_artifact_paths_store_nothing(local_backend: LocalBacken
         assert await sb.read_file("/opt/secret", user="root") == SECRET
     finally:
         await sb.stop()
+
+
+async def test_exclude_globs_and_chunked_lists(local_backend: LocalBackend, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """busybox tar has no --exclude: find prunes the names, tar takes the list in chunks."""
+    from agentmeter.sandbox import copyout
+    monkeypatch.setattr(copyout, "ARGV_CHUNK_BYTES", 64)  # several tars, one stream
+    sb = await local_backend.start(SandboxSpec())
+    try:
+        r = await sb.exec("mkdir -p w/node_modules/x w/src/.git w/-dash && echo 1 > w/src/a.py && "
+                          "echo 2 > w/node_modules/x/b && echo 3 > w/src/.git/c && "
+                          "echo 4 > w/-dash/d && for i in $(seq 20); do echo $i > w/f$i; done",
+                          user="agent", cwd="/tmp")
+        assert r.exit_code == 0, r.stderr
+        notes = await sb.copy_out("/tmp/w", tmp_path / "out", exclude=("node_modules", ".git"))
+        got = sorted(p.relative_to(tmp_path / "out").as_posix()
+                     for p in (tmp_path / "out").rglob("*") if p.is_file())
+        assert got == sorted(["-dash/d", "src/a.py", *(f"f{i}" for i in range(1, 21))]), notes
+        assert notes == []
+    finally:
+        await sb.stop()
