@@ -28,7 +28,7 @@ from agentmeter.sandbox.spec import SandboxError, SandboxSpec
 Add = Callable[..., None]
 
 
-def _tar(build: Callable[[Add], None]) -> bytes:
+def _tar(build: Callable[[Add], object]) -> bytes:
     """A tar stream made by ``build(add)``; ``add(name, type, data=b"", linkname="", mode=0o644)``."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
