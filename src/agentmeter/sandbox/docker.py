@@ -56,7 +56,7 @@ from agentmeter.sandbox.fsdiff import (
 from agentmeter.sandbox.hosttools import static_busybox
 from agentmeter.sandbox.netsetup import SandboxNetwork, start_network
 from agentmeter.sandbox.notices import notice
-from agentmeter.sandbox.output import CappedBuffer, collect_output
+from agentmeter.sandbox.output import CappedBuffer, collect_output, wait_drained
 from agentmeter.sandbox.protocol import DEFAULT_IGNORE, OutputCallback
 from agentmeter.sandbox.spec import (
     AGENT_GID,
@@ -439,7 +439,7 @@ class DockerSandbox:
         except BaseException:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-            await proc.wait()
+            await wait_drained(proc)
             raise
         assert proc.returncode is not None
         return proc.returncode, err.text()

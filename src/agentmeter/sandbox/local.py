@@ -64,7 +64,7 @@ from agentmeter.sandbox.layers import LayerMeta, LocalLayerCache
 from agentmeter.sandbox.masks import KEYRING_WRAPPER, SessionNoticeFilter, proc_masks
 from agentmeter.sandbox.netsetup import SandboxNetwork, start_network
 from agentmeter.sandbox.notices import notice
-from agentmeter.sandbox.output import CappedBuffer, collect_output
+from agentmeter.sandbox.output import CappedBuffer, collect_output, wait_drained
 from agentmeter.sandbox.pasta import Pasta, resolv_conf, start_pasta
 from agentmeter.sandbox.protocol import DEFAULT_IGNORE, OutputCallback
 from agentmeter.sandbox.spec import (
@@ -414,7 +414,7 @@ class LocalSandbox:
             os.killpg(proc.pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
-        return await proc.wait()
+        return await wait_drained(proc)
 
     async def kill_user_processes(self, user: str) -> int:
         """Nothing can be left: each exec has its own PID namespace, which the kernel empties
