@@ -252,7 +252,6 @@ async def test_hostile_tar_in_the_image_local(local_backend: LocalBackend, tmp_p
 
 
 @pytest.mark.docker
-@pytest.mark.slow
 async def test_hostile_tar_in_the_image_docker(docker_backend: Sandbox, tmp_path: Path) -> None:
     sb = await docker_backend.start(SandboxSpec())  # type: ignore[attr-defined]
     try:
