@@ -327,3 +327,17 @@ async def test_exclude_globs_and_chunked_lists(local_backend: LocalBackend, tmp_
         assert notes == []
     finally:
         await sb.stop()
+
+
+def test_only_a_static_busybox_is_used(tmp_path: Path) -> None:
+    import shutil
+    import sys
+
+    from agentmeter.sandbox.hosttools import elf_interpreter, static_busybox
+    assert elf_interpreter(static_busybox()) is None  # installed on first need
+    assert elf_interpreter(os.path.realpath(sys.executable))  # dynamic: asks for a loader
+    script = tmp_path / "busybox"
+    script.write_text("#!/bin/sh\n")
+    with pytest.raises(SandboxError, match="not an ELF"):
+        elf_interpreter(str(script))
+    assert shutil.which("busybox") is not None
