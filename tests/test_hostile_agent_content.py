@@ -31,8 +31,7 @@ from agentmeter.records import (
 )
 from agentmeter.runner import trial as trial_mod
 from agentmeter.runner.session import RunRequest, prepare, run
-from agentmeter.sandbox import fsnames
-from agentmeter.sandbox.archive import extract_safely
+from agentmeter.sandbox import fsnames, untar
 from agentmeter.sandbox.fsdiff import diff_host_tree, snapshot_host_tree
 from agentmeter.store.db import Store
 from agentmeter.store.schema import storable
@@ -156,8 +155,9 @@ def test_deep_trees_are_listed_diffed_copied_and_removed_without_recursion(
     _deep_tree(tmp_path / "deep3", 300)
     subprocess.run(["tar", "-cf", str(tar), "-C", str(tmp_path / "deep3"), "."], check=True)
     with tar.open("rb") as f:
-        skipped = extract_safely(f, tmp_path / "out", "test", 1 << 20)
-    assert skipped and all(n.count("/") > TEST_CAPS.depth for n in skipped)
+        res = untar.extract(f, tmp_path / "out", what="test", max_bytes=1 << 20)
+    assert res.notes and all(f"deeper than {untar.MAX_DEPTH}" in n for n in res.notes[:-1])
+    assert (tmp_path / "out" / ("d/" * (untar.MAX_DEPTH - 1))).is_dir()
 
 
 def test_listing_caps_cut_with_a_note(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

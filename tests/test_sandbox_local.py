@@ -92,7 +92,10 @@ async def test_files_copy_in_out(local_backend: LocalBackend, tmp_path: Path) ->
     sb = await local_backend.start(SandboxSpec())
     try:
         await sb.write_file("/workspace/sub/a.bin", bytes(range(256)), mode=0o600)
-        assert await sb.read_file("/workspace/sub/a.bin") == bytes(range(256))
+        # root's 0600 file: read as root (the default user, the agent, may not)
+        assert await sb.read_file("/workspace/sub/a.bin", user="root") == bytes(range(256))
+        with pytest.raises(Exception, match="Permission denied"):
+            await sb.read_file("/workspace/sub/a.bin")
         r = await sb.exec("stat -c %a /workspace/sub/a.bin")
         assert r.stdout.strip() == "600"
         src = tmp_path / "src"
@@ -103,7 +106,7 @@ async def test_files_copy_in_out(local_backend: LocalBackend, tmp_path: Path) ->
         r = await sb.exec("cat /workspace/in/d/f.txt /workspace/in/top.txt; stat -c %u /workspace/in/top.txt")
         assert r.stdout == "FT1000\n"
         out = tmp_path / "out"
-        await sb.copy_out("/workspace", out)
+        await sb.copy_out("/workspace", out, user="root")
         assert (out / "in" / "d" / "f.txt").read_text() == "F"
         assert (out / "sub" / "a.bin").read_bytes() == bytes(range(256))
         with pytest.raises(Exception, match="read_file"):

@@ -433,8 +433,10 @@ class TrialRunner:
                         problems.append(f"{art.source}: no such file or directory")
                     continue
                 is_dir = kind == "dir"
-                await sandbox.copy_out(art.source, dest if is_dir else dest.parent,
-                                       exclude=art.exclude, max_bytes=ARTIFACT_MAX_BYTES)
+                # as the agent: a path it replaced by a symlink reads nothing it could not
+                problems += await sandbox.copy_out(art.source, dest if is_dir else dest.parent,
+                                                   exclude=art.exclude,
+                                                   max_bytes=ARTIFACT_MAX_BYTES)
                 if not is_dir:  # copied under the source's own name
                     copied = dest.parent / PurePosixPath(art.source).name
                     if copied != dest:

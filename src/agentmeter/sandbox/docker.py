@@ -26,17 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agentmeter.paths import cache_dir
-from agentmeter.sandbox import droppings, fsnames, images, seccomp
-from agentmeter.sandbox.archive import (
-    COPY_OUT_MAX_BYTES,
-    NO_SUCH_FILE,
-    READ_FILE_MAX_BYTES,
-    CappedBytes,
-    CappedFile,
-    extract_capped,
-    read_argv,
-    tar_out_argv,
-)
+from agentmeter.sandbox import copyout, droppings, fsnames, images, seccomp
+from agentmeter.sandbox.archive import COPY_OUT_MAX_BYTES, READ_FILE_MAX_BYTES
 from agentmeter.sandbox.bridge import BridgeProcess, start_bridge
 from agentmeter.sandbox.dockerd import (
     KILL_MARKED,
@@ -62,9 +53,10 @@ from agentmeter.sandbox.fsdiff import (
     racy_files,
     snapshot_from_listing,
 )
+from agentmeter.sandbox.hosttools import static_busybox
 from agentmeter.sandbox.netsetup import SandboxNetwork, fence_host, start_network
 from agentmeter.sandbox.notices import notice
-from agentmeter.sandbox.output import CappedBuffer, collect_output
+from agentmeter.sandbox.output import CappedBuffer, collect_output, wait_drained
 from agentmeter.sandbox.protocol import DEFAULT_IGNORE, OutputCallback
 from agentmeter.sandbox.spec import (
     AGENT_GID,
@@ -81,6 +73,8 @@ from agentmeter.sandbox.spec import (
 )
 
 MARKER_VAR = "AGENTMETER_EXEC"
+#: the host's static busybox, bind-mounted read-only in every container (copyout.py)
+BUSYBOX = copyout.BUSYBOX
 #: pid 1 of every sandbox: sleeps, and reaps orphans (bash waits for any child)
 PID1 = ["bash", "-c", 'trap "exit 0" TERM; while :; do sleep 86400 & wait $!; done']
 #: run as the user whose processes must go: ``kill -KILL -1`` signals every process that user
@@ -217,6 +211,10 @@ class DockerBackend:
                 "-u", "0:0", "-w", workdir, "--entrypoint", ""]
         for k, v in spec.env.items():
             args += ["-e", f"{k}={v}"]
+        busybox = await asyncio.to_thread(static_busybox)  # installed on first need
+        if "," in busybox:
+            raise SandboxError(f"the host's busybox path may not contain ',': {busybox}")
+        args += ["--mount", f"type=bind,source={busybox},target={BUSYBOX},readonly"]
         for m in spec.mounts:
             if "," in str(m.source) or "," in m.target:
                 raise SandboxError(f"mount paths may not contain ',': {m.source} -> {m.target}")
@@ -402,10 +400,10 @@ class DockerSandbox:
         if res.returncode != 0:
             raise SandboxError(f"write_file {path} in {self.id}: {res.text()}")
 
-    async def read_file(self, path: str, *, max_bytes: int = READ_FILE_MAX_BYTES) -> bytes:
-        sink = CappedBytes(f"read_file {path}", max_bytes)
-        await self._exec_bytes(read_argv(self._abs(path), max_bytes), sink, what=sink.what)
-        return bytes(sink.data)
+    async def read_file(self, path: str, *, max_bytes: int = READ_FILE_MAX_BYTES,
+                        user: str | None = None) -> bytes:
+        return await copyout.read_file(self._busybox, self._abs(path), user=user or AGENT_USER,
+                                       max_bytes=max_bytes)
 
     async def copy_in(self, host_src: Path, dst: str, *, user: str | None = None) -> None:
         target = self._abs(dst)
@@ -436,30 +434,29 @@ class DockerSandbox:
             raise SandboxError(f"copy_in {host_src} -> {dst} in {self.id}: {res.text()}")
 
     async def copy_out(self, src: str, host_dst: Path, *, exclude: Sequence[str] = (),
-                       max_bytes: int = COPY_OUT_MAX_BYTES) -> None:
-        with CappedFile(f"copy_out {src}", max_bytes) as sink:
-            await self._exec_bytes(tar_out_argv(self._abs(src), exclude, max_bytes), sink,
-                                   what=sink.what)
-            await asyncio.to_thread(extract_capped, sink, host_dst)
+                       max_bytes: int = COPY_OUT_MAX_BYTES, user: str | None = None) -> list[str]:
+        return await copyout.copy_out(self._busybox, self._abs(src), host_dst,
+                                      user=user or AGENT_USER, exclude=exclude,
+                                      max_bytes=max_bytes)
 
-    async def _exec_bytes(self, argv: list[str], sink: OutputCallback, what: str) -> None:
-        """Run ``argv`` as root with its stdout streamed into ``sink``; when the sink raises (its
-        cap crossed) the ``docker exec`` is killed and the error raised."""
+    async def _busybox(self, args: list[str], user: str,
+                       sink: OutputCallback) -> tuple[int, str]:
+        """``busybox ARGS`` as ``user`` (by its absolute path: no shell, no PATH lookup), its
+        stdout streamed into ``sink``; when the sink raises (its cap crossed) the ``docker
+        exec`` is killed and the error raised."""
         proc = await asyncio.create_subprocess_exec(
-            "docker", "exec", "-u", "0:0", self.id, *argv, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            "docker", "exec", "-u", docker_user(user), "-w", "/", self.id, BUSYBOX, *args,
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         err = CappedBuffer(8192)
         try:
             await collect_output(proc, None, CappedBuffer(0), err, sink)
         except BaseException:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-            await proc.wait()
+            await wait_drained(proc)
             raise
-        if proc.returncode == NO_SUCH_FILE:
-            raise SandboxError(f"{what}: no such file in sandbox {self.id}")
-        if proc.returncode != 0:
-            raise SandboxError(f"{what} in {self.id}: {err.text().strip() or 'failed'}")
+        assert proc.returncode is not None
+        return proc.returncode, err.text()
 
     async def snapshot(self, root: str | None = None,
                        ignore: Sequence[str] = DEFAULT_IGNORE) -> FsSnapshot:

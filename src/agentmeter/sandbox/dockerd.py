@@ -17,7 +17,6 @@ import contextlib
 import hashlib
 import json
 import os
-import posixpath
 import re
 import shlex
 import shutil
@@ -433,46 +432,3 @@ def kill_marked_on_host(marker: bytes, container_id: str) -> int:
                 os.kill(pid, signal.SIGKILL)
         killed += len(found)
     return killed
-
-
-# --- copying out ---------------------------------------------------------------------------
-
-def extract_copy(tar_path: Path, scratch: Path, host_dst: Path) -> None:
-    """Extract a ``docker cp`` archive (one top entry) into the directory ``host_dst``: a tree's
-    contents, or a file under its own name. Members that are not plain files, directories or links
-    inside the copy are skipped."""
-    scratch.mkdir()
-    top: str | None = None
-    top_is_dir = False
-
-    def keep(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
-        nonlocal top, top_is_dir
-        try:
-            member = tarfile.data_filter(member, dest)
-        except tarfile.FilterError:
-            return None
-        first = member.name.split("/", 1)[0]
-        if top is None:
-            top, top_is_dir = first, member.isdir()
-        if first != top:
-            return None
-        root = top if top_is_dir else ""
-        if member.issym():
-            target = posixpath.normpath(
-                posixpath.join(posixpath.dirname(member.name), member.linkname))
-            if root and target != root and not target.startswith(root + "/"):
-                return None
-        if member.islnk() and root and not member.linkname.startswith(root + "/"):
-            return None
-        return member
-
-    with tarfile.open(tar_path) as tar:
-        tar.extractall(scratch, filter=keep)
-    if top is None:
-        raise SandboxError(f"copy_out: nothing to copy into {host_dst}")
-    host_dst.mkdir(parents=True, exist_ok=True)
-    got = scratch / top
-    if top_is_dir:
-        shutil.copytree(got, host_dst, symlinks=True, dirs_exist_ok=True)
-    else:
-        os.replace(got, host_dst / top)

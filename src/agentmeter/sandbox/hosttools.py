@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import shutil
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Literal
 
 from agentmeter.sandbox.spec import SandboxError
 
@@ -108,3 +110,59 @@ def ensure_tools(tools: dict[str, str], why: str, log: object = print, *,
         f"{', '.join(sorted(need))} not found (needed for {why}); "
         f"install with: sudo apt-get install {' '.join(sorted(set(need.values())))}"
     )
+
+
+#: every copy out of a sandbox runs the host's static busybox inside it (copyout.py)
+BUSYBOX_TOOLS = {"busybox": "busybox-static"}
+_PT_INTERP = 3
+
+
+def elf_interpreter(path: str) -> bytes | None:
+    """The program interpreter (PT_INTERP) an ELF executable asks for, None when it has none
+    (a static binary); SandboxError when ``path`` is not an ELF executable."""
+    with open(path, "rb") as f:
+        head = f.read(64)
+        if len(head) < 52 or head[:4] != b"\x7fELF" or head[4] not in (1, 2) or head[5] not in (1, 2):
+            raise SandboxError(f"{path} is not an ELF executable")
+        wide = head[4] == 2
+        order: Literal["little", "big"] = "little" if head[5] == 1 else "big"
+
+        def num(off: int, size: int) -> int:
+            return int.from_bytes(head[off:off + size], order)
+
+        phoff = num(32, 8) if wide else num(28, 4)
+        phentsize, phnum = (num(54, 2), num(56, 2)) if wide else (num(42, 2), num(44, 2))
+        if phnum > 4096 or phentsize < (56 if wide else 32):
+            raise SandboxError(f"{path}: implausible ELF program header table")
+        f.seek(phoff)
+        table = f.read(phentsize * phnum)
+        for i in range(phnum):
+            ent = table[i * phentsize:(i + 1) * phentsize]
+            if len(ent) < phentsize:
+                raise SandboxError(f"{path}: truncated ELF program header table")
+            if int.from_bytes(ent[:4], order) == _PT_INTERP:
+                off = int.from_bytes(ent[8:16] if wide else ent[4:8], order)
+                size = int.from_bytes(ent[32:40] if wide else ent[16:20], order)
+                f.seek(off)
+                return f.read(min(size, 4096)).rstrip(b"\0")
+    return None
+
+
+@functools.cache
+def static_busybox(log: object = print) -> str:
+    """The absolute, resolved path of the host's static busybox (package busybox-static,
+    installed on first need). A dynamically linked one (it would need the sandbox's loader and
+    libraries) or one writable by others is refused."""
+    ensure_tools(BUSYBOX_TOOLS, "copying files out of sandboxes", log)
+    found = shutil.which("busybox")
+    assert found is not None  # ensure_tools raised otherwise
+    path = os.path.realpath(found)
+    interp = elf_interpreter(path)
+    if interp is not None:
+        raise SandboxError(
+            f"{path} is dynamically linked (it asks for {interp.decode(errors='replace')}); "
+            "copies out of sandboxes need a static busybox: install busybox-static")
+    st = os.stat(path)
+    if st.st_mode & 0o022 or st.st_uid not in (0, os.geteuid()):
+        raise SandboxError(f"{path} is writable by others or owned by another user: refused")
+    return path

@@ -38,6 +38,7 @@ import io
 import json
 import os
 import platform
+import posixpath
 import secrets
 import shutil
 import signal
@@ -48,25 +49,22 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from agentmeter.sandbox import cgroups, droppings, idmap, local_dirs, rootfs, seccomp
-from agentmeter.sandbox.archive import (
-    COPY_OUT_MAX_BYTES,
-    NO_SUCH_FILE,
-    READ_FILE_MAX_BYTES,
-    CappedBytes,
-    CappedFile,
-    extract_capped,
-    read_argv,
-    tar_out_argv,
-)
+from agentmeter.sandbox import cgroups, copyout, droppings, idmap, local_dirs, rootfs, seccomp
+from agentmeter.sandbox.archive import COPY_OUT_MAX_BYTES, READ_FILE_MAX_BYTES
 from agentmeter.sandbox.bridge import BridgeProcess, start_bridge
 from agentmeter.sandbox.fsdiff import diff_host_tree, snapshot_host_tree
-from agentmeter.sandbox.hosttools import KEYRING_TOOLS, LOCAL_TOOLS, ensure_tools, missing
+from agentmeter.sandbox.hosttools import (
+    KEYRING_TOOLS,
+    LOCAL_TOOLS,
+    ensure_tools,
+    missing,
+    static_busybox,
+)
 from agentmeter.sandbox.layers import LayerMeta, LocalLayerCache
 from agentmeter.sandbox.masks import KEYRING_WRAPPER, SessionNoticeFilter, proc_masks
 from agentmeter.sandbox.netsetup import SandboxNetwork, fence_host, start_network
 from agentmeter.sandbox.notices import notice
-from agentmeter.sandbox.output import CappedBuffer, collect_output
+from agentmeter.sandbox.output import CappedBuffer, collect_output, wait_drained
 from agentmeter.sandbox.pasta import Pasta, resolv_conf, start_pasta
 from agentmeter.sandbox.protocol import DEFAULT_IGNORE, OutputCallback
 from agentmeter.sandbox.spec import (
@@ -112,6 +110,7 @@ exec cat >/dev/null
 
 #: where an agent exec finds the host's setpriv when the sandbox root has none (a tmpfs of bwrap)
 HELPER_DIR = "/dev/.agentmeter"
+BUSYBOX = copyout.BUSYBOX
 
 
 @functools.cache
@@ -302,7 +301,7 @@ class LocalSandbox:
         return env
 
     def _command(self, argv: list[str], cwd: str, env: dict[str, str], user: str,
-                 seccomp_fd: int | None = None) -> list[str]:
+                 seccomp_fd: int | None = None, busybox: bool = False) -> list[str]:
         assert self._keeper is not None
         cmd: list[str] = []
         if self._keyring:
@@ -341,7 +340,9 @@ class LocalSandbox:
         if seccomp_fd is not None:
             cmd += ["--seccomp", str(seccomp_fd)]
         setpriv = ["setpriv"]
-        if user != "root" and not self._rootless and not self._root_has_setpriv:
+        if busybox:  # a copy out (copyout.py): the host's programs only, none of the image's
+            cmd += ["--ro-bind", static_busybox(), BUSYBOX]
+        if user != "root" and not self._rootless and (busybox or not self._root_has_setpriv):
             for src, name in host_setpriv():  # an image without util-linux (Alpine, busybox)
                 cmd += ["--ro-bind", src, f"{HELPER_DIR}/{name}"]
             setpriv = [f"{HELPER_DIR}/{host_setpriv()[0][1]}", "--library-path", HELPER_DIR,
@@ -364,14 +365,25 @@ class LocalSandbox:
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
         on_stdout: OutputCallback | None = None,
     ) -> ExecResult:
+        argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        return await self._run(argv, cwd=cwd, env=env, user=user, stdin=stdin, timeout=timeout,
+                               output_limit=output_limit, on_stdout=on_stdout)
+
+    async def _run(self, argv: list[str], *, cwd: str | None = None,
+                   env: dict[str, str] | None = None, user: str | None = None,
+                   stdin: bytes | None = None, timeout: float | None = None,
+                   output_limit: int = DEFAULT_OUTPUT_LIMIT,
+                   on_stdout: OutputCallback | None = None, busybox: bool = False) -> ExecResult:
+        """``exec``; with ``busybox`` the host's busybox is at BUSYBOX and the environment is
+        a minimal one of the harness's (copyout.py)."""
         if self._stopped or self._keeper is None:
             raise SandboxError(f"sandbox {self.id} is not running")
         user = user or self.spec.user
         if user not in ("root", AGENT_USER):
             raise SandboxError(f"unknown sandbox user {user!r} (use 'root' or '{AGENT_USER}')")
-        argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         sfd = seccomp.program_fd() if seccomp.supported() else None  # see _command
-        full = self._command(argv, cwd or self.workdir, self._env(user, env), user, sfd)
+        run_env = {"PATH": DEFAULT_PATH, "LC_ALL": "C"} if busybox else self._env(user, env)
+        full = self._command(argv, cwd or self.workdir, run_env, user, sfd, busybox)
         started = time.monotonic()
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -404,7 +416,7 @@ class LocalSandbox:
             os.killpg(proc.pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
-        return await proc.wait()
+        return await wait_drained(proc)
 
     async def kill_user_processes(self, user: str) -> int:
         """Nothing can be left: each exec has its own PID namespace, which the kernel empties
@@ -423,10 +435,10 @@ class LocalSandbox:
         if r.exit_code != 0:
             raise SandboxError(f"write_file {path}: {r.stderr.strip()}")
 
-    async def read_file(self, path: str, *, max_bytes: int = READ_FILE_MAX_BYTES) -> bytes:
-        sink = CappedBytes(f"read_file {path}", max_bytes)
-        await self._exec_bytes(read_argv(path, max_bytes), sink, what=sink.what)
-        return bytes(sink.data)
+    async def read_file(self, path: str, *, max_bytes: int = READ_FILE_MAX_BYTES,
+                        user: str | None = None) -> bytes:
+        return await copyout.read_file(self._busybox, self._abs(path), user=user or AGENT_USER,
+                                       max_bytes=max_bytes)
 
     async def copy_in(self, host_src: Path, dst: str, *, user: str | None = None) -> None:
         user = user or "root"
@@ -447,19 +459,21 @@ class LocalSandbox:
             raise SandboxError(f"copy_in {host_src} -> {dst}: {r.stderr.strip()}")
 
     async def copy_out(self, src: str, host_dst: Path, *, exclude: Sequence[str] = (),
-                       max_bytes: int = COPY_OUT_MAX_BYTES) -> None:
-        with CappedFile(f"copy_out {src}", max_bytes) as sink:
-            await self._exec_bytes(tar_out_argv(src, exclude, max_bytes), sink, what=sink.what)
-            await asyncio.to_thread(extract_capped, sink, host_dst)
+                       max_bytes: int = COPY_OUT_MAX_BYTES, user: str | None = None) -> list[str]:
+        return await copyout.copy_out(self._busybox, self._abs(src), host_dst, user=user or AGENT_USER,
+                                      exclude=exclude, max_bytes=max_bytes)
 
-    async def _exec_bytes(self, argv: list[str], sink: OutputCallback, what: str) -> None:
-        """Run ``argv`` as root, its stdout into ``sink``; a sink that raises (its cap crossed)
-        ends the exec, which kills it."""
-        r = await self.exec(argv, user="root", cwd="/", output_limit=0, on_stdout=sink)
-        if r.exit_code == NO_SUCH_FILE:
-            raise SandboxError(f"{what}: no such file in sandbox {self.id}")
-        if r.exit_code != 0:
-            raise SandboxError(f"{what}: {r.stderr.strip() or 'failed'}")
+    def _abs(self, path: str) -> str:
+        return posixpath.normpath(posixpath.join(self.workdir, path))
+
+    async def _busybox(self, args: list[str], user: str,
+                       sink: OutputCallback) -> tuple[int, str]:
+        """``busybox ARGS`` as ``user``, its stdout into ``sink``; a sink that raises (its cap
+        crossed) ends the exec, which kills it."""
+        await asyncio.to_thread(static_busybox)  # installed on first need
+        r = await self._run([BUSYBOX, *args], user=user, cwd="/", output_limit=8192,
+                            on_stdout=sink, busybox=True)
+        return r.exit_code, r.stderr
 
     # -- snapshots -----------------------------------------------------------------------
 

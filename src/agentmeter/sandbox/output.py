@@ -66,6 +66,21 @@ class CappedBuffer:
         )
 
 
+async def wait_drained(proc: asyncio.subprocess.Process) -> int:
+    """``proc.wait()`` for a process killed while its output was being collected: asyncio's wait
+    also waits for its pipes to close, which a reader that stopped (its sink raised, the stream
+    buffer full, reading paused) never sees; what is left in them is read and dropped."""
+
+    async def drain(stream: asyncio.StreamReader | None) -> None:
+        if stream is not None:
+            with contextlib.suppress(Exception):
+                while await stream.read(1 << 16):
+                    pass
+
+    _, _, code = await asyncio.gather(drain(proc.stdout), drain(proc.stderr), proc.wait())
+    return code
+
+
 async def collect_output(proc: asyncio.subprocess.Process, stdin: bytes | None, out: CappedBuffer,
                          err: CappedBuffer, on_stdout: Callable[[bytes], None] | None) -> int:
     """Feed ``stdin``, capture stdout/stderr into the buffers (stdout chunks also go to

@@ -44,9 +44,13 @@ class Sandbox(Protocol):
     async def write_file(self, path: str, data: bytes | str, *, mode: int = 0o644,
                          user: str | None = None) -> None: ...
 
-    async def read_file(self, path: str, *, max_bytes: int = READ_FILE_MAX_BYTES) -> bytes:
-        """A regular file's bytes. A missing file, or one larger than ``max_bytes`` (then
-        ``archive.CopyTooLarge``), raises SandboxError; no more than the cap is ever read."""
+    async def read_file(self, path: str, *, max_bytes: int = READ_FILE_MAX_BYTES,
+                        user: str | None = None) -> bytes:
+        """A regular file's bytes, read as ``user`` (default: the agent's; "root" for files only
+        the harness's root processes wrote). A missing file, one that is a symlink or lies
+        under one, or one larger than ``max_bytes`` (then ``archive.CopyTooLarge``), raises
+        SandboxError; no more than the cap is ever read. The sandbox's image runs nothing of it
+        (copyout.py)."""
         ...
 
     async def copy_in(self, host_src: Path, dst: str, *, user: str | None = None) -> None:
@@ -54,11 +58,14 @@ class Sandbox(Protocol):
         ...
 
     async def copy_out(self, src: str, host_dst: Path, *, exclude: Sequence[str] = (),
-                       max_bytes: int = COPY_OUT_MAX_BYTES) -> None:
-        """Copy a file or tree out into the directory ``host_dst``. Links never resolve outside
-        ``host_dst``; ``exclude`` are glob patterns left out. The copy is streamed through a
-        temporary host file: one whose archive exceeds ``max_bytes`` is stopped there, raises
-        ``archive.CopyTooLarge`` and writes nothing."""
+                       max_bytes: int = COPY_OUT_MAX_BYTES, user: str | None = None) -> list[str]:
+        """Copy a file or tree out into the directory ``host_dst``, read as ``user`` (default:
+        the agent's; "root" for what only the harness's root processes wrote); returns notes
+        on members left out (links that would leave the copy, special files, unreadable files).
+        ``src`` being a symlink or lying under one raises SandboxError; ``exclude`` are name
+        globs left out. The copy is streamed through a temporary host file: one whose archive
+        exceeds ``max_bytes`` is stopped there, raises ``archive.CopyTooLarge`` and writes
+        nothing. The sandbox's image runs nothing of it (copyout.py, untar.py)."""
         ...
 
     async def kill_user_processes(self, user: str) -> int:

@@ -57,7 +57,8 @@ def parse_reward_files(reward_txt: bytes | None, reward_json: bytes | None) -> S
 
 async def _read_if_present(sandbox: Sandbox, path: str, problems: list[str]) -> bytes | None:
     try:
-        return await sandbox.read_file(path, max_bytes=REWARD_MAX_BYTES)
+        # written by the verifier (root); a symlink there is refused, never followed
+        return await sandbox.read_file(path, max_bytes=REWARD_MAX_BYTES, user="root")
     except CopyTooLarge as e:
         problems.append(str(e))
         return None

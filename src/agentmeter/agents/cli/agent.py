@@ -244,7 +244,7 @@ class InstalledCliAgent:
             src = render(template, v).rstrip("/")
             dst = native / src.strip("/").replace("/", "_")
             try:
-                await ctx.sandbox.copy_out(src, dst, max_bytes=TRANSCRIPT_MAX_BYTES)
+                notes += await ctx.sandbox.copy_out(src, dst, max_bytes=TRANSCRIPT_MAX_BYTES)
             except CopyTooLarge as e:  # nothing of it is kept: a note says why
                 notes.append(f"transcript not kept: {e}")
                 continue

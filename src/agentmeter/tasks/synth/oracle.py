@@ -132,7 +132,8 @@ class OracleSandbox:
         if r.exit_code != 0:
             tail = (r.stderr.strip().splitlines() or [f"exit {r.exit_code}"])[-1]
             raise OracleRunError(f"the oracle run failed: {tail}")
-        raw = await self.sandbox.read_file(f"{out}/cases.jsonl", max_bytes=RESULTS_MAX_BYTES)
+        raw = await self.sandbox.read_file(f"{out}/cases.jsonl", max_bytes=RESULTS_MAX_BYTES,
+                                           user="root")
         return [json.loads(line) for line in raw.decode("utf-8", "replace").splitlines()
                 if line.strip()]
 

@@ -173,7 +173,7 @@ async def _run(sb: Sandbox, site: Path, plan: CapturePlan, out: Path, budget_s: 
     t0 = time.monotonic()
     staging = Path(tempfile.mkdtemp(prefix="capture-", dir=out))
     try:
-        await sb.copy_out(OUT, staging)
+        await sb.copy_out(OUT, staging, user="root")  # the driver's (root) output
         diag = _read_diagnostics(staging / DIAGNOSTICS)
         if r.timed_out or r.exit_code >= 128:  # the driver itself wedged or was killed
             why = (f"timed out: the capture driver did not finish within {budget_s:.1f} s + "
