@@ -10,9 +10,9 @@ Rules: absolute names and ``..`` components are refused; devices, FIFOs and othe
 members are refused; a hard link becomes a copy of a file already extracted from the same
 stream (else it is refused); a symlink is kept only when its target is relative with no ``..``
 (it then resolves inside the copy), else dropped; modes lose setuid, setgid, sticky and
-group/other write, and the owner may always read and write; names that are not UTF-8 are stored
-with their bytes written ``\\xNN``. At most ``MAX_DEPTH`` components and ``MAX_MEMBERS`` members
-are kept. Everything is extracted into a scratch directory beside the destination first and
+group/other write, and the owner may always read and write; names keep their bytes (the host's
+file system takes any; the store escapes them, see ``fsnames``), notes show them ``\\xNN``. At
+most ``MAX_DEPTH`` components and ``MAX_MEMBERS`` members are kept. Everything is extracted into a scratch directory beside the destination first and
 moved in only when the whole stream was read: a failure writes nothing. Each refusal is
 returned as a note for the caller to show.
 """
@@ -81,7 +81,7 @@ def _components(name: str) -> list[str] | None:
     parts = [p for p in name.split("/") if p not in ("", ".")]
     if ".." in parts:
         return None
-    return [display_name(p) for p in parts]
+    return parts  # surrogate-escaped str: os calls write the original bytes
 
 
 def _excluded(parts: Sequence[str], exclude: Sequence[str]) -> bool:
