@@ -12,8 +12,9 @@ stream (else it is refused); a symlink is kept only when its target is relative 
 (it then resolves inside the copy), else dropped; modes lose setuid, setgid, sticky and
 group/other write, and the owner may always read and write; names keep their bytes (the host's
 file system takes any; the store escapes them, see ``fsnames``), notes show them ``\\xNN``. At
-most ``MAX_DEPTH`` components and ``MAX_MEMBERS`` members are kept. Everything is extracted into a scratch directory beside the destination first and
-moved in only when the whole stream was read: a failure writes nothing. Each refusal is
+most ``MAX_DEPTH`` components and ``MAX_MEMBERS`` members are kept. Everything is extracted
+into a scratch directory beside the destination first and moved in only when the whole stream
+was read: a failure writes nothing. Each refusal is
 returned as a note for the caller to show.
 """
 
