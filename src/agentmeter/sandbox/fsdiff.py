@@ -68,32 +68,13 @@ def walk_host_tree(top: str, ignore: Sequence[str], budget: fsnames.Budget | Non
                    ) -> dict[str, os.stat_result]:
     """lstat of every path under ``top`` (relative paths), never following symlinks, without
     recursion, within ``budget`` (default: ``fsnames.CAPS``)."""
-    out: dict[str, os.stat_result] = {}
     budget = budget if budget is not None else fsnames.Budget()
     match = _matcher(tuple(ignore)) if ignore else None
-    stack = [""]
-    while stack and budget.full is None:
-        rel_dir = stack.pop()
-        try:
-            it = os.scandir(os.path.join(top, rel_dir) if rel_dir else top)
-        except OSError:
-            continue
-        with it:
-            for de in it:
-                rel = f"{rel_dir}/{de.name}" if rel_dir else de.name
-                # parents were checked already: only the new component and the whole path
-                if match is not None and (match(de.name) or match(rel)):
-                    continue
-                try:
-                    st = de.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                if not budget.admit(rel):
-                    break
-                out[rel] = st
-                if stat.S_ISDIR(st.st_mode) and budget.descend(rel):
-                    stack.append(rel)
-    return out
+
+    def skip(name: str, rel: str) -> bool:
+        # parents were checked already: only the new component and the whole path
+        return match is not None and bool(match(name) or match(rel))
+    return dict(fsnames.scan(top, budget, skip))
 
 
 def snapshot_host_tree(top: str, root_label: str, ignore: Sequence[str]) -> FsSnapshot:

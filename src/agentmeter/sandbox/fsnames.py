@@ -27,6 +27,7 @@ import re
 import shutil
 import stat
 import subprocess
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 #: characters a name keeps as they are (printable ASCII but the backslash)
@@ -137,12 +138,12 @@ class Budget:
         return "; ".join(parts) or None
 
 
-def walk_files(top: str, budget: Budget) -> list[str]:
-    """Relative paths (``os.fsdecode`` text) of the regular files under ``top``, shallowest
-    first, never following symlinks, without recursion, within ``budget`` (files and
-    directories count as entries; directories at its depth are not entered). Unreadable
-    directories are skipped."""
-    files: list[str] = []
+def scan(top: str, budget: Budget, skip: Callable[[str, str], bool] | None = None
+         ) -> Iterator[tuple[str, os.stat_result]]:
+    """``(relative path, lstat)`` of everything under ``top``, shallowest first, never following
+    symlinks, without recursion, within ``budget`` (directories at its depth are not entered).
+    ``skip(name, relpath)`` leaves an entry (and what is under it) out. Unreadable directories
+    are skipped."""
     queue = collections.deque([""])
     while queue and budget.full is None:
         rel_dir = queue.popleft()
@@ -153,18 +154,23 @@ def walk_files(top: str, budget: Budget) -> list[str]:
         with it:
             for de in it:
                 rel = f"{rel_dir}/{de.name}" if rel_dir else de.name
+                if skip is not None and skip(de.name, rel):
+                    continue
                 try:
-                    mode = de.stat(follow_symlinks=False).st_mode
+                    st = de.stat(follow_symlinks=False)
                 except OSError:
                     continue
                 if not budget.admit(rel):
                     break
-                if stat.S_ISDIR(mode):
-                    if budget.descend(rel):
-                        queue.append(rel)
-                elif stat.S_ISREG(mode):
-                    files.append(rel)
-    return files
+                yield rel, st
+                if stat.S_ISDIR(st.st_mode) and budget.descend(rel):
+                    queue.append(rel)
+
+
+def walk_files(top: str, budget: Budget) -> list[str]:
+    """Relative paths (``os.fsdecode`` text) of the regular files under ``top``, shallowest
+    first (see ``scan``)."""
+    return [rel for rel, st in scan(top, budget) if stat.S_ISREG(st.st_mode)]
 
 
 def prune_depth(top: str, depth: int) -> int:
