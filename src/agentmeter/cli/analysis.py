@@ -8,36 +8,22 @@ import json
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from agentmeter.cli.common import JsonOpt, StoreOpt, console, err, fail, open_store
-from agentmeter.metrics import (
-    BudgetError,
-    BudgetSpec,
-    Scorecard,
-    ScoringSpec,
-    TrialFrame,
-    compare_scorecards,
-    load_frame,
-    prepare,
-    score,
-    select_core,
-    table1,
-)
-from agentmeter.metrics.ams import INFRA_POLICIES
-from agentmeter.metrics.budgets import DUPLICATE_BUDGETS
-from agentmeter.metrics.registry import METRICS, MetricError, MetricInputs, metric_names
-from agentmeter.metrics.registry import compute as compute_metrics
-from agentmeter.pricing import CACHE_FALLBACKS, PriceBook, PricingError, PricingSnapshot
-from agentmeter.pricing.reprice import RepriceError, reprice_run
-from agentmeter.report import scorecard_table as view
-from agentmeter.report.summary import evaluation_table
-from agentmeter.store.db import Store, StoreError
-from agentmeter.store.queries import StoredTrials, evaluation_costs, selected_trials
-from agentmeter.tasks.errors import TaskError
-from agentmeter.tasks.suite import SUITE_TOML, load_suite, load_suites
+from agentmeter.metrics.choices import DUPLICATE_BUDGETS, INFRA_POLICIES
+
+if TYPE_CHECKING:
+    from agentmeter.metrics.budgets import BudgetSpec
+    from agentmeter.metrics.frame import TrialFrame
+    from agentmeter.metrics.registry import MetricInputs
+    from agentmeter.metrics.scorecard import Scorecard
+    from agentmeter.metrics.scoring import ScoringSpec
+    from agentmeter.pricing.book import PriceBook
+    from agentmeter.store.db import Store
+    from agentmeter.store.queries import StoredTrials
 
 TiersOpt = Annotated[str, typer.Option(
     "--tiers", help="calibrate (Eq. 1 on the scored runs), stored (the tasks' own tiers) or a "
@@ -91,6 +77,8 @@ def _tier_file(path: Path) -> dict[str, str]:
 
 
 def _budgets(value: str) -> BudgetSpec | None:
+    from agentmeter.metrics.budgets import BudgetError, BudgetSpec, table1
+
     if value == "derive":
         return None
     if value == "table1":
@@ -102,6 +90,10 @@ def _budgets(value: str) -> BudgetSpec | None:
 
 
 def _book(prices: list[Path] | None, fallback: str = "none") -> PriceBook:
+    from agentmeter.pricing.book import PriceBook
+    from agentmeter.pricing.formula import CACHE_FALLBACKS
+    from agentmeter.pricing.snapshot import PricingError
+
     choice("--cache-price-fallback", fallback, CACHE_FALLBACKS)
     try:
         return PriceBook.load(prices or [],
@@ -111,6 +103,9 @@ def _book(prices: list[Path] | None, fallback: str = "none") -> PriceBook:
 
 
 def _subset_ids(store: Store, run_id: str, subset: str, suite: Path | None) -> list[str]:
+    from agentmeter.tasks.errors import TaskError
+    from agentmeter.tasks.suite import SUITE_TOML, load_suite, load_suites
+
     try:
         if suite is not None:
             s = load_suite(suite)
@@ -131,6 +126,9 @@ def _subset_ids(store: Store, run_id: str, subset: str, suite: Path | None) -> l
 def _frames(store: Store, runs: list[str], subset: str | None, suite: Path | None,
             tiers: str) -> tuple[TrialFrame, TrialFrame, str]:
     """(frame to score, calibration pool, tier mode)."""
+    from agentmeter.metrics.loader import load_frame
+    from agentmeter.store.db import StoreError
+
     try:
         full = load_frame(store, runs)
     except StoreError as e:
@@ -159,6 +157,8 @@ def choice(option: str, value: str, allowed: tuple[str, ...]) -> str:
 
 def _spec(mode: str, alpha: float | None, resamples: int, reprice: bool,
           infra: str = "zero", duplicates: str = "keep") -> ScoringSpec:
+    from agentmeter.metrics.scoring import ScoringSpec
+
     choice("--infra-invalid", infra, INFRA_POLICIES)
     choice("--duplicate-budgets", duplicates, DUPLICATE_BUDGETS)
     return ScoringSpec.model_validate({"tiers": mode, "alpha": alpha, "resamples": resamples,
@@ -189,6 +189,13 @@ def score_cmd(
     """Score runs: the AgentMeter leaderboard (Pass, Tok/Pass, USD/Pass, tier scores, AMS with
     CIs, Δbest, winners), pass@k, effort allocation, the CLI-Tool-Bench funnel and the
     AgencyBench metrics (docs/metrics.md)."""
+    from agentmeter.metrics.registry import METRICS, MetricError, MetricInputs, metric_names
+    from agentmeter.metrics.registry import compute as compute_metrics
+    from agentmeter.report import scorecard_table as view
+    from agentmeter.report.summary import evaluation_table
+    from agentmeter.store.db import StoreError
+    from agentmeter.store.queries import evaluation_costs, selected_trials
+
     if metric not in (*metric_names(), "all"):
         raise fail(f"--metric {metric!r}: use {', '.join(metric_names())} or all")
     if alpha is not None and not 0 <= alpha <= 1:
@@ -241,6 +248,8 @@ def score_cmd(
 # --- compare -------------------------------------------------------------------------------
 
 def _scorecard_file(path: Path) -> Scorecard:
+    from agentmeter.metrics.scorecard import Scorecard
+
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         return Scorecard.model_validate(data.get("scorecard", data))
@@ -262,6 +271,10 @@ def compare_cmd(
 ) -> None:
     """Rank agreement of two scorings (Spearman, Kendall τ-b, MAE of AMS, Top-1/Top-k kept):
     two runs, or a subset against its full run. Tiers and budgets are fixed on A's full run."""
+    from agentmeter.metrics.scoring import score
+    from agentmeter.metrics.validation import compare_scorecards
+    from agentmeter.report import scorecard_table as view
+
     if b is None:
         if subset is None:
             raise fail("give B, or --subset NAME to compare a subset with the full run A")
@@ -307,6 +320,9 @@ def reprice_cmd(
 ) -> None:
     """Recompute stored costs (model calls and trial totals, Eq. 2) under another pricing
     snapshot without rerunning, and record the snapshot on the run."""
+    from agentmeter.pricing.reprice import RepriceError, reprice_run
+    from agentmeter.pricing.snapshot import PricingError, PricingSnapshot
+
     try:
         snaps = [PricingSnapshot.load(p) for p in prices]
     except PricingError as e:
@@ -343,6 +359,9 @@ _SUBSET_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
 def _save_subset(suite_dir: Path, name: str, task_ids: list[str]) -> Path:
     """Add ``name = [...]`` under [subsets] of the suite's suite.toml (other content kept)."""
+    from agentmeter.tasks.errors import TaskError
+    from agentmeter.tasks.suite import SUITE_TOML, load_suite
+
     try:
         suite = load_suite(suite_dir)
     except TaskError as e:
@@ -384,6 +403,10 @@ def core_subset_cmd(
 ) -> None:
     """Pick K tasks per tier whose AMS ranking best preserves the full run's (stratified core
     subset, AgentMeter §5.4); optionally save it as a named subset of the suite."""
+    from agentmeter.metrics.scoring import prepare
+    from agentmeter.metrics.validation import select_core
+    from agentmeter.report import scorecard_table as view
+
     if per_tier < 1:
         raise fail("--per-tier must be >= 1")
     _spec("calibrate", None, 0, False, infra_invalid, duplicate_budgets)

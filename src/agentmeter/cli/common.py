@@ -5,13 +5,19 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from agentmeter.paths import default_runs_dir
-from agentmeter.store.db import Store, StoreError
+
+if TYPE_CHECKING:
+    from agentmeter.store.db import Store
+
+# Start-up: ``agentmeter --help`` imports every command module, so these modules import only
+# typer, rich and light agentmeter modules at the top; each command imports what it works with
+# (the store, metrics, the runner, ...) in its body (tests/test_cli_start.py guards this).
 
 # logs and CI capture get a wide table instead of rich's 80-column default
 console = Console(width=None if sys.stdout.isatty() else 200)
@@ -34,6 +40,8 @@ def fail(message: str) -> typer.Exit:
 def open_store(store: Path | None) -> Store:
     """The store of ``--store DIR`` (default ./.agentmeter): SQLite in DIR, or the database at
     ``$AGENTMETER_DATABASE_URL`` (e.g. PostgreSQL) with the artifacts still under DIR."""
+    from agentmeter.store.db import Store, StoreError
+
     runs_dir = store or default_runs_dir()
     url = os.environ.get("AGENTMETER_DATABASE_URL")
     try:

@@ -6,19 +6,22 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from agentmeter.cli.common import JsonOpt, StoreOpt, console, err, fail, open_store
-from agentmeter.exporters.atif import atif_export, write_atif
-from agentmeter.exporters.table import export_rows, write_table
-from agentmeter.importers import ImportFormatError, Mapping, load_import, save_import
-from agentmeter.store.db import Store, StoreError
+
+if TYPE_CHECKING:
+    from agentmeter.store.db import Store
 
 # --- import / export -----------------------------------------------------------------------
 
 def _export_atif(st: Store, run_id: str, out: Path | None) -> None:
+    from agentmeter.exporters.atif import atif_export, write_atif
+    from agentmeter.importers.common import ImportFormatError
+    from agentmeter.store.db import StoreError
+
     if out is None:
         raise fail("--format atif writes one file per trial try: give a directory with -o DIR")
     try:
@@ -51,6 +54,9 @@ def import_cmd(
     store: StoreOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Import another harness's results as a run (source = the importer, status imported)."""
+    from agentmeter.importers import ImportFormatError, Mapping, load_import, save_import
+    from agentmeter.store.db import StoreError
+
     try:
         m = Mapping.load(mapping) if mapping else None
         imported = load_import(path, fmt, m, run_id, categories, include_excluded)
@@ -89,6 +95,10 @@ def export_cmd(
 ) -> None:
     """Export a run, one row per trial try (config, model, agent, task, tier, status, reward,
     tokens, cost, calls, timings), or with --format atif one ATIF trajectory per trial try."""
+    from agentmeter.exporters.table import export_rows, write_table
+    from agentmeter.importers.common import ImportFormatError
+    from agentmeter.store.db import StoreError
+
     st = open_store(store)
     if fmt == "atif":
         _export_atif(st, run_id, out)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from agentmeter.cli.common import JsonOpt, StoreOpt, console, fail
-from agentmeter.records import TrialRecord
+
+if TYPE_CHECKING:
+    from agentmeter.records import TrialRecord
 
 difftest_app = typer.Typer(help="CLI-generation tasks: differential testing against an oracle.",
                            no_args_is_help=True)

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-import signal
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from agentmeter.cli.common import err, fail
-from agentmeter.gateway import Budget, Gateway, ModelConfigError
-from agentmeter.gateway.standalone import serve
-from agentmeter.pricing import PricingError
-from agentmeter.runner.session import RunRequest, RunSetupError, models_and_prices
 
 gateway_app = typer.Typer(help="The metering gateway on its own.", no_args_is_help=True)
 
@@ -28,6 +22,15 @@ def gateway_serve(
     out: Annotated[Path | None, typer.Option(help="append every call as JSON lines")] = None,
 ) -> None:
     """Meter any agent: serves Chat Completions, Responses and Messages on HOST:PORT."""
+    import asyncio
+    import signal
+
+    from agentmeter.gateway.metering import Budget
+    from agentmeter.gateway.registry import ModelConfigError
+    from agentmeter.gateway.server import Gateway
+    from agentmeter.gateway.standalone import serve
+    from agentmeter.pricing.snapshot import PricingError
+    from agentmeter.runner.session import RunRequest, RunSetupError, models_and_prices
 
     try:
         registry, book = models_and_prices(RunRequest(models_file=models_file, prices=prices or []))

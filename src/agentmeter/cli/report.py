@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Annotated
@@ -12,14 +11,8 @@ import typer
 
 from agentmeter.cli.analysis import DupOpt, InfraOpt, choice
 from agentmeter.cli.common import console, err, fail, open_store
-from agentmeter.metrics import ScoringSpec
-from agentmeter.metrics.ams import INFRA_POLICIES
-from agentmeter.metrics.budgets import DUPLICATE_BUDGETS
-from agentmeter.metrics.scorecard import LEADERBOARD_SORTS
-from agentmeter.report.html import collect, write_html_report
-from agentmeter.report.html.collect import DEFAULT_RESAMPLES
-from agentmeter.report.scorecard_table import details, leaderboard
-from agentmeter.store.db import StoreError
+from agentmeter.metrics.choices import DUPLICATE_BUDGETS, INFRA_POLICIES, LEADERBOARD_SORTS
+from agentmeter.report.defaults import DEFAULT_RESAMPLES
 
 
 def report_cmd(
@@ -36,6 +29,11 @@ def report_cmd(
 ) -> None:
     """The leaderboard of runs (Pass, per-tier passes, Tok/Pass, USD/Pass, tier scores, AMS with
     CI, Δbest) in the terminal, or with --html a self-contained report file."""
+    from agentmeter.metrics.scoring import ScoringSpec
+    from agentmeter.report.html import collect, write_html_report
+    from agentmeter.report.scorecard_table import details, leaderboard
+    from agentmeter.store.db import StoreError
+
     if sort not in LEADERBOARD_SORTS:
         raise fail(f"--sort {sort!r}: use one of {', '.join(LEADERBOARD_SORTS)}")
     if tiers not in ("calibrate", "stored"):
@@ -86,6 +84,8 @@ def view_cmd(
 ) -> None:
     """Browse the store in a local web viewer: runs, leaderboards, charts, trials; pages update
     live while a run is in progress."""
+    import asyncio
+
     from agentmeter.report.viewer import serve
 
     st = open_store(store)

@@ -2,36 +2,23 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import signal
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from agentmeter.cli.common import AllowHostNetworkOpt, JsonOpt, StoreOpt, console, err, fail, open_store
-from agentmeter.records import TrialRecord, TrialStatus
-from agentmeter.report.summary import summarize, summary_table
-from agentmeter.runner.executor import RunProgress
-from agentmeter.runner.session import (
-    PreparedRun,
-    RunSetupError,
-    check_run_id,
-    load_grid,
-    make_backend,
-    make_request,
-    prepare,
-    request_of,
-    run,
-)
-from agentmeter.sandbox import notices
-from agentmeter.store.db import Store
-from agentmeter.tasks.suite import SkippedTask
+
+if TYPE_CHECKING:
+    from agentmeter.records import TrialRecord
+    from agentmeter.runner.executor import RunProgress
+    from agentmeter.runner.session import PreparedRun
+    from agentmeter.store.db import Store
+    from agentmeter.tasks.suite import SkippedTask
 
 ExecutorOpt = Annotated[str, typer.Option(
     help="where trials run: local (this machine) or ray (a Ray cluster's nodes, which declare "
@@ -45,6 +32,15 @@ def execute_run(prepared: PreparedRun, store_dir: Path | None, run_id: str | Non
              as_json: bool) -> tuple[Store, str, RunProgress]:
     """Run ``prepared``; nothing is written (not even an empty store) when the run id or the
     backend is refused."""
+    import asyncio
+    import signal
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from agentmeter.records import TrialStatus
+    from agentmeter.runner.session import RunSetupError, check_run_id, make_backend, run
+    from agentmeter.sandbox import notices
+
     started = time.monotonic()
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("passed {task.fields[passed]}  spend ${task.fields[spend]:.4f}"),
@@ -131,6 +127,8 @@ def exit_on_build_failures(progress: RunProgress) -> None:
 
 def print_results(store: Store, run_id: str, as_json: bool,
                   skipped: list[SkippedTask] | None = None) -> None:
+    from agentmeter.report.summary import summarize, summary_table
+
     rows = summarize(store, run_id)
     if as_json:
         print(json.dumps({"run_id": run_id, "configs": [
@@ -173,6 +171,8 @@ def run_cmd(
     store: StoreOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Run agents (× models) on tasks. Re-running with the same --run-id resumes it."""
+    from agentmeter.runner.session import RunSetupError, load_grid, make_request, prepare
+
     try:
         pairs = []
         for p in pair or []:
@@ -212,6 +212,14 @@ def resume(run_id: str, store: StoreOpt = None, concurrency: int | None = None,
                help="the Ray cluster (default: the run's own)")] = None,
            as_json: JsonOpt = False) -> None:
     """Continue a run: completed trials are kept, incomplete ones run again."""
+    from agentmeter.runner.session import (
+        RunSetupError,
+        check_run_id,
+        make_request,
+        prepare,
+        request_of,
+    )
+
     st = open_store(store)
     try:
         check_run_id(run_id)
@@ -231,6 +239,8 @@ def resume(run_id: str, store: StoreOpt = None, concurrency: int | None = None,
 
 def runs(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """List runs in the store."""
+    from agentmeter.records import TrialStatus
+
     st = open_store(store)
     records = st.list_runs()
     if as_json:

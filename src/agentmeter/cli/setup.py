@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
 
 from agentmeter.cli.common import JsonOpt, StoreOpt, console, err, fail
 from agentmeter.cli.run import execute_run, print_results
-from agentmeter.records import TrialStatus
-from agentmeter.runner.session import RunRequest, RunSetupError, prepare
-from agentmeter.store.db import Store
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+    from agentmeter.store.db import Store
 
 
 def setup(docker: Annotated[bool, typer.Option(help="also start dockerd and import the base image")] = False,
@@ -30,7 +23,10 @@ def setup(docker: Annotated[bool, typer.Option(help="also start dockerd and impo
                    "(name@version pins a version)")] = None) -> None:
     """Install host tools and build, once, the Debian base, the suite's environment layers and
     the agents' installation layers. Everything is also built on first use."""
+    import asyncio
+
     from agentmeter.agents.registry import UnknownAgentError, make_agent
+    from agentmeter.runner.session import RunRequest, RunSetupError, prepare
     from agentmeter.runner.trial import sandbox_spec
     from agentmeter.sandbox import rootfs
     from agentmeter.sandbox.local import LocalBackend
@@ -71,6 +67,15 @@ def setup(docker: Annotated[bool, typer.Option(help="also start dockerd and impo
 
 
 def _setup_progress() -> Progress:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
     return Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(),
                     MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[detail]}"),
                     console=err)
@@ -89,6 +94,8 @@ def demo(store: StoreOpt = None, concurrency: int = 2, as_json: JsonOpt = False,
     Code, Qwen Code and Gemini CLI (installed once into cached layers) × scripted solver /
     quitter. Ends with the results tables and an HTML report; exits 2 when a trial ended
     infra_invalid (after listing every infra_invalid try and its reason)."""
+    from agentmeter.runner.session import RunRequest, RunSetupError, prepare
+
     requests = [RunRequest(suites=["starter"], agents=["oracle", "nop", "native"],
                            models=["scripted/solver", "scripted/explorer", "scripted/quitter"],
                            concurrency=concurrency)]
@@ -131,6 +138,8 @@ def demo(store: StoreOpt = None, concurrency: int = 2, as_json: JsonOpt = False,
 def exit_on_infra_invalid(store: Store, run_ids: list[str]) -> None:
     """Exit 2 when a selected trial of the runs is infra_invalid (the harness could not run it:
     the demo did not show what it should), after naming every infra_invalid try and why."""
+    from agentmeter.records import TrialStatus
+
     selected = [t for rid in run_ids for t in store.latest_completed_trials(rid)
                 if t.status is TrialStatus.INFRA_INVALID]
     if not selected:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -13,12 +13,10 @@ from rich.table import Table
 
 from agentmeter.cli.common import AllowHostNetworkOpt, JsonOpt, StoreOpt, console, fail
 from agentmeter.cli.run import execute_run, report_loading
-from agentmeter.importers.agencybench import PROMPT_MODES, PromptMode, import_agencybench
-from agentmeter.importers.common import ImportFormatError
-from agentmeter.records import TrialRecord, TrialStatus
-from agentmeter.runner.session import RunRequest, RunSetupError, prepare
-from agentmeter.tasks.errors import TaskError
-from agentmeter.tasks.suite import load_suite
+
+if TYPE_CHECKING:
+    from agentmeter.importers.agencybench import PromptMode
+    from agentmeter.records import TrialRecord
 
 tasks_app = typer.Typer(help="Inspect and check task suites.", no_args_is_help=True)
 
@@ -27,6 +25,9 @@ tasks_app = typer.Typer(help="Inspect and check task suites.", no_args_is_help=T
 def tasks_list(path: Annotated[str, typer.Argument(help="suite/task dir or built-in name")] = "starter",
                as_json: JsonOpt = False) -> None:
     """List the tasks of a suite."""
+    from agentmeter.tasks.errors import TaskError
+    from agentmeter.tasks.suite import load_suite
+
     try:
         suite = load_suite(path)
     except TaskError as e:
@@ -47,6 +48,9 @@ def tasks_list(path: Annotated[str, typer.Argument(help="suite/task dir or built
 @tasks_app.command("show")
 def tasks_show(task_id: str, suite: Annotated[str, typer.Option("--suite", "-s")] = "starter") -> None:
     """Show one task: metadata and instruction."""
+    from agentmeter.tasks.errors import TaskError
+    from agentmeter.tasks.suite import load_suite
+
     try:
         s = load_suite(task_id) if Path(task_id).is_dir() else load_suite(suite)
         t = s.tasks[0] if Path(task_id).is_dir() else s.task(task_id)
@@ -67,6 +71,9 @@ def tasks_check(path: Annotated[str, typer.Argument(help="suite/task dir or buil
                 as_json: JsonOpt = False) -> None:
     """Run oracle and nop on every task: report broken tasks (oracle fails), trivial ones
     (nop passes) and those that cannot run (they fail to load: each with its reason)."""
+    from agentmeter.records import TrialStatus
+    from agentmeter.runner.session import RunRequest, RunSetupError, prepare
+
     try:
         prepared = prepare(RunRequest(suites=[path], agents=["oracle", "nop"], backend=backend,
                                       concurrency=concurrency, strict=strict,
@@ -131,6 +138,9 @@ def tasks_import(
     as_json: JsonOpt = False,
 ) -> None:
     """Write another benchmark's task definitions as agentmeter scenario directories."""
+    from agentmeter.importers.agencybench import PROMPT_MODES, import_agencybench
+    from agentmeter.importers.common import ImportFormatError
+
     if fmt not in TASK_IMPORT_FORMATS:
         raise fail(f"unknown task import format {fmt!r} ({', '.join(TASK_IMPORT_FORMATS)})")
     if prompt_mode not in PROMPT_MODES:

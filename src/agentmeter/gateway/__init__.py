@@ -5,16 +5,48 @@ meters every call, enforces per-trial budgets, injects provider keys, translates
 upstreams, and hosts the scripted offline model (``scripted/<policy>``).
 """
 
-from agentmeter.gateway.bounds import GatewayLimits
-from agentmeter.gateway.metering import Budget, ScriptedContext, TrialMeter
-from agentmeter.gateway.registry import (
-    BUILTIN_PROVIDERS,
-    ModelConfigError,
-    ModelRegistry,
-    UpstreamModel,
-)
-from agentmeter.gateway.server import Gateway, GatewayError
-from agentmeter.gateway.upstream import RetryPolicy
+from typing import TYPE_CHECKING
+
+# The names below are imported on first use (PEP 562), not with the package: a submodule
+# (``agentmeter.gateway.<module>``) imports without the others, and the command
+# line starts without numpy, SQLAlchemy or aiohttp (tests/test_cli_start.py).
+if TYPE_CHECKING:
+    from agentmeter.gateway.bounds import GatewayLimits
+    from agentmeter.gateway.metering import Budget, ScriptedContext, TrialMeter
+    from agentmeter.gateway.registry import (
+        BUILTIN_PROVIDERS,
+        ModelConfigError,
+        ModelRegistry,
+        UpstreamModel,
+    )
+    from agentmeter.gateway.server import Gateway, GatewayError
+    from agentmeter.gateway.upstream import RetryPolicy
+
+#: name -> the module that defines it
+_LAZY: dict[str, str] = {name: module for module, names in {
+    "agentmeter.gateway.bounds": ("GatewayLimits",),
+    "agentmeter.gateway.metering": ("Budget", "ScriptedContext", "TrialMeter"),
+    "agentmeter.gateway.registry": (
+        "BUILTIN_PROVIDERS", "ModelConfigError", "ModelRegistry", "UpstreamModel",
+    ),
+    "agentmeter.gateway.server": ("Gateway", "GatewayError"),
+    "agentmeter.gateway.upstream": ("RetryPolicy",),
+}.items() for name in names}
+
+if not TYPE_CHECKING:
+    def __getattr__(name: str) -> object:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        import importlib
+
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_LAZY})
+
 
 __all__ = ["BUILTIN_PROVIDERS", "Budget", "Gateway", "GatewayError", "GatewayLimits", "ModelConfigError",
            "ModelRegistry", "RetryPolicy", "ScriptedContext", "TrialMeter", "UpstreamModel"]

@@ -10,19 +10,44 @@ way. Exports (the other direction) are :mod:`agentmeter.exporters`.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from agentmeter.importers.clitoolbench import import_clitoolbench, looks_like_clitoolbench
-from agentmeter.importers.common import ImportedRun, ImportFormatError
-from agentmeter.importers.harbor import import_harbor, looks_like_harbor
-from agentmeter.importers.mapping import Mapping
-from agentmeter.importers.table import TABLE_SUFFIXES, import_table
-from agentmeter.importers.terminal_bench import import_terminal_bench, looks_like_terminal_bench
-from agentmeter.store.db import Store, StoreError
+# The importers are imported when a format is read, not with the package: a submodule
+# (``agentmeter.importers.agencybench``, say) imports without the store and the other formats.
+if TYPE_CHECKING:
+    from agentmeter.importers.common import ImportedRun, ImportFormatError
+    from agentmeter.importers.mapping import Mapping
+    from agentmeter.store.db import Store
+
+#: name -> the module that defines it
+_LAZY: dict[str, str] = {"ImportFormatError": "agentmeter.importers.common",
+                         "ImportedRun": "agentmeter.importers.common",
+                         "Mapping": "agentmeter.importers.mapping"}
+
+if not TYPE_CHECKING:
+    def __getattr__(name: str) -> object:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        import importlib
+
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_LAZY})
 
 FORMATS = ("harbor", "terminal-bench", "clitoolbench", "table")
 
 
 def detect_format(path: Path) -> str:
+    from agentmeter.importers.clitoolbench import looks_like_clitoolbench
+    from agentmeter.importers.common import ImportFormatError
+    from agentmeter.importers.harbor import looks_like_harbor
+    from agentmeter.importers.table import TABLE_SUFFIXES
+    from agentmeter.importers.terminal_bench import looks_like_terminal_bench
+
     if not path.exists():
         raise ImportFormatError(f"{path}: no such file or directory")
     if path.is_file() and path.suffix.lower() in TABLE_SUFFIXES:
@@ -44,6 +69,12 @@ def load_import(path: Path, fmt: str | None = None, mapping: Mapping | None = No
                 include_excluded: bool = False) -> ImportedRun:
     """Read a source into records (nothing is written). ``categories`` and
     ``include_excluded`` are for the clitoolbench format only."""
+    from agentmeter.importers.clitoolbench import import_clitoolbench
+    from agentmeter.importers.common import ImportFormatError
+    from agentmeter.importers.harbor import import_harbor
+    from agentmeter.importers.table import import_table
+    from agentmeter.importers.terminal_bench import import_terminal_bench
+
     fmt = fmt or detect_format(path)
     if not path.exists():
         raise ImportFormatError(f"{path}: no such file or directory")
@@ -64,6 +95,8 @@ def load_import(path: Path, fmt: str | None = None, mapping: Mapping | None = No
 def save_import(store: Store, imported: ImportedRun) -> None:
     """Write the run in one transaction. A configuration id already in the store must name the
     same model and agent (ids are digests of the definition; the stored record is kept)."""
+    from agentmeter.store.db import StoreError
+
     for c in imported.configs:
         known = store.get_config(c.id)
         if known is not None and (known.model.name, known.agent.name) != (c.model.name,

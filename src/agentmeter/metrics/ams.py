@@ -25,15 +25,13 @@ counted trial in a tier, a scored trial whose cost is unknown (cost-aware parts 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
+from agentmeter.metrics.choices import INFRA_POLICIES as INFRA_POLICIES
+from agentmeter.metrics.choices import InfraPolicy as InfraPolicy
 from agentmeter.metrics.frame import INFRA, MISSING, SCORED, CodeArray, FloatArray
 
-InfraPolicy = Literal["zero", "exclude"]
-#: the readings of an infra_invalid cell, the paper's first (the default)
-INFRA_POLICIES: tuple[InfraPolicy, ...] = ("zero", "exclude")
 DEFAULT_ALPHA = 0.6
 
 

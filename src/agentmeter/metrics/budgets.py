@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from agentmeter.metrics.choices import DUPLICATE_BUDGETS as DUPLICATE_BUDGETS
+from agentmeter.metrics.choices import DuplicateBudgets as DuplicateBudgets
 from agentmeter.metrics.frame import TIERS, FloatArray, Tier
 from agentmeter.tomlfile import read_toml, validate_toml
 
@@ -30,10 +31,6 @@ TABLE1_PATH = SHIPPED_DIR / "agentmeter-table1.toml"
 #: the cost quantiles the derived budget grids use (five points, like Table 1)
 DEFAULT_QUANTILES: tuple[float, ...] = (0.10, 0.25, 0.50, 0.75, 0.90)
 FAILED_QUANTILE = 0.90
-
-#: derived grids: keep a point per quantile (the paper's five; default) or merge equal ones
-DuplicateBudgets = Literal["keep", "merge"]
-DUPLICATE_BUDGETS: tuple[DuplicateBudgets, ...] = ("keep", "merge")
 
 
 class BudgetError(ValueError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from agentmeter.metrics.choices import LEADERBOARD_SORTS as LEADERBOARD_SORTS
 from agentmeter.metrics.frame import Tier
 
 
@@ -101,10 +102,6 @@ class BootstrapInfo(BaseModel):
     seed: int
     over_attempts: bool
     strata: str = "tier"
-
-
-#: what a leaderboard can be ordered by (:meth:`Scorecard.ranked`)
-LEADERBOARD_SORTS = ("ams", "pass", "usd", "tok")
 
 
 class Scorecard(BaseModel):

@@ -1,16 +1,47 @@
 """agentmeter.pricing: price tables and the AgentMeter cost formula (Eq. 2)."""
 
-from agentmeter.pricing.book import PriceBook, PriceQuote, UnpricedModelError
-from agentmeter.pricing.formula import (
-    CACHE_FALLBACKS,
-    CacheFallback,
-    ModelRates,
-    cache_fallback_used,
-    charge_bound,
-    cost,
-    unpriced_cache,
-)
-from agentmeter.pricing.snapshot import PricingError, PricingSnapshot, scripted_snapshot
+from typing import TYPE_CHECKING
+
+# The names below are imported on first use (PEP 562), not with the package: a submodule
+# (``agentmeter.pricing.<module>``) imports without the others, and the command
+# line starts without numpy, SQLAlchemy or aiohttp (tests/test_cli_start.py).
+if TYPE_CHECKING:
+    from agentmeter.pricing.book import PriceBook, PriceQuote, UnpricedModelError
+    from agentmeter.pricing.formula import (
+        CACHE_FALLBACKS,
+        CacheFallback,
+        ModelRates,
+        cache_fallback_used,
+        charge_bound,
+        cost,
+        unpriced_cache,
+    )
+    from agentmeter.pricing.snapshot import PricingError, PricingSnapshot, scripted_snapshot
+
+#: name -> the module that defines it
+_LAZY: dict[str, str] = {name: module for module, names in {
+    "agentmeter.pricing.book": ("PriceBook", "PriceQuote", "UnpricedModelError"),
+    "agentmeter.pricing.formula": (
+        "CACHE_FALLBACKS", "CacheFallback", "ModelRates", "cache_fallback_used", "charge_bound",
+        "cost", "unpriced_cache",
+    ),
+    "agentmeter.pricing.snapshot": ("PricingError", "PricingSnapshot", "scripted_snapshot"),
+}.items() for name in names}
+
+if not TYPE_CHECKING:
+    def __getattr__(name: str) -> object:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        import importlib
+
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_LAZY})
+
 
 __all__ = ["CACHE_FALLBACKS", "CacheFallback", "ModelRates", "cache_fallback_used",
            "charge_bound", "unpriced_cache", "PriceBook", "PriceQuote", "PricingError", "PricingSnapshot",

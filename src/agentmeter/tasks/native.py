@@ -58,8 +58,8 @@ from agentmeter.tasks.task_toml import (
     separate_verifier,
     size_to_mb,
 )
-from agentmeter.verify.command import TESTS_MOUNT
 from agentmeter.verify.difftest.config import CasesError, DifftestConfig, read_cases
+from agentmeter.verify.mounts import TESTS_MOUNT
 from agentmeter.verify.rubric.config import CAPTURE_PLAN_JSON, RUBRIC_TOML, RubricError, load_rubric
 
 INSTRUCTION_MD = "instruction.md"

@@ -19,7 +19,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agentmeter.tasks.errors import TaskError, TaskProblem, problems_from_validation
@@ -31,8 +30,7 @@ from agentmeter.tasks.models import (
     Tier,
     task_digest,
 )
-from agentmeter.verify.command import TESTS_MOUNT
-from agentmeter.verify.tb_parsers import TB_PARSERS
+from agentmeter.verify.mounts import TB_PARSER_NAMES, TESTS_MOUNT
 
 TASK_YAML = "task.yaml"
 RUN_TESTS_SH = "run-tests.sh"
@@ -42,7 +40,7 @@ COMPOSE_NAMES = ("docker-compose.yaml", "docker-compose.yml")
 _HARNESS_SERVICE_KEYS = frozenset({"image", "container_name", "command", "volumes", "build",
                                    "environment"})
 #: Terminal-Bench's parser names (its ParserName) → the verifier kind that reads the output so
-PARSER_KINDS: dict[str, str] = {"pytest": "pytest", **{name: name for name in TB_PARSERS}}
+PARSER_KINDS: dict[str, str] = {"pytest": "pytest", **{name: name for name in TB_PARSER_NAMES}}
 
 
 class _Description(BaseModel):
@@ -88,6 +86,8 @@ class TerminalBenchYaml(BaseModel):
 
 
 def _read_yaml(file: Path) -> Any:
+    import yaml
+
     try:
         return yaml.safe_load(file.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:

@@ -29,13 +29,12 @@ from typing import TYPE_CHECKING, NamedTuple
 from agentmeter.sandbox.output import strip_ansi
 from agentmeter.sandbox.protocol import Sandbox
 from agentmeter.sandbox.spec import AGENT_GID, AGENT_UID, AGENT_USER, ExecResult, SandboxError
+from agentmeter.verify.mounts import TESTS_MOUNT as TESTS_MOUNT
 from agentmeter.verify.protocol import Verdict, VerifierArtifact, VerifierContext
 
 if TYPE_CHECKING:
     from agentmeter.tasks.models import Task
 
-#: where the task's verifier files are placed inside the sandbox (at verification time)
-TESTS_MOUNT = "/tests"
 #: where a test script writes its reward and logs inside the sandbox
 VERIFIER_LOGS_DIR = "/logs/verifier"
 #: root-only directory holding the staged tests and the as-agent tool from the sandbox's start

@@ -18,11 +18,10 @@ from agentmeter.metrics.from_store import AgencyReport, agency_report
 from agentmeter.metrics.scorecard import Scorecard
 from agentmeter.pricing import PriceBook
 from agentmeter.records import RunRecord
+from agentmeter.report.defaults import DEFAULT_RESAMPLES as DEFAULT_RESAMPLES
 from agentmeter.store import queries
 from agentmeter.store.db import Store, StoreError
 from agentmeter.store.queries import ToolUse
-
-DEFAULT_RESAMPLES = 1000
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,17 @@
+"""The values of the scoring options (``--infra-invalid``, ``--duplicate-budgets``, ``--sort``),
+in a module of their own: the command line shows them in its help without importing numpy."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+InfraPolicy = Literal["zero", "exclude"]
+#: the readings of an infra_invalid cell, the paper's first (the default)
+INFRA_POLICIES: tuple[InfraPolicy, ...] = ("zero", "exclude")
+
+#: derived grids: keep a point per quantile (the paper's five; default) or merge equal ones
+DuplicateBudgets = Literal["keep", "merge"]
+DUPLICATE_BUDGETS: tuple[DuplicateBudgets, ...] = ("keep", "merge")
+
+#: what a leaderboard can be ordered by (:meth:`~agentmeter.metrics.scorecard.Scorecard.ranked`)
+LEADERBOARD_SORTS = ("ams", "pass", "usd", "tok")
