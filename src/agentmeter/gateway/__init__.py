@@ -7,6 +7,8 @@ upstreams, and hosts the scripted offline model (``scripted/<policy>``).
 
 from typing import TYPE_CHECKING
 
+from agentmeter.lazy import lazy_exports
+
 # The names below are imported on first use (PEP 562), not with the package: a submodule
 # (``agentmeter.gateway.<module>``) imports without the others, and the command
 # line starts without numpy, SQLAlchemy or aiohttp (tests/test_cli_start.py).
@@ -34,18 +36,7 @@ _LAZY: dict[str, str] = {name: module for module, names in {
 }.items() for name in names}
 
 if not TYPE_CHECKING:
-    def __getattr__(name: str) -> object:
-        module = _LAZY.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        import importlib
-
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted({*globals(), *_LAZY})
+    __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 
 __all__ = ["BUILTIN_PROVIDERS", "Budget", "Gateway", "GatewayError", "GatewayLimits", "ModelConfigError",

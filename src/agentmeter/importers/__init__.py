@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agentmeter.lazy import lazy_exports
+
 # The importers are imported when a format is read, not with the package: a submodule
 # (``agentmeter.importers.agencybench``, say) imports without the store and the other formats.
 if TYPE_CHECKING:
@@ -25,18 +27,7 @@ _LAZY: dict[str, str] = {"ImportFormatError": "agentmeter.importers.common",
                          "Mapping": "agentmeter.importers.mapping"}
 
 if not TYPE_CHECKING:
-    def __getattr__(name: str) -> object:
-        module = _LAZY.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        import importlib
-
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted({*globals(), *_LAZY})
+    __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 FORMATS = ("harbor", "terminal-bench", "clitoolbench", "table")
 
