@@ -11,8 +11,8 @@ members are refused; a hard link becomes a copy of a file already extracted from
 stream (else it is refused); a symlink is kept only when its target is relative with no ``..``
 (it then resolves inside the copy), else dropped; modes lose setuid, setgid, sticky and
 group/other write, and the owner may always read and write; names keep their bytes (the host's
-file system takes any; the store escapes them, see ``fsnames``), notes show them ``\\xNN``. At
-most ``MAX_DEPTH`` components and ``MAX_MEMBERS`` members are kept. Everything is extracted
+file system takes any); notes show them as the store does (``fsnames.escape_name``). At most
+``MAX_DEPTH`` components and ``MAX_MEMBERS`` members are kept. Everything is extracted
 into a scratch directory beside the destination first and moved in only when the whole stream
 was read: a failure writes nothing. Each refusal is
 returned as a note for the caller to show.
@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import IO, BinaryIO
 
 from agentmeter.sandbox.archive import CopyTooLarge
+from agentmeter.sandbox.fsnames import escape_name
 from agentmeter.sandbox.spec import SandboxError
 
 MAX_DEPTH = 64
@@ -68,11 +69,6 @@ class Result:
         if self._dropped:
             self.notes.append(f"... and {self._dropped} more members refused")
             self._dropped = 0
-
-
-def display_name(name: str) -> str:
-    """``name`` (str from tarfile with surrogate escapes) with non-UTF-8 bytes as ``\\xNN``."""
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _components(name: str) -> list[str] | None:
@@ -216,7 +212,7 @@ def _extract_into(tree: _Tree, fileobj: BinaryIO, res: Result, *, what: str, max
                     res.note(f"more than {MAX_MEMBERS} members: the rest left out")
                     break
                 tar.members.clear()  # type: ignore[attr-defined]  # tarfile would keep every member
-                shown = display_name(member.name)
+                shown = escape_name(member.name)
                 parts = _components(member.name)
                 if parts is None:
                     res.note(f"{shown}: absolute or '..' path refused")
@@ -266,7 +262,7 @@ def _extract_into(tree: _Tree, fileobj: BinaryIO, res: Result, *, what: str, max
                         link = _components(member.linkname)
                         origin = written.get(tuple(link)) if link is not None else None
                         if origin is None:
-                            res.note(f"{shown}: hard link to {display_name(member.linkname)}, "
+                            res.note(f"{shown}: hard link to {escape_name(member.linkname)}, "
                                      "which is not a file of this copy: refused")
                             continue
                         with tree.open_file(origin) as src_file:
@@ -282,7 +278,7 @@ def _extract_into(tree: _Tree, fileobj: BinaryIO, res: Result, *, what: str, max
                         target = member.linkname
                         tparts = _components(target)
                         if not target or tparts is None:
-                            res.note(f"{shown}: symbolic link to {display_name(target)} "
+                            res.note(f"{shown}: symbolic link to {escape_name(target)} "
                                      "(absolute or '..'), dropped")
                             continue
                         tree.symlink(parts, "/".join(tparts))
