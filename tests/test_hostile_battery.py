@@ -124,18 +124,6 @@ def planted(tmp_path: Path) -> Iterator[dict[str, str]]:
             _revoke_key(key)
 
 
-def _docker_disk_capped() -> bool:
-    """Whether this daemon's storage driver can cap a container's disk (--storage-opt size)."""
-    import subprocess
-    image = subprocess.run(["docker", "images", "-q"], capture_output=True,
-                           text=True).stdout.split()[:1]
-    r = subprocess.run(["docker", "create", "--storage-opt", "size=64m", *image, "true"],
-                       capture_output=True, text=True)
-    if r.returncode == 0:
-        subprocess.run(["docker", "rm", "-f", r.stdout.strip()], capture_output=True)
-    return r.returncode == 0
-
-
 async def _battery(tmp_path: Path, backend_name: str, planted: dict[str, str]) -> None:
     listener = Listener(planted["net"])
     core_pattern = CORE_PATTERN.read_text()
@@ -166,12 +154,6 @@ async def _battery(tmp_path: Path, backend_name: str, planted: dict[str, str]) -
     # hostile solutions score 0 and cannot make their failure an infrastructure fault
     assert set(trials) == {t.name for t in tasks}
     for task_id, t in trials.items():
-        if (backend_name == "docker" and task_id == "fill-disk" and not _docker_disk_capped()
-                and t.status is TrialStatus.INFRA_INVALID):
-            # a storage driver without quotas (README: disk is then not enforced on docker): the
-            # agent may fill the host's disk until the verifier cannot place its files
-            assert not t.passed and "No space left" in (t.error or "") + str(t.extra)
-            continue
         assert t.status in (TrialStatus.FAILED, TrialStatus.AGENT_ERROR, TrialStatus.TIMEOUT), \
             f"{task_id}: {t.status.value} {t.error}"
         assert not t.passed and not t.reward, f"{task_id}: reward {t.reward}"  # 0, or none read

@@ -26,13 +26,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agentmeter.paths import cache_dir
-from agentmeter.sandbox import copyout, droppings, fsnames, images, seccomp
+from agentmeter.sandbox import copyout, dockerdisk, droppings, fsnames, images, seccomp
 from agentmeter.sandbox.archive import COPY_OUT_MAX_BYTES, READ_FILE_MAX_BYTES
 from agentmeter.sandbox.bridge import BridgeProcess, start_bridge
 from agentmeter.sandbox.dockerd import (
     KILL_MARKED,
     LABEL,
     OWNER_LABEL,
+    DockerOutput,
     ImageConfig,
     build_layer,
     chain_digest,
@@ -121,7 +122,10 @@ class DockerBackend:
         self._prepared: dict[str, ImageConfig] = {}
         self._roots = images.RootCache()
         self._locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}  # a Lock serves one loop
-        self._disk_quota: bool | None = None  # unknown until tried
+        #: how disk_mb is enforced: "quota" (--storage-opt size), "loop" (dockerdisk.py),
+        #: "none" (AGENTMETER_DOCKER_DISK=unenforced); None until the first container tells
+        self._disk_mode: str | None = None
+        self._storage: dockerdisk.DaemonStorage | None = None
 
     def _labels(self) -> list[str]:
         return ["--label", f"{LABEL}=1", "--label", f"{OWNER_LABEL}={owner_label()}"]
@@ -204,7 +208,7 @@ class DockerBackend:
         # no-new-privileges: no setuid binary (sudo, su) lifts the agent to root; the seccomp
         # profile is the local backend's rules (Docker < 25's default still allows io_uring):
         # tests/test_hostile_leftovers.py, tests/test_hostile_battery.py
-        args = ["run", "-d", "--name", name, *self._labels(), "--hostname", spec.hostname,
+        args = ["--name", name, *self._labels(), "--hostname", spec.hostname,
                 "--security-opt", "no-new-privileges",
                 "--security-opt", f"seccomp={_seccomp_profile()}",
                 "--network", "bridge" if spec.network == "full" else "none",
@@ -227,17 +231,23 @@ class DockerBackend:
             args += ["--pids-limit", str(lim.pids)]
         if lim.cpus:
             args += ["--cpus", str(lim.cpus)]
-        try_disk = bool(lim.disk_mb) and self._disk_quota is not False
-        disk = ["--storage-opt", f"size={lim.disk_mb}m"] if try_disk else []
-        res = await docker(*args, *disk, image.tag, *PID1, check=False)
-        if res.returncode != 0 and disk and "storage-opt" in res.text():
-            self._disk_quota = False
-            notice("docker: this storage driver cannot cap a container's disk "
-                   f"(--storage-opt size); disk_mb={lim.disk_mb} is not enforced")
-            await docker("rm", "-f", name, check=False)
-            res = await docker(*args, image.tag, *PID1, check=False)
-        elif disk and res.returncode == 0:
-            self._disk_quota = True
+        args += [image.tag, *PID1]
+        res: DockerOutput | None = None
+        if lim.disk_mb and self._disk_mode in (None, "quota"):
+            # the driver's own quota (overlay2 on xfs with pquota, btrfs, zfs)
+            res = await docker("run", "-d", "--storage-opt", f"size={lim.disk_mb}m", *args,
+                               check=False)
+            if res.returncode == 0:
+                self._disk_mode = "quota"
+            elif "storage-opt" in res.text():
+                await docker("rm", "-f", name, check=False)
+                self._disk_mode = await self._disk_fallback(lim.disk_mb)
+                res = None
+        if res is None and lim.disk_mb and self._disk_mode == "loop":
+            assert self._storage is not None
+            res = await _run_on_loop_disk(self._storage, name, args, lim.disk_mb)
+        elif res is None:
+            res = await docker("run", "-d", *args, check=False)
         if res.returncode != 0:
             await docker("rm", "-f", name, check=False)
             raise SandboxError(f"docker run failed: {res.text()[-2000:]}")
@@ -254,6 +264,25 @@ class DockerBackend:
                 raise
         return box
 
+    async def _disk_fallback(self, disk_mb: int) -> str:
+        """The daemon's driver cannot cap a container's disk: the loop-mounted layer where it
+        can be used, else (AGENTMETER_DOCKER_DISK=unenforced) no cap with a notice, else refused."""
+        info = await docker("info", "--format", "{{.Driver}}\t{{.DockerRootDir}}")
+        driver, _, root = info.stdout.decode().strip().partition("\t")
+        self._storage = dockerdisk.DaemonStorage(driver, Path(root))
+        why = self._storage.loop_unsupported()
+        if why is None:
+            return "loop"
+        if dockerdisk.policy() == "unenforced":
+            notice(f"docker: this storage driver cannot cap a container's disk (--storage-opt "
+                   f"size) and {why}; disk_mb={disk_mb} is not enforced "
+                   f"({dockerdisk.POLICY_ENV}=unenforced)")
+            return "none"
+        raise SandboxError(
+            f"docker: cannot cap this container's disk (disk_mb={disk_mb}): the storage driver "
+            f"has no quota (--storage-opt size) and {why}, so an agent could fill the host's "
+            f"disk; set {dockerdisk.POLICY_ENV}=unenforced to run without the cap")
+
     async def _fence(self, pid: int) -> None:
         """``ip rule … prohibit`` for the host's addresses in the container's namespace: as
         root (then the daemon is this machine's); otherwise a notice says it is not fenced."""
@@ -269,8 +298,39 @@ class DockerBackend:
         rows = (ln.partition(" ") for ln in res.stdout.decode().splitlines())
         dead = [cid for cid, _, owner in rows if owner and not owner_alive(owner)]
         if dead:
-            await docker("rm", "-f", "-v", *dead, check=False)
+            await docker("rm", "-f", "-v", *dead, check=False)  # also unmounts a loop disk
+        await asyncio.to_thread(dockerdisk.remove_leftovers)
         return len(dead)
+
+
+async def _run_on_loop_disk(storage: dockerdisk.DaemonStorage, name: str, args: list[str],
+                            disk_mb: int) -> DockerOutput:
+    """``docker run -d ARGS`` with the container's writable layer on a loop-mounted filesystem
+    of ``disk_mb`` MiB (dockerdisk.py): create, mount over its layer, start, check the daemon
+    saw the mount. The filesystem is made while the daemon creates the container."""
+    made = asyncio.ensure_future(asyncio.to_thread(dockerdisk.make_image, disk_mb))
+    try:
+        res = await docker("create", *args, check=False)
+    finally:
+        image = await made
+    if res.returncode != 0:
+        image.unlink(missing_ok=True)
+        return res
+    try:
+        layer = storage.layer_dir(res.stdout.decode().strip())
+        await asyncio.to_thread(dockerdisk.mount_over, layer, image)
+        started = await docker("start", name, check=False)
+        if started.returncode != 0:
+            return started
+        if not dockerdisk.daemon_sees(layer):
+            raise SandboxError("docker disk cap: the daemon did not use the size-limited layer "
+                               "(is it in another mount namespace?)")
+    except BaseException:
+        await docker("rm", "-f", name, check=False)  # unmounts everything under the layer
+        raise
+    finally:
+        image.unlink(missing_ok=True)
+    return res
 
 
 class DockerSandbox:

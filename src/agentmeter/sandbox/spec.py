@@ -6,6 +6,7 @@ These models are shared by every backend; nothing here knows how a sandbox is ma
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -46,17 +47,30 @@ class Limits(_Frozen):
 #: and processes are cgroup limits (memory without swap). Disk is the cap on the writable layer:
 #: on the local backend a tmpfs, i.e. RAM, whose pages are charged to the memory cgroup of the
 #: process that writes them, so memory + written files stay within ``memory_mb`` together; on
-#: docker ``--storage-opt size``, enforced only by storage drivers with quotas (overlay2 on xfs
-#: with pquota, btrfs, zfs); elsewhere a warning says it is not.
+#: docker ``--storage-opt size`` where the storage driver has quotas (overlay2 on xfs with
+#: pquota, btrfs, zfs), else the container's writable layer on a loop-mounted filesystem of that
+#: size (dockerdisk.py). The default disk cap can be changed with DEFAULT_DISK_ENV.
 DEFAULT_MEMORY_MB = 4096
 DEFAULT_PIDS = 4096
 DEFAULT_DISK_MB = 4096
+DEFAULT_DISK_ENV = "AGENTMETER_DEFAULT_STORAGE_MB"
+
+
+def default_disk_mb() -> int:
+    """The disk cap of a task that sets no ``storage_mb``: ``$AGENTMETER_DEFAULT_STORAGE_MB``
+    (MiB, a positive integer) or DEFAULT_DISK_MB."""
+    raw = os.environ.get(DEFAULT_DISK_ENV, "").strip()
+    if not raw:
+        return DEFAULT_DISK_MB
+    if not raw.isdigit() or int(raw) <= 0:
+        raise ValueError(f"{DEFAULT_DISK_ENV}={raw!r}: expected a positive number of MiB")
+    return int(raw)
 
 
 def task_limits(memory_mb: int | None, cpus: float | None, disk_mb: int | None) -> Limits:
     """A task's limits with the defaults above where it sets none (CPU: unlimited)."""
     return Limits(memory_mb=memory_mb or DEFAULT_MEMORY_MB, pids=DEFAULT_PIDS, cpus=cpus,
-                  disk_mb=disk_mb or DEFAULT_DISK_MB)
+                  disk_mb=disk_mb or default_disk_mb())
 
 
 class Mount(_Frozen):
