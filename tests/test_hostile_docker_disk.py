@@ -66,6 +66,20 @@ def test_a_daemon_the_loop_cannot_serve_is_named(monkeypatch: pytest.MonkeyPatch
         dockerdisk.policy()
 
 
+def test_leftovers_of_dead_processes_are_removed(monkeypatch: pytest.MonkeyPatch,
+                                                tmp_path: Path) -> None:
+    monkeypatch.setenv("AGENTMETER_HOME", str(tmp_path))
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    d = dockerdisk.disks_dir()
+    gone = [d / f"layer-{dead.pid}-abc.img", d / f"stage-{dead.pid}-xyz"]
+    kept = [d / f"layer-{os.getpid()}-abc.img", d / f"stage-{os.getpid()}-xyz"]
+    for p in (*gone, *kept):
+        p.mkdir() if p.name.startswith("stage") else p.write_bytes(b"")
+    assert dockerdisk.remove_leftovers() == 2
+    assert [p.exists() for p in (*gone, *kept)] == [False, False, True, True]
+
+
 @needs_root
 def test_a_layer_directory_moves_onto_a_capped_filesystem(tmp_path: Path) -> None:
     """What happens to a container's overlay2 directory between create and start, without a

@@ -24,6 +24,7 @@ stay where they are (nothing is re-imported), so the cost is per container, not 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -133,7 +134,7 @@ def _run(*argv: str) -> None:
 def mount_over(layer: Path, image: Path) -> None:
     """Put the writable layer ``layer`` on the filesystem in ``image`` (see the module's
     docstring); ``image`` is unlinked in every case (blocking)."""
-    staging = Path(tempfile.mkdtemp(prefix="stage-", dir=disks_dir()))
+    staging = Path(tempfile.mkdtemp(prefix=f"stage-{os.getpid()}-", dir=disks_dir()))
     mounted = False
     try:
         # noinit_itable: no background zeroing of inode tables (the sparse file reads as zeros)
@@ -167,15 +168,21 @@ def daemon_sees(layer: Path) -> bool:
 
 def remove_leftovers() -> int:
     """Remove image files and staging directories whose process is gone (a crash between
-    making and mounting them)."""
+    making and mounting them); their names carry the pid of their maker."""
     removed = 0
     d = cache_dir() / "docker" / "disks"
     if not d.is_dir():
         return 0
     for p in d.iterdir():
-        if p.name.startswith("layer-") and p.suffix == ".img":
-            pid = p.name.split("-")[1]
-            if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
-                p.unlink(missing_ok=True)
-                removed += 1
+        kind, _, rest = p.name.partition("-")
+        pid = rest.partition("-")[0]
+        if kind not in ("layer", "stage") or not pid.isdigit() or os.path.exists(f"/proc/{pid}"):
+            continue
+        if kind == "stage":  # a crash between mounting and detaching it
+            subprocess.run([_tool("umount"), "-l", str(p)], capture_output=True)
+            with contextlib.suppress(OSError):
+                p.rmdir()
+        else:
+            p.unlink(missing_ok=True)
+        removed += 1
     return removed
