@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from agentmeter.agents.cli import DEFINITIONS, InstalledCliAgent
 from agentmeter.agents.registry import UnknownAgentError, make_agent
 from agentmeter.cli.app import app
 from agentmeter.plugins import PluginError
@@ -224,3 +225,39 @@ def test_plugins_command_lists_what_is_installed_and_where_from(plugin_dir: Path
     assert all(p["location"] == str(plugin_dir) and "problem" not in p for p in mine), mine
     r = CliRunner().invoke(app, ["plugins"])
     assert r.exit_code == 0 and "hello-plugins 1.0" in r.output, r.output
+
+
+def _toml_value(v: object) -> str:
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    assert isinstance(v, dict)
+    return "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
+
+
+@pytest.mark.parametrize("name", sorted(DEFINITIONS))
+def test_every_built_in_cli_is_expressible_as_an_agent_file(name: str, tmp_path: Path) -> None:
+    """Each built-in CLI written as an agent file loads as the same spec, installs the same
+    layers and reads its output with the same parser."""
+    spec = DEFINITIONS[name].spec
+    keys: dict[str, object] = {
+        "name": spec.name, "version": spec.default_version, "runtime": spec.runtime,
+        "package": spec.package, "extra_requirements": spec.extra_requirements,
+        "python": spec.python, "wire_api": list(spec.wire_apis),
+        "command": [spec.executable, *spec.args], "env": spec.env, "files": spec.files,
+        "parser": name, "transcripts": spec.transcripts,
+        "completion_grace_s": spec.completion_grace_s, "continue_args": spec.continue_args,
+        "reported_usage": spec.reported_usage}
+    if spec.completion_marker is not None:
+        keys["completion_marker"] = spec.completion_marker
+    path = _agent_file(tmp_path, "".join(f"{k} = {_toml_value(v)}\n" for k, v in keys.items()))
+    agent = make_agent(path)
+    assert isinstance(agent, InstalledCliAgent)
+    assert agent.spec == spec
+    assert agent.layers() == make_agent(name).layers()
+    assert agent.definition.parse is DEFINITIONS[name].parse

@@ -45,6 +45,7 @@ class AgentFileModel(BaseModel):
         default=None, description="install 'package' with npm or pip instead of commands")
     package: str | None = None
     extra_requirements: list[str] = Field(default_factory=list)
+    python: str = "python3"
     env: dict[str, str] = Field(default_factory=dict)
     files: dict[str, str] = Field(default_factory=dict)
     parser: str = Field(default="plain", description="'plain' or a built-in CLI's name")
@@ -100,7 +101,7 @@ def load_agent_file(path: Path) -> CliDefinition:
         name=f.name, default_version=f.version,
         runtime=f.runtime or "commands", package=f.package or "", install=tuple(f.install),
         install_user=f.install_user, install_context=context,
-        extra_requirements=tuple(f.extra_requirements),
+        extra_requirements=tuple(f.extra_requirements), python=f.python,
         wire_apis=tuple(f.wire_api) if isinstance(f.wire_api, list) else (f.wire_api,),
         executable=argv[0], args=tuple(argv[1:]), env=f.env, files=f.files,
         completion_marker=f.completion_marker, completion_grace_s=f.completion_grace_s,
@@ -128,9 +129,10 @@ def _check_templates(path: Path, spec: CliSpec) -> None:
     fields: dict[str, tuple[str, ...]] = {
         "command": (spec.executable, *spec.args), "env": tuple(spec.env.values()),
         "files": (*spec.files, *spec.files.values()), "transcripts": spec.transcripts,
-        "install": spec.install}
+        "install": spec.install, "extra_requirements": spec.extra_requirements}
     for key, texts in fields.items():
-        allowed = frozenset({"install", "version"}) if key == "install" else _PLACEHOLDERS
+        allowed = {"install": frozenset({"install", "version"}),
+                   "extra_requirements": frozenset({"version"})}.get(key, _PLACEHOLDERS)
         for text in texts:
             try:
                 names = string.Template(text).get_identifiers()

@@ -58,7 +58,8 @@ class CliSpec(BaseModel):
         default=None, description="a host directory the install commands run in (its files "
         "are part of the layer's cache key)")
     extra_requirements: tuple[str, ...] = Field(
-        default=(), description="further PyPI requirements installed with a Python CLI")
+        default=(), description="further PyPI requirements installed with a Python CLI "
+        "(templates: ${version})")
     python: str = Field(default="python3", description="interpreter a Python CLI's venv uses")
     wire_apis: tuple[WireApi, ...] = Field(description="wire APIs the CLI speaks, preferred first")
     executable: str = Field(description="the program: relative to the install prefix if it "
@@ -115,7 +116,8 @@ class CliSpec(BaseModel):
                                            self.install_user, self.install_context)]
         if self.runtime == "node":
             return [install.NODE_RUNTIME, install.npm_layer(self.name, self.package, version)]
-        reqs = [f"{self.package}=={version}", *self.extra_requirements]
+        reqs = [f"{self.package}=={version}",
+                *(render(r, {"version": version}) for r in self.extra_requirements)]
         return [install.PYTHON_RUNTIME, install.pip_layer(self.name, reqs, version, self.python)]
 
 
