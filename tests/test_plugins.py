@@ -261,3 +261,17 @@ def test_every_built_in_cli_is_expressible_as_an_agent_file(name: str, tmp_path:
     assert agent.spec == spec
     assert agent.layers() == make_agent(name).layers()
     assert agent.definition.parse is DEFINITIONS[name].parse
+
+
+def test_an_import_path_finds_the_current_directory_last(plugin_dir: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """``agentmeter run -a hello_plugin:HelloAgent`` from the directory holding hello_plugin.py
+    (the console script does not put the current directory on sys.path)."""
+    (tmp_path / "here_plugin.py").write_text((plugin_dir / "hello_plugin.py").read_text())
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.chdir(tmp_path)
+    try:
+        agent = make_agent("here_plugin:HelloAgent")
+        assert agent.name == "hello-py" and sys.path[-1] == str(tmp_path)
+    finally:
+        sys.modules.pop("here_plugin", None)

@@ -16,7 +16,9 @@ point and what is wrong. Only the standard library is imported, so the registrie
 from __future__ import annotations
 
 import importlib
+import os
 import re
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +51,7 @@ def load_import_path(target: str, what: str) -> Any:
     where = f"{what} {target!r}"
     if not is_import_path(target):
         raise PluginError(f"{where}: not an import path (use package.module:Name)")
+    _search_cwd_last()
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
@@ -65,6 +68,15 @@ def load_import_path(target: str, what: str) -> Any:
             raise PluginError(f"{where}: module {module_name!r} has no attribute {attr!r}")
         obj = getattr(obj, part)
     return obj
+
+
+def _search_cwd_last() -> None:
+    """An import path also finds modules in the current directory, searched after everything
+    else (so it shadows no installed module), as ``python -m`` would find them first."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
+        importlib.invalidate_caches()
 
 
 @dataclass(frozen=True)
