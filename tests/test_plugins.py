@@ -153,6 +153,8 @@ def test_agent_file_layers_and_command(tmp_path: Path) -> None:
     assert (agent.name, agent.version) == ("x", "2")
     [layer] = agent.layers()
     assert "echo 2 > /opt/agentmeter/x-2/v" in layer.source and "setpriv" in layer.source
+    # without a build context the commands run in /: nothing there is made readable
+    assert layer.context is None and "chmod -R a+rX .\n" not in layer.source
     assert make_agent(_agent_file(tmp_path, GOOD)).layers() == []
 
 

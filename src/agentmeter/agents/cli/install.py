@@ -111,8 +111,10 @@ def commands_layer(name: str, version: str, commands: list[str], user: str,
     if user == "root":
         script = f"mkdir -p {shlex.quote(prefix)}\n{body}\nchmod -R a+rX {shlex.quote(prefix)}\n"
     else:
+        # the build context (the directory the commands run in) is root's: let them read it
+        readable = "chmod -R a+rX .\n" if context is not None else ""
         script = (f"mkdir -p {shlex.quote(prefix)}\nchown {AGENT_UID}:{AGENT_GID} "
-                  f"{shlex.quote(prefix)}\nchmod -R a+rX .\n"
+                  f"{shlex.quote(prefix)}\n{readable}"
                   f"setpriv --reuid={AGENT_UID} --regid={AGENT_GID} --clear-groups "
                   f"env HOME=/home/{AGENT_USER} bash -euc {shlex.quote(body)}\n")
     return LayerSpec(kind="script", independent=True, context=context,
