@@ -318,7 +318,7 @@ def test_verifier_kind_and_pass_threshold(tmp_path: Path) -> None:
     with_verifier('kind = "rubrik"')
     with pytest.raises(TaskError, match=r"task\.toml: verifier\.kind: unknown verifier kind "
                        r"'rubrik' \(known: difftest, mlebench, pytest, reward-file, rubric, "
-                       r"swebench, swelancer, sweperf\)"):
+                       r"swebench, swelancer, sweperf; or package\.module:Class\)"):
         load_task(task_dir)
     with_verifier("pass_threshold = 1.5")
     with pytest.raises(TaskError, match=r"task\.toml: verifier\.pass_threshold: "):

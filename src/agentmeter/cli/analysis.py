@@ -172,7 +172,8 @@ def score_cmd(
     runs: Annotated[list[str], typer.Argument(help="run id(s); several are pooled")],
     metric: Annotated[str, typer.Option(
         help="ams | passk | allocation | funnel (CLI-Tool-Bench) | agency (AgencyBench) | all "
-        "(funnel and agency when the run has their data)")] = "ams",
+        "(funnel and agency when the run has their data), or a plug-in metric: "
+        "package.module:function or an installed one (agentmeter plugins)")] = "ams",
     tiers: TiersOpt = "calibrate", budgets: BudgetsOpt = "derive",
     subset: SubsetOpt = None, suite: SuiteOpt = None,
     alpha: Annotated[float | None, typer.Option(help="TierScore trade-off α (default 0.6)")] = None,
@@ -191,13 +192,15 @@ def score_cmd(
     AgencyBench metrics (docs/metrics.md)."""
     from agentmeter.metrics.registry import METRICS, MetricError, MetricInputs, metric_names
     from agentmeter.metrics.registry import compute as compute_metrics
+    from agentmeter.plugins import is_import_path
     from agentmeter.report import scorecard_table as view
     from agentmeter.report.summary import evaluation_table
     from agentmeter.store.db import StoreError
     from agentmeter.store.queries import evaluation_costs, selected_trials
 
-    if metric not in (*metric_names(), "all"):
-        raise fail(f"--metric {metric!r}: use {', '.join(metric_names())} or all")
+    if metric not in (*metric_names(), "all") and not is_import_path(metric):
+        raise fail(f"--metric {metric!r}: use {', '.join(metric_names())}, all, or "
+                   "package.module:function")
     if alpha is not None and not 0 <= alpha <= 1:
         raise fail("--alpha must be in [0, 1]")
     if resamples < 0:
@@ -229,7 +232,7 @@ def score_cmd(
     if as_json:
         out: dict[str, Any] = {"runs": runs, "subset": subset}
         for name, report in reports.items():
-            out[METRICS[name].key] = report.model_dump(mode="json")
+            out[METRICS[name].key if name in METRICS else name] = report.model_dump(mode="json")
         if judged:
             out["evaluation"] = {cid: {"models": list(c.models), "calls": c.calls,
                                        "usage": c.usage.model_dump(), "cost_usd": c.cost_usd}

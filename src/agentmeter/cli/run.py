@@ -145,7 +145,9 @@ def run_cmd(
     suite: Annotated[list[str], typer.Option(
         "--suite", "-s", help="suite dir, task dir or built-in name")] = ["starter"],  # noqa: B006
     agent: Annotated[list[str], typer.Option(
-        "--agent", "-a", help="agent name\\[@version], e.g. codex@0.169.0; repeatable")] = ["oracle"],  # noqa: B006
+        "--agent", "-a", help="agent name\\[@version], e.g. codex@0.169.0, an agent file "
+        "./agent.toml, package.module:Class or an installed plug-in (agentmeter plugins); "
+        "repeatable")] = ["oracle"],  # noqa: B006
     model: Annotated[list[str] | None, typer.Option("--model", "-m", help="model; repeatable (grid)")] = None,
     pair: Annotated[list[str] | None, typer.Option(
         "--pair", help="one configuration AGENT=MODEL; repeatable")] = None,

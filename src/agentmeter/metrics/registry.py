@@ -6,6 +6,10 @@ pydantic report, or ``None`` when the runs hold no data for it (then ``--metric 
 out). A new metric is one module computing its report plus one line in ``METRICS``; the terminal
 view (``report/scorecard_table.py: metric_view``) shows any report, with a table of its own
 where one is registered there.
+
+A metric from outside the tree needs no line here: ``--metric package.module:function`` or an
+installed package's entry point in group ``agentmeter.metrics`` names a ``Metric`` or a function
+from ``MetricInputs`` to a report (its key in ``--json``: the name given). docs/plugins.md.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, RootModel
 
+from agentmeter import plugins
 from agentmeter.metrics.agency import SCENARIO_PASS_RULES
 from agentmeter.metrics.allocation import effort_allocation
 from agentmeter.metrics.budgets import BudgetSpec
@@ -115,21 +120,55 @@ METRICS: dict[str, Metric] = {
 
 
 def metric_names() -> list[str]:
-    return list(METRICS)
+    """Built-in metrics, then those installed as entry points (``--metric all`` computes the
+    built-in ones)."""
+    return [*METRICS, *(n for n in plugins.entry_point_names("metric") if n not in METRICS)]
+
+
+def plugin_metric(name: str) -> Metric | None:
+    """The metric an import path or an installed entry point names (None: neither)."""
+    try:
+        target = plugins.lookup("metric", name)
+    except plugins.PluginError as e:
+        raise MetricError(str(e)) from None
+    if target is None:
+        return None
+    if isinstance(target, Metric):
+        return target
+    if callable(target):
+        return Metric(name, target)
+    raise MetricError(f"metric {name!r}: {type(target).__name__} object is neither a Metric nor "
+                      "a function from MetricInputs to a report")
 
 
 def compute(names: list[str], inputs_of: Callable[[bool], MetricInputs]
             ) -> dict[str, BaseModel]:
-    """The reports of ``names`` (in registry order), keyed by metric name; ``inputs_of(asked)``
-    gives the inputs, ``asked`` telling whether the metric was named rather than part of all."""
-    unknown = [n for n in names if n not in METRICS and n != "all"]
-    if unknown:
-        raise MetricError(f"--metric {unknown[0]!r}: use {', '.join(METRICS)} or all")
+    """The reports of ``names`` (built-in ones in registry order, then plug-ins in the order
+    given), keyed by metric name; ``inputs_of(asked)`` gives the inputs, ``asked`` telling
+    whether the metric was named rather than part of all."""
+    extra: dict[str, Metric] = {}
+    for n in names:
+        if n not in METRICS and n != "all":
+            found = plugin_metric(n)
+            if found is None:
+                raise MetricError(f"--metric {n!r}: use {', '.join(metric_names())}, all, or "
+                                  "package.module:function")
+            extra[n] = found
     wanted = list(METRICS) if "all" in names else names
     out: dict[str, BaseModel] = {}
-    for name in METRICS:
+    for name, metric in (*METRICS.items(), *extra.items()):
         if name in wanted:
-            report = METRICS[name].compute(inputs_of(name in names))
+            try:
+                report = metric.compute(inputs_of(name in names))
+            except MetricError:
+                raise
+            except Exception as e:
+                if name in METRICS:
+                    raise
+                raise MetricError(f"metric {name!r}: {type(e).__name__}: {e}") from None
             if report is not None:
+                if not isinstance(report, BaseModel):
+                    raise MetricError(f"metric {name!r}: returned {type(report).__name__}, not "
+                                      "a pydantic report")
                 out[name] = report
     return out

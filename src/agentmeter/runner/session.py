@@ -128,9 +128,9 @@ def prepare(request: RunRequest) -> PreparedRun:
     skipped += [SkippedTask(id=t.id, path=t.path, problems=(refused[t.id],))
                 for t in tasks if t.id in refused]
     tasks = [t for t in tasks if t.id not in refused]
-    if request.backend not in sandbox_registry.backend_names():
-        raise RunSetupError(f"unknown sandbox backend {request.backend!r} "
-                            f"(known: {', '.join(sandbox_registry.backend_names())})")
+    unknown_backend = sandbox_registry.backend_problem(request.backend)
+    if unknown_backend is not None:
+        raise RunSetupError(unknown_backend)
     if request.backend == "local":
         unbuildable = _local_problems(tasks)
         if unbuildable and request.strict:

@@ -1,4 +1,7 @@
-"""Sandbox backends by name: a new backend is one module plus one line in ``_BACKENDS``.
+"""Sandbox backends by name: a new built-in backend is one module plus one line in ``_BACKENDS``;
+one from outside the tree is an import path (``--backend package.module:factory``) or an
+installed package's entry point in group ``agentmeter.sandbox_backends``, a factory called with
+the build log like the built-in ones (docs/plugins.md).
 
 Backends are imported when asked for, so a host that cannot run one (no dockerd, say) still
 imports this module; a backend that cannot start here raises SandboxError saying why.
@@ -8,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from agentmeter import plugins
 from agentmeter.sandbox.protocol import SandboxBackend
 
 #: receives one line per layer-build event (progress display); may be None
@@ -42,12 +46,30 @@ class UnknownBackendError(ValueError):
 
 
 def backend_names() -> list[str]:
-    return sorted(_BACKENDS)
+    """Built-in backends and those installed as entry points."""
+    return sorted({*_BACKENDS, *plugins.entry_point_names("sandbox backend")})
+
+
+def backend_problem(name: str) -> str | None:
+    """Why ``name`` names no backend (None: it does); an entry point is not imported."""
+    if name in _BACKENDS:
+        return None
+    try:
+        if plugins.exists("sandbox backend", name):
+            return None
+    except plugins.PluginError as e:
+        return str(e)
+    return (f"unknown sandbox backend {name!r} (known: {', '.join(backend_names())}; or "
+            "package.module:factory)")
 
 
 def make_backend(name: str, log: BuildLog = None) -> SandboxBackend:
     """The backend called ``name``; SandboxError if this host cannot provide it."""
     factory = _BACKENDS.get(name)
-    if factory is None:
+    if factory is not None:
+        return factory(log)
+    target = plugins.lookup("sandbox backend", name)
+    if target is None:
         raise UnknownBackendError(f"unknown sandbox backend {name!r} (known: {', '.join(backend_names())})")
-    return factory(log)
+    backend: SandboxBackend = target(log)
+    return backend

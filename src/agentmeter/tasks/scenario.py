@@ -32,10 +32,10 @@ from agentmeter.tasks.native import (
     verifier_file_problems,
 )
 from agentmeter.tasks.task_toml import (
-    DEFAULT_PASS_THRESHOLDS,
     TASK_TOML,
     StepEntry,
     TaskToml,
+    kind_pass_threshold,
     read_task_toml,
 )
 
@@ -105,7 +105,7 @@ def _load_step(directory: Path, config: TaskToml, step: StepEntry, index: int,
     threshold = step.verifier.pass_threshold
     if threshold is None:
         threshold = base.pass_threshold if kind == config.verifier.kind \
-            else DEFAULT_PASS_THRESHOLDS.get(kind, 1.0)
+            else kind_pass_threshold(kind)
     min_reward = step.min_reward
     workdir = step_dir / "workdir"
     return base.model_copy(update={

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agentmeter.tasks.errors import TaskError, TaskProblem, problems_from_validation
 from agentmeter.tasks.models import BaseName, Difficulty, Tier
 from agentmeter.verify.difftest.config import DifftestConfig
-from agentmeter.verify.registry import verifier_kinds
+from agentmeter.verify.registry import default_pass_threshold, kind_problem
 
 TASK_TOML = "task.toml"
 DIFFTEST_KIND = "difftest"
@@ -399,9 +399,9 @@ def read_task_toml(file: Path) -> TaskToml:
     except ValidationError as exc:
         raise TaskError(problems_from_validation(file, exc)) from None
     problems = _unsupported(config, file) + _phase_problems(config, file)
-    if config.verifier.kind not in verifier_kinds():
-        problems.append(TaskProblem(file, f"unknown verifier kind {config.verifier.kind!r} "
-                                    f"(known: {', '.join(verifier_kinds())})", "verifier.kind"))
+    unknown_kind = kind_problem(config.verifier.kind)
+    if unknown_kind is not None:
+        problems.append(TaskProblem(file, unknown_kind, "verifier.kind"))
     if config.verifier.kind == DIFFTEST_KIND and config.difftest is None:
         problems.append(TaskProblem(file, "verifier kind 'difftest' needs a [difftest] section "
                                     "(cli_name, language, …)", "difftest"))
@@ -453,9 +453,9 @@ def _step_problems(config: TaskToml, file: Path) -> list[TaskProblem]:
                                         f"steps[{i}].name"))
         seen.add(step.name)
         kind = step.verifier.kind
-        if kind is not None and kind not in verifier_kinds():
-            problems.append(TaskProblem(file, f"unknown verifier kind {kind!r} (known: "
-                                        f"{', '.join(verifier_kinds())})", f"steps[{i}].verifier.kind"))
+        unknown_kind = None if kind is None else kind_problem(kind)
+        if unknown_kind is not None:
+            problems.append(TaskProblem(file, unknown_kind, f"steps[{i}].verifier.kind"))
         user = step.agent.user
         if user is not None and str(user) not in AGENT_USERS:
             problems.append(TaskProblem(file, "agents run as the unprivileged user 'agent' "
@@ -469,4 +469,12 @@ def pass_threshold(verifier: _VerifierSection) -> float:
     """The task's pass threshold, else its kind's default."""
     if verifier.pass_threshold is not None:
         return verifier.pass_threshold
-    return DEFAULT_PASS_THRESHOLDS.get(verifier.kind, 1.0)
+    return kind_pass_threshold(verifier.kind)
+
+
+def kind_pass_threshold(kind: str) -> float:
+    """A kind's default pass threshold: a built-in's here, a plug-in's its own, else 1.0."""
+    if kind in DEFAULT_PASS_THRESHOLDS:
+        return DEFAULT_PASS_THRESHOLDS[kind]
+    own = default_pass_threshold(kind)
+    return 1.0 if own is None else own

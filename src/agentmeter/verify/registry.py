@@ -1,8 +1,14 @@
 """Verifier kinds by name: the name a task gives (``[verifier] kind`` in task.toml) → its verifier.
 
-A new kind is one module implementing ``agentmeter.verify.protocol.Verifier`` plus one line here.
-Kinds are named by dotted path and imported when a verifier is made: loading a task (which checks
-its kind) does not import every verifier's dependencies (the difftest funnel's numpy, say).
+A new built-in kind is one module implementing ``agentmeter.verify.protocol.Verifier`` plus one
+line here. Kinds are named by dotted path and imported when a verifier is made: loading a task
+(which checks its kind) does not import every verifier's dependencies (the difftest funnel's
+numpy, say).
+
+A kind from outside the tree needs no line here: ``kind = "package.module:Class"`` in task.toml,
+or an installed package's entry point in group ``agentmeter.verifiers``; its factory is called
+with no arguments. It may say its default pass threshold (``default_pass_threshold``, a class
+attribute; else 1.0). docs/plugins.md.
 """
 
 from __future__ import annotations
@@ -10,6 +16,8 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+from agentmeter import plugins
 
 if TYPE_CHECKING:
     from agentmeter.verify.protocol import Verifier
@@ -44,16 +52,56 @@ _FACTORIES: dict[str, VerifierFactory] = {
 
 
 def verifier_kinds() -> list[str]:
-    return sorted(_FACTORIES)
+    """Built-in kinds and those installed as entry points."""
+    return sorted({*_FACTORIES, *plugins.entry_point_names("verifier kind")})
 
 
 class UnknownVerifierError(ValueError):
     pass
 
 
+def kind_problem(kind: str) -> str | None:
+    """Why ``kind`` names no verifier kind (None: it does). A plug-in entry point is not
+    imported; an import path is (the only way to know it is there)."""
+    if kind in _FACTORIES:
+        return None
+    try:
+        if plugins.exists("verifier kind", kind):
+            return None
+    except plugins.PluginError as e:
+        return str(e)
+    return (f"unknown verifier kind {kind!r} (known: {', '.join(verifier_kinds())}; "
+            "or package.module:Class)")
+
+
+def default_pass_threshold(kind: str) -> float | None:
+    """A plug-in kind's own default pass threshold (its ``default_pass_threshold``), if any;
+    None for built-in kinds (the task models hold theirs) and kinds that say none."""
+    if kind in _FACTORIES:
+        return None
+    try:
+        target = plugins.lookup("verifier kind", kind)
+    except plugins.PluginError:
+        return None
+    value = getattr(target, "default_pass_threshold", None)
+    return float(value) if isinstance(value, int | float) and 0 <= value <= 1 else None
+
+
 def make_verifier(kind: str) -> Verifier:
     factory = _FACTORIES.get(kind)
-    if factory is None:
+    if factory is not None:
+        return factory()
+    target = plugins.lookup("verifier kind", kind)
+    if target is None:
         raise UnknownVerifierError(
             f"unknown verifier kind {kind!r} (known: {', '.join(verifier_kinds())})")
-    return factory()
+    try:
+        made: Verifier = target()
+    except Exception as e:
+        raise plugins.PluginError(f"verifier kind {kind!r}: calling it failed: "
+                                  f"{type(e).__name__}: {e}") from None
+    missing = [a for a in ("sandbox_needs", "stage", "verify") if not hasattr(made, a)]
+    if missing:
+        raise plugins.PluginError(f"verifier kind {kind!r}: {type(made).__name__} does not "
+                                  f"implement the Verifier protocol (missing: {', '.join(missing)})")
+    return made

@@ -35,14 +35,18 @@ DEFINITIONS: dict[str, CliDefinition] = {
 
 def make(name: str, version: str | None, options: dict[str, Any]) -> InstalledCliAgent:
     """The registry's factory for CLI ``name``: a clear ``ValueError`` for bad options."""
+    return InstalledCliAgent(DEFINITIONS[name], version, parse_options(name, options))
+
+
+def parse_options(name: str, options: dict[str, Any]) -> CliOptions:
+    """``options`` as any CLI's options; a ``ValueError`` naming each bad one."""
     try:
-        parsed = CliOptions.model_validate(options)
+        return CliOptions.model_validate(options)
     except ValidationError as e:
         problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
                              for err in e.errors())
         raise ValueError(f"{name} agent options: {problems}") from None
-    return InstalledCliAgent(DEFINITIONS[name], version, parsed)
 
 
 __all__ = ["DEFINITIONS", "CliDefinition", "CliOptions", "CliSpec", "InstalledCliAgent",
-           "ParseInput", "ParsedRun", "make"]
+           "ParseInput", "ParsedRun", "make", "parse_options"]

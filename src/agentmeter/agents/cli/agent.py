@@ -101,6 +101,7 @@ class InstalledCliAgent:
             "home": HOME, "state": f"{HOME}/.agentmeter/{self.name}",
             "workdir": ctx.task.workdir or ctx.sandbox.workdir,
             "install": self.spec.prefix(self.version), "version": self.version,
+            "instruction_file": f"{HOME}/.agentmeter/{self.name}/instruction.md",
         }
 
     async def run(self, ctx: AgentContext) -> AgentRun:
@@ -123,7 +124,10 @@ class InstalledCliAgent:
                 resume = spec.continue_args
                 ctx.session.continued = True
             ctx.session.state[self.name] = True
-        argv = [f"{v['install']}/{spec.executable}",
+        exe = render(spec.executable, v)
+        if "/" in exe and not exe.startswith("/"):
+            exe = f"{v['install']}/{exe}"
+        argv = [exe,
                 *(render(a, v) for a in spec.args[:cut]), *resume, *self.options.extra_args,
                 *(render(a, v) for a in spec.args[cut:])]
         env = {k: render(val, v) for k, val in spec.env.items()} | self.options.env
@@ -173,8 +177,8 @@ class InstalledCliAgent:
         """All config files (and the state dir) in one exec, as the agent user."""
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tar:
-            entries = {f"{v['state']}/.keep": ""} | {render(p, v): render(c, v)
-                                                      for p, c in self.spec.files.items()}
+            entries = {f"{v['state']}/.keep": "", v["instruction_file"]: v["prompt"]}
+            entries |= {render(p, v): render(c, v) for p, c in self.spec.files.items()}
             for path, content in entries.items():
                 data = content.encode()
                 info = tarfile.TarInfo(path.lstrip("/"))

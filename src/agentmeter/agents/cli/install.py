@@ -9,10 +9,11 @@ Installs go under ``/opt/agentmeter/<cli>-<version>`` and are kept small (no cac
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 from agentmeter.paths import cache_dir
-from agentmeter.sandbox.spec import LayerSpec
+from agentmeter.sandbox.spec import AGENT_GID, AGENT_UID, AGENT_USER, LayerSpec
 from agentmeter.sandbox.trust import host_ca_bundle
 
 INSTALL_ROOT = "/opt/agentmeter"
@@ -98,3 +99,24 @@ def pip_layer(name: str, requirements: list[str], version: str, python: str = "p
 rm -rf /root/.cache
 chmod -R a+rX {prefix}
 """)
+
+
+def commands_layer(name: str, version: str, commands: list[str], user: str,
+                   context: Path | None) -> LayerSpec:
+    """An agent file's install commands, run once into a cached layer (``set -e``: the first
+    failing command fails the build), as root or as the agent user (then the install prefix
+    is theirs; the build context, when there is one, is the directory they run in)."""
+    prefix = install_dir(name, version)
+    body = "\n".join(commands)
+    if user == "root":
+        script = f"mkdir -p {shlex.quote(prefix)}\n{body}\nchmod -R a+rX {shlex.quote(prefix)}\n"
+    else:
+        # the build context (the directory the commands run in) is root's: let them read it
+        readable = "chmod -R a+rX .\n" if context is not None else ""
+        script = (f"mkdir -p {shlex.quote(prefix)}\nchown {AGENT_UID}:{AGENT_GID} "
+                  f"{shlex.quote(prefix)}\n{readable}"
+                  f"setpriv --reuid={AGENT_UID} --regid={AGENT_GID} --clear-groups "
+                  f"env HOME=/home/{AGENT_USER} bash -euc {shlex.quote(body)}\n")
+    return LayerSpec(kind="script", independent=True, context=context,
+                     label=f"agent {name} {version} (install commands)",
+                     source=f"# agentmeter agent install: {name} {version}\nset -eu\n{script}")

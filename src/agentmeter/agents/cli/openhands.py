@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agentmeter.agents.cli import install
 from agentmeter.agents.cli.spec import (
     CliDefinition,
     CliSpec,
@@ -30,7 +29,6 @@ from agentmeter.agents.cli.spec import (
     json_lines,
 )
 from agentmeter.records import TokenUsage
-from agentmeter.sandbox.spec import LayerSpec
 
 CONVERSATIONS = "${state}/conversations"
 DRIVER = "${state}/agentmeter_openhands.py"
@@ -85,17 +83,11 @@ os._exit(0 if error is None and status == "finished" else 1)
 '''
 
 
-class _OpenHandsSpec(CliSpec):
-    """The SDK and its tools are released together: both are pinned to the one version."""
-
-    def layers(self, version: str) -> list[LayerSpec]:
-        reqs = [f"{self.package}=={version}", f"openhands-tools=={version}"]
-        return [install.PYTHON_RUNTIME, install.pip_layer(self.name, reqs, version, self.python)]
-
-
-SPEC = _OpenHandsSpec(
+SPEC = CliSpec(
     name="openhands",
     package="openhands-sdk",
+    # the SDK and its tools are released together: both are pinned to the one version
+    extra_requirements=("openhands-tools==${version}",),
     # 1.58.1+ need a certifi newer than the registry snapshot this was pinned against
     default_version="1.58.0",
     runtime="python",

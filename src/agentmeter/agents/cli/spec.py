@@ -9,7 +9,11 @@ completion is detected on stdout, and where the CLI leaves its native transcript
 ``model_id`` (the same without its provider prefix, e.g. ``gpt-5``), ``base_url`` (gateway,
 no ``/v1``), ``token``,
 ``home`` (the agent user's HOME), ``state`` (a per-trial directory for the CLI's own files),
-``workdir``, ``install`` (the install prefix) and ``version``.
+``workdir``, ``install`` (the install prefix), ``version`` and ``instruction_file`` (a file
+in the sandbox holding the instruction, readable by the agent user). Install commands
+(``runtime = "commands"``) see only ``install`` and ``version``.
+
+A spec also comes from an agent file (``-a ./agent.toml``: ``agents/agentfile.py``).
 
 Everything a spec cannot say declaratively (reading the transcript) is its module's ``parse``.
 """
@@ -23,9 +27,10 @@ import string
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentmeter.agents.cli import install
 from agentmeter.records import TokenUsage, WireApi
@@ -40,14 +45,26 @@ class CliSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(description="the agent name in the registry, e.g. 'codex'")
-    package: str = Field(description="npm or PyPI package name")
+    package: str = Field(default="", description="npm or PyPI package name (runtime node or "
+                         "python)")
     default_version: str = Field(description="pinned default; 'name@version' overrides it")
-    runtime: Literal["node", "python"]
+    runtime: Literal["node", "python", "commands"]
+    install: tuple[str, ...] = Field(
+        default=(), description="runtime 'commands': shell commands (templates: install, "
+        "version) run once into a cached layer")
+    install_user: Literal["root", "agent"] = Field(
+        default="root", description="who runs the install commands (the prefix is theirs)")
+    install_context: Path | None = Field(
+        default=None, description="a host directory the install commands run in (its files "
+        "are part of the layer's cache key)")
     extra_requirements: tuple[str, ...] = Field(
-        default=(), description="further PyPI requirements installed with a Python CLI")
+        default=(), description="further PyPI requirements installed with a Python CLI "
+        "(templates: ${version})")
     python: str = Field(default="python3", description="interpreter a Python CLI's venv uses")
     wire_apis: tuple[WireApi, ...] = Field(description="wire APIs the CLI speaks, preferred first")
-    executable: str = Field(description="path of the program relative to the install prefix")
+    executable: str = Field(description="the program: relative to the install prefix if it "
+                            "holds a '/' and does not start with one, else as given (a "
+                            "template; a bare name is looked up on PATH)")
     args: tuple[str, ...] = Field(description="arguments after the executable (templates)")
     env: dict[str, str] = Field(default_factory=dict, description="environment (templates)")
     files: dict[str, str] = Field(
@@ -74,11 +91,33 @@ class CliSpec(BaseModel):
     def prefix(self, version: str) -> str:
         return install.install_dir(self.name, version)
 
+    @model_validator(mode="after")
+    def _install_fits_runtime(self) -> CliSpec:
+        if self.runtime == "commands":
+            if self.package:
+                raise ValueError("'package' is installed by runtime node or python, not "
+                                 "by install commands")
+        elif not self.package:
+            raise ValueError(f"runtime {self.runtime!r} installs a 'package': give one")
+        elif self.install:
+            raise ValueError(f"runtime {self.runtime!r} installs its package; install "
+                             "commands need runtime 'commands'")
+        return self
+
     def layers(self, version: str) -> list[LayerSpec]:
-        """The shared runtime layer, then this CLI's install layer."""
+        """The shared runtime layer, then this CLI's install layer (install commands: one
+        layer of them, nothing when there are none)."""
+        if self.runtime == "commands":
+            if not self.install:
+                return []
+            values = {"install": self.prefix(version), "version": version}
+            return [install.commands_layer(self.name, version,
+                                           [render(c, values) for c in self.install],
+                                           self.install_user, self.install_context)]
         if self.runtime == "node":
             return [install.NODE_RUNTIME, install.npm_layer(self.name, self.package, version)]
-        reqs = [f"{self.package}=={version}", *self.extra_requirements]
+        reqs = [f"{self.package}=={version}",
+                *(render(r, {"version": version}) for r in self.extra_requirements)]
         return [install.PYTHON_RUNTIME, install.pip_layer(self.name, reqs, version, self.python)]
 
 
