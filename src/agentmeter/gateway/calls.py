@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     from agentmeter.pricing import PriceBook
 
 JSON = "application/json"
+#: the error of a call the gateway cancelled because the run ended while it was under way (its
+#: fate; the others: completed, or cut by the upstream: ``upstream stream broke: ...``)
+CANCELLED_BY_HARNESS = "cancelled by the harness: the run ended while the call was under way"
 #: the output a call reserves against a token or USD budget when its request sets no cap
 DEFAULT_OUTPUT_RESERVE = 32_768
 
@@ -195,6 +198,7 @@ async def forward(request: web.Request, call: Call, env: CallEnv) -> web.StreamR
         return web.Response(status=400, body=error_bytes(call.client_api, 400, str(e)),
                             content_type=JSON)
     call.seq = call.trial.take_seq()
+    call.trial.running.add(call.seq)  # started: its trial's totals wait for it (n/a until then)
     if env.bodies_dir is not None:
         call.out_log = []
     headers = {k.lower(): v for k, v in request.headers.items()}
@@ -203,6 +207,10 @@ async def forward(request: web.Request, call: Call, env: CallEnv) -> web.StreamR
                           solution_script=call.trial.scripted.solution_script)
     try:
         reply = await env.upstream.send(req)
+    except asyncio.CancelledError:
+        _cancelled(call)
+        await finish_call(call, env)
+        raise
     except Exception as e:  # a bug or an unexpected upstream failure must not crash the gateway
         reply = UpstreamReply(502, JSON, body=error_bytes(call.upstream_api, 502,
                                                           f"upstream failure: {type(e).__name__}"),
@@ -214,11 +222,21 @@ async def forward(request: web.Request, call: Call, env: CallEnv) -> web.StreamR
         if reply.streaming:
             return await _stream(request, call, env, reply, injected)
         response = _whole(call, env, reply)
+    except asyncio.CancelledError:  # the run ended (``Gateway.stop``): the call's fate recorded
+        _cancelled(call)
+        raise
     finally:
         if not call.finished:
             await finish_call(call, env)
         _write_bodies(call, env, sent)
     return response
+
+
+def _cancelled(call: Call) -> None:
+    if call.status == 0:
+        call.status = 499  # no reply came: what the upstream served is unknown
+    call.error = CANCELLED_BY_HARNESS if call.error is None else \
+        f"{call.error}; {CANCELLED_BY_HARNESS}"
 
 
 def _whole(call: Call, env: CallEnv, reply: UpstreamReply) -> web.Response:
