@@ -1,0 +1,134 @@
+"""The books close exactly with slow models: a call that outlives its trial or its run is still
+counted on it (issue 31). Fake upstreams with delays of a few seconds, short settle times."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from taskgen import make_task
+
+from agentmeter.gateway import server as gw_server
+from agentmeter.records import TokenUsage, TrialRecord
+from agentmeter.runner.session import RunRequest, prepare, run
+from agentmeter.store import leases
+from agentmeter.store.db import Store
+
+USAGE = {"prompt_tokens": 120, "completion_tokens": 5, "total_tokens": 125}
+
+
+class SlowUpstream:
+    """A chat upstream whose every reply takes ``delay`` seconds (a slow local model)."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.started = 0
+        self.finished = 0
+
+    async def handle(self, request: web.Request) -> web.Response:
+        await request.read()
+        self.started += 1
+        await asyncio.sleep(self.delay)
+        self.finished += 1
+        return web.json_response({
+            "id": "c", "object": "chat.completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": "done"}}],
+            "usage": USAGE})
+
+
+async def serve(app: web.Application) -> tuple[web.AppRunner, int]:
+    """A fake upstream that, like a real server, stops a handler whose client hung up."""
+    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+
+def sums(store: Store, run_id: str) -> tuple[int, int, int]:
+    """(calls, input, output) of the run's tries, and the same of its stored calls, must agree."""
+    trials = store.trials(run_id)
+    return (sum(t.model_calls for t in trials), sum(t.usage.input or 0 for t in trials),
+            sum(t.usage.output or 0 for t in trials))
+
+
+def call_sums(store: Store, run_id: str) -> tuple[int, int, int]:
+    calls = [c for c in store.model_calls(run_id) if c.purpose == "agent"]
+    return (len(calls), sum(c.usage.input or 0 for c in calls),
+            sum(c.usage.output or 0 for c in calls))
+
+
+async def _slow_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, drain_s: float,
+                    delay: float) -> tuple[Store, str, TrialRecord]:
+    up = SlowUpstream(delay)
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", up.handle)
+    runner, port = await serve(app)
+    models = tmp_path / "models.toml"
+    models.write_text(f'[models."slow/m"]\nbase_url = "http://127.0.0.1:{port}/v1"\n'
+                      'wire_api = "chat"\nprice_key = "scripted/x"\n')
+    # the trial waits 0.2 s for its call (not 60 s); the run's end waits ``drain_s``
+    monkeypatch.setattr(gw_server, "SETTLE_S", 0.2)
+    monkeypatch.setattr(gw_server, "DRAIN_S", drain_s)
+    make_task(tmp_path / "suite", "slow", agent_timeout=1.0)
+    store = Store.open(tmp_path / "runs")
+    try:
+        rid, _ = await run(store, prepare(RunRequest(
+            suites=[str(tmp_path / "suite")], agents=["native"], models=["slow/m"],
+            models_file=str(models))))
+    finally:
+        await runner.cleanup()
+    assert up.started == 1
+    (trial,) = store.trials(rid)
+    return store, rid, trial
+
+
+@pytest.mark.slow
+async def test_a_call_that_outlives_its_trial_is_totalled_on_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent times out at 1 s, the trial waits 0.2 s, the call ends at 3 s (before the run
+    ends): the trial's totals are its call's, never a known zero."""
+    store, rid, trial = await _slow_run(tmp_path, monkeypatch, drain_s=10.0, delay=3.0)
+    assert trial.extra[leases.IN_FLIGHT] == [0]
+    assert leases.NA not in trial.extra, trial.extra
+    assert (trial.model_calls, trial.usage.input, trial.usage.output) == (1, 120, 5)
+    assert trial.cost_usd is not None and trial.cost_usd > 0
+    (call,) = store.model_calls(rid)
+    assert call.status_code == 200
+    assert sums(store, rid) == call_sums(store, rid) == (1, 120, 5)
+
+
+@pytest.mark.slow
+async def test_a_call_cancelled_at_run_end_is_stored_and_its_trial_is_na(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run ends (as on Ctrl-C: no wait) while the call runs: the call is stored with its
+    fate, the trial counts it and its totals are n/a with the reason, never 0."""
+    store, rid, trial = await _slow_run(tmp_path, monkeypatch, drain_s=0.0, delay=60.0)
+    (call,) = store.model_calls(rid)
+    assert call.error is not None and leases.HARNESS_CANCELLED in call.error, call.error
+    assert trial.model_calls == 1
+    assert trial.usage == TokenUsage() and trial.cost_usd is None
+    assert "cancelled at the end of the run" in trial.extra[leases.NA]
+    assert sums(store, rid) == call_sums(store, rid) == (1, 0, 0)
+
+
+def test_books_wait_for_every_started_call() -> None:
+    """The store's rule: n/a (with the reason) while a started call is not stored."""
+    from agentmeter.records import ModelCallRecord
+
+    def call(seq: int, purpose: str = "agent") -> ModelCallRecord:
+        return ModelCallRecord.model_validate({
+            "trial_id": "t", "seq": seq, "wire_api": "chat", "client_api": "chat", "model": "m",
+            "upstream_model": "m", "stream": False, "started_at": "2026-01-01T00:00:00Z",
+            "latency_s": 1.0, "status_code": 200,
+            "usage": {"input": 10, "output": 2}, "cost_usd": 0.5, "purpose": purpose})
+
+    totals, reason = leases.book_totals([call(0)], [1])
+    assert totals["usage"] == TokenUsage() and totals["cost_usd"] is None
+    assert totals["model_calls"] == 2 and reason is not None and "seq 1" in reason
+    totals, reason = leases.book_totals([call(0), call(1), call(2, "judge")], [1])
+    assert reason is None and totals["model_calls"] == 2  # a judge's call is evaluation cost
+    assert totals["usage"] == TokenUsage(input=20, output=4) and totals["cost_usd"] == 1.0
