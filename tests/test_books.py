@@ -4,13 +4,21 @@ counted on it (issue 31). Fake upstreams with delays of a few seconds, short set
 from __future__ import annotations
 
 import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 from taskgen import make_task
+from test_gateway import APIS, PATHS, headers_for, request_body
 
+from agentmeter.gateway import Gateway, ModelRegistry, UpstreamModel
 from agentmeter.gateway import server as gw_server
+from agentmeter.pricing import PriceBook
 from agentmeter.records import TokenUsage, TrialRecord
 from agentmeter.runner.session import RunRequest, prepare, run
 from agentmeter.store import leases
@@ -132,3 +140,89 @@ def test_books_wait_for_every_started_call() -> None:
     totals, reason = leases.book_totals([call(0), call(1), call(2, "judge")], [1])
     assert reason is None and totals["model_calls"] == 2  # a judge's call is evaluation cost
     assert totals["usage"] == TokenUsage(input=20, output=4) and totals["cost_usd"] == 1.0
+
+
+# --- streams keep clients alive ------------------------------------------------------------
+
+def _chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+    obj = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+    return f"data: {json.dumps(obj)}\n\n".encode()
+
+
+class FaultyUpstream:
+    """A streaming chat upstream: headers and a keep-alive comment at once, the first token
+    after ``first_token_s``; ``done``: whether it ends with ``[DONE]``."""
+
+    def __init__(self, first_token_s: float = 0.0, done: bool = True) -> None:
+        self.first_token_s, self.done = first_token_s, done
+        self.served = 0
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        await request.read()
+        self.served += 1
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b": upstream is processing\n\n")
+        await asyncio.sleep(self.first_token_s)
+        await resp.write(_chunk({"role": "assistant", "content": "HELLO"}))
+        await resp.write(_chunk({}, "stop"))
+        usage = {"prompt_tokens": 50, "completion_tokens": 7, "total_tokens": 57}
+        await resp.write(f'data: {json.dumps({"id": "c", "choices": [], "usage": usage})}\n\n'
+                         .encode())
+        if self.done:
+            await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+
+@pytest.fixture
+async def faulty(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[Gateway, FaultyUpstream]]:
+    up = FaultyUpstream()
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", up.handle)
+    runner, port = await serve(app)
+    gw = Gateway(ModelRegistry({"fake/m": UpstreamModel(
+        name="fake/m", base_url=f"http://127.0.0.1:{port}/v1", wire_api="chat",
+        price_key="scripted/x")}), PriceBook())
+    gw.keepalive_s = 0.2
+    await gw.start(port=0)
+    yield gw, up
+    await gw.stop(drain_s=0)
+    await runner.cleanup()
+
+
+async def _timed_read(gw: Gateway, api: str, token: str) -> list[tuple[float, bytes]]:
+    """The client's view of one streamed call: (seconds since the request, bytes) per read."""
+    out: list[tuple[float, bytes]] = []
+    t0 = time.perf_counter()
+    async with aiohttp.ClientSession() as s, s.post(
+            gw.base_url + PATHS[api], json=request_body(api, True),
+            headers=headers_for(api, token)) as r:
+        assert r.status == 200
+        async for data in r.content.iter_any():
+            out.append((time.perf_counter() - t0, data))
+    return out
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_a_slow_first_token_gets_start_events_and_keepalives_at_once(
+        faulty: tuple[Gateway, FaultyUpstream], api: str) -> None:
+    gw, up = faulty
+    up.first_token_s = 1.5
+    token = gw.open_trial("trial-SECRET-NAME", "fake/m")
+    reads = await _timed_read(gw, api, token)
+    early = b"".join(d for t, d in reads if t < 1.2)  # before the first token
+    first = {"messages": b"event: message_start", "responses": b"event: response.created",
+             "chat": b": upstream is processing"}[api]  # chat: passed through as it is
+    assert early.startswith(first), early[:200]
+    keepalive = {"messages": b"event: ping", "responses": b": keep-alive",
+                 "chat": b": keep-alive"}[api]
+    assert early.count(keepalive) >= 3, early  # every 0.2 s while the upstream is quiet
+    whole = b"".join(d for _, d in reads)
+    assert b"HELLO" in whole and b"HELLO" not in early
+    assert b"trial-SECRET-NAME" not in whole  # the trial's id names the task: not in ids
+    meter = gw.close_trial("trial-SECRET-NAME")
+    (call,) = meter.calls
+    assert call.ttft_s is not None and call.ttft_s >= 1.4  # keep-alives are not a first token
+    assert (call.usage.input, call.usage.output) == (50, 7) and call.error is None

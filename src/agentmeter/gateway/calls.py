@@ -10,8 +10,10 @@ replaces the reservation when it finishes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import secrets
 import time
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,6 +53,7 @@ class CallEnv:
     bodies_dir: Path | None
     writer: CallWriter
     write_timeout_s: float = 60.0  # a stream's write the client does not take: it is gone
+    keepalive_s: float = 15.0  # a stream quiet this long gets a keep-alive (``keepalive``)
 
 
 @dataclass
@@ -268,8 +271,50 @@ def _whole(call: Call, env: CallEnv, reply: UpstreamReply) -> web.Response:
     return web.Response(status=call.status, body=body, content_type=ctype)
 
 
+def call_id(call: Call) -> str:
+    """The id of a translated reply: unique per call, without the trial's id (which names the
+    task and would reach the agent)."""
+    return f"gw{secrets.token_hex(8)}_{call.seq}"
+
+
 def _client_model(call: Call) -> str:
     return str(call.body.get("model") or call.trial.model.name)
+
+
+#: a keep-alive in each client API's own form: Anthropic's ``ping`` event; an SSE comment for
+#: the OpenAI APIs (ignored by SSE parsers; OpenAI-compatible servers send such comments).
+#: Gemini clients get none: their SDKs read ``data:`` lines only and a comment could stall them.
+KEEPALIVES: dict[WireApi, bytes] = {
+    "messages": b'event: ping\ndata: {"type": "ping"}\n\n',
+    "chat": b": keep-alive\n\n",
+    "responses": b": keep-alive\n\n",
+}
+
+
+async def _paced(chunks: AsyncIterator[bytes], every_s: float) -> AsyncIterator[bytes | None]:
+    """The upstream's chunks, and ``None`` after each ``every_s`` without one (the gateway then
+    sends the client a keep-alive). The read under way is never cancelled by the pacing."""
+    it = aiter(chunks)
+    nxt: asyncio.Future[bytes] | None = None
+    try:
+        while True:
+            if nxt is None:
+                nxt = asyncio.ensure_future(anext(it))
+            done, _ = await asyncio.wait({nxt}, timeout=every_s)
+            if not done:
+                yield None
+                continue
+            fut, nxt = nxt, None
+            try:
+                chunk = fut.result()
+            except StopAsyncIteration:
+                return
+            yield chunk
+    finally:
+        if nxt is not None and not nxt.done():
+            nxt.cancel()
+            with contextlib.suppress(BaseException):
+                await nxt
 
 
 def _usage_only(ev: SseEvent) -> bool:
@@ -287,12 +332,14 @@ async def _stream(request: web.Request, call: Call, env: CallEnv, reply: Upstrea
                                                    "Cache-Control": "no-cache"})
     parser, tracker = SseParser(), StreamUsage(call.upstream_api)
     framing = Framing(call.sse) if call.client_api == "gemini" else None
-    reader, writer, pending = None, None, b""
+    reader, writer, start = None, None, b""
     if call.translated:
         reader = translate.stream_reader(call.upstream_api)
         writer = translate.stream_writer(call.client_api, call.body, _client_model(call),
-                                         f"gw{call.trial.trial_id}_{call.seq}", framing)
-        pending = writer.start()
+                                         call_id(call), framing)
+        start = writer.start()  # sent at once: a client waiting for a slow first token hears
+    keepalive = KEEPALIVES.get(call.client_api) if framing is None else None
+    sent_at = [time.perf_counter()]  # when the client was last sent something
     if framing is not None and not framing.sse:  # a Gemini stream as one JSON array
         resp.content_type = JSON
 
@@ -309,16 +356,25 @@ async def _stream(request: web.Request, call: Call, env: CallEnv, reply: Upstrea
             if request.transport is not None:
                 request.transport.abort()
 
-    async def emit(data: bytes) -> None:
+    async def emit(data: bytes, content: bool = True) -> None:
+        """Send ``data``; ``content``: it carries the model's output (the first such is the
+        time to first token; start events and keep-alives are not)."""
         if not data or call.client_gone:
             return
         data = _scrub(data, env.secret)
-        if call.ttft is None:
+        if content and call.ttft is None:
             call.ttft = time.perf_counter() - call.t0
         call.bytes_out += len(data)
         if call.out_log is not None:
             call.out_log.append(data)
+        sent_at[0] = time.perf_counter()
         await to_client(resp.write(data))
+
+    async def keep_alive() -> None:
+        """A keep-alive when the client heard nothing for ``keepalive_s`` (between events)."""
+        if keepalive is not None and not parser.partial and \
+                time.perf_counter() - sent_at[0] >= env.keepalive_s:
+            await emit(keepalive, content=False)
 
     def translated(events: list[SseEvent]) -> bytes:
         assert reader is not None and writer is not None
@@ -331,10 +387,14 @@ async def _stream(request: web.Request, call: Call, env: CallEnv, reply: Upstrea
         return b"".join(framing.item(ev.data) for ev in events if ev.data)
 
     await to_client(resp.prepare(request))
+    await emit(start, content=False)
     broke = False
     try:
         try:
-            async for chunk in reply.chunks:
+            async for chunk in _paced(reply.chunks, env.keepalive_s):
+                if chunk is None:  # quiet upstream: keep the client's connection alive
+                    await keep_alive()
+                    continue
                 call.upstream_bytes += len(chunk)
                 events = parser.feed(chunk)
                 for ev in events:
@@ -343,22 +403,21 @@ async def _stream(request: web.Request, call: Call, env: CallEnv, reply: Upstrea
                     continue
                 if writer is not None:
                     out = translated(events)
-                    if out:
-                        out, pending = pending + out, b""
                 elif framing is not None and not framing.sse:
                     out = reframed(events)
                 elif drop_usage_chunk:
                     out = b"".join(ev.raw for ev in events if not _usage_only(ev))
                 else:
                     out = chunk
-                await emit(out)
+                await emit(out, content=bool(events))  # a keep-alive comment is no token
+                await keep_alive()  # e.g. the upstream's own keep-alives, not forwarded as such
             rest = parser.flush()
             for ev in rest:
                 tracker.feed(ev)
             if writer is not None:
                 assert reader is not None
                 tail = translated(rest) + b"".join(writer.feed(ne) for ne in reader.close())
-                await emit(pending + tail + writer.end())
+                await emit(tail + writer.end())
             elif framing is not None and not framing.sse:
                 await emit(reframed(rest) + framing.close())
             elif drop_usage_chunk:

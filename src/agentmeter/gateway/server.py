@@ -54,6 +54,8 @@ SETTLE_S = 60.0
 #: how long ``stop`` waits for calls still under way at the end of a run before it cancels them
 #: (each then stored with the error ``calls.CANCELLED_BY_HARNESS``)
 DRAIN_S = 60.0
+#: a stream that sent its client nothing for this long gets a keep-alive (``calls.KEEPALIVES``)
+KEEPALIVE_S = 15.0
 
 
 class GatewayError(RuntimeError):
@@ -101,6 +103,7 @@ class Gateway:
         self.unix_socket: Path | None = None
         self.settle_s = SETTLE_S
         self.drain_s = DRAIN_S
+        self.keepalive_s = KEEPALIVE_S
         self._live: set[asyncio.Task[Any]] = set()  # handlers of calls under way
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -352,7 +355,7 @@ class Gateway:
         except GatewayError as e:
             return self._error(client_api, 503, str(e))
         env = CallEnv(self.prices, upstream, key, self.record_bodies_dir, self._writer,
-                      self.limits.write_timeout_s)
+                      self.limits.write_timeout_s, self.keepalive_s)
         trial.begin_call()
         try:
             want = worst_case(call, self.prices)
