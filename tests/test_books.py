@@ -4,6 +4,7 @@ counted on it (issue 31). Fake upstreams with delays of a few seconds, short set
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
@@ -13,6 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from polling import eventually_async
 from taskgen import make_task
 from test_gateway import APIS, PATHS, headers_for, request_body
 
@@ -226,3 +228,89 @@ async def test_a_slow_first_token_gets_start_events_and_keepalives_at_once(
     (call,) = meter.calls
     assert call.ttft_s is not None and call.ttft_s >= 1.4  # keep-alives are not a first token
     assert (call.usage.input, call.usage.output) == (50, 7) and call.error is None
+
+
+async def test_a_stream_with_a_finish_reason_and_no_done_is_whole(
+        faulty: tuple[Gateway, FaultyUpstream]) -> None:
+    """Some servers end a stream after the finish reason and usage, without ``[DONE]``: the
+    call is served, not a provider fault (which made the trial infra_invalid, run 3 times)."""
+    gw, up = faulty
+    up.done = False
+    token = gw.open_trial("t", "fake/m")
+    for api in APIS:
+        await _timed_read(gw, api, token)
+    meter = gw.close_trial("t")
+    assert meter.infra_error is None, meter.infra_error
+    assert [(c.error, c.usage.output) for c in meter.calls] == [(None, 7)] * 3
+
+
+# --- abandoned generations stop costing (local providers) ----------------------------------
+
+class GeneratingServer:
+    """A single-slot local server: streams a token every 20 ms for 10 s (or answers whole after
+    10 s) unless its client goes away; records when it stopped and how many it generated."""
+
+    def __init__(self) -> None:
+        self.generated = 0
+        self.stopped_at: float | None = None
+        self.finished = False
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        try:
+            if not body.get("stream"):
+                await asyncio.sleep(10)
+                self.finished = True
+                return web.json_response({"choices": []})
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            for _ in range(500):
+                self.generated += 1
+                await resp.write(_chunk({"content": "tok "}))
+                await asyncio.sleep(0.02)
+            self.finished = True
+            await resp.write(_chunk({}, "stop") + b"data: [DONE]\n\n")
+            return resp
+        except (asyncio.CancelledError, ConnectionError):
+            self.stopped_at = time.perf_counter()
+            raise
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_local_provider_stops_generating_when_its_client_hangs_up(stream: bool) -> None:
+    server = GeneratingServer()
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", server.handle)
+    runner, port = await serve(app)
+    gw = Gateway(ModelRegistry({"llamacpp/m": UpstreamModel(
+        name="llamacpp/m", base_url=f"http://127.0.0.1:{port}/v1", wire_api="chat",
+        local=True)}), PriceBook())
+    await gw.start(port=0)
+    try:
+        token = gw.open_trial("t", "llamacpp/m")
+        async with aiohttp.ClientSession() as s:
+            post = asyncio.ensure_future(s.post(gw.base_url + PATHS["messages"],
+                                                json=request_body("messages", stream),
+                                                headers=headers_for("messages", token)))
+            if stream:
+                r = await post
+                seen = b""
+                while b"tok" not in seen:
+                    seen += await asyncio.wait_for(r.content.readany(), 5)
+                r.close()  # the client hangs up mid-stream
+            else:
+                await asyncio.sleep(0.3)
+                post.cancel()  # the client hangs up waiting for the whole answer
+                with contextlib.suppress(asyncio.CancelledError):
+                    await post
+        hung_up = time.perf_counter()
+        meter = await gw.finish_trial("t", settle_s=5)
+        assert await eventually_async(lambda: server.stopped_at is not None, timeout=3)
+        assert server.stopped_at is not None and server.stopped_at - hung_up < 1.0
+        assert not server.finished and server.generated < 100
+        (call,) = meter.calls
+        assert call.error is not None and "local provider" in call.error, call.error
+        assert meter.infra_error is None  # the client's doing, not the provider's
+    finally:
+        await gw.stop(drain_s=0)
+        await runner.cleanup()

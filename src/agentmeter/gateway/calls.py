@@ -209,7 +209,11 @@ async def forward(request: web.Request, call: Call, env: CallEnv) -> web.StreamR
                           cache_key=call.trial.trial_id,
                           solution_script=call.trial.scripted.solution_script)
     try:
-        reply = await env.upstream.send(req)
+        got = await _send(request, call, env, req)
+        if got is None:  # a local provider's client hung up: nobody to answer
+            await finish_call(call, env)
+            return web.Response(status=499)
+        reply = got
     except asyncio.CancelledError:
         _cancelled(call)
         await finish_call(call, env)
@@ -279,6 +283,42 @@ def call_id(call: Call) -> str:
 
 def _client_model(call: Call) -> str:
     return str(call.body.get("model") or call.trial.model.name)
+
+
+#: the error of a local provider's call whose client hung up: cancelled upstream, so the local
+#: server stops generating for nobody (a paid provider's stream is read to its end instead)
+LOCAL_CANCELLED = "upstream request cancelled (local provider: its client hung up)"
+#: how often a local provider's call checks whether its client is still there
+LOCAL_POLL_S = 0.25
+
+
+def hung_up(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
+async def _send(request: web.Request, call: Call, env: CallEnv,
+                req: UpstreamRequest) -> UpstreamReply | None:
+    """The upstream's reply; for a local provider, ``None`` when the client hung up first (the
+    request is then cancelled: its connection closed, which stops the server)."""
+    if not call.trial.model.local:
+        return await env.upstream.send(req)
+    task = asyncio.ensure_future(env.upstream.send(req))
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=LOCAL_POLL_S)
+            if done:
+                return task.result()
+            if hung_up(request):
+                call.client_gone = True
+                call.error = f"client disconnected; {LOCAL_CANCELLED}"
+                call.status = 499
+                return None
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
 
 
 #: a keep-alive in each client API's own form: Anthropic's ``ping`` event; an SSE comment for
@@ -388,12 +428,25 @@ async def _stream(request: web.Request, call: Call, env: CallEnv, reply: Upstrea
 
     await to_client(resp.prepare(request))
     await emit(start, content=False)
-    broke = False
+    broke = cancelled_locally = False
+    local = call.trial.model.local
     try:
         try:
-            async for chunk in _paced(reply.chunks, env.keepalive_s):
+            pace = min(env.keepalive_s, LOCAL_POLL_S) if local else env.keepalive_s
+            async for chunk in _paced(reply.chunks, pace):
                 if chunk is None:  # quiet upstream: keep the client's connection alive
-                    await keep_alive()
+                    if local and hung_up(request):
+                        call.client_gone = True
+                        call.error = "client disconnected"
+                    else:
+                        await keep_alive()
+                if call.client_gone and local:  # stop the local server generating for nobody
+                    call.error = f"{call.error}; {LOCAL_CANCELLED}"
+                    if reply.abort is not None:
+                        reply.abort()
+                    cancelled_locally = True
+                    break
+                if chunk is None:
                     continue
                 call.upstream_bytes += len(chunk)
                 events = parser.feed(chunk)
@@ -411,7 +464,7 @@ async def _stream(request: web.Request, call: Call, env: CallEnv, reply: Upstrea
                     out = chunk
                 await emit(out, content=bool(events))  # a keep-alive comment is no token
                 await keep_alive()  # e.g. the upstream's own keep-alives, not forwarded as such
-            rest = parser.flush()
+            rest = [] if cancelled_locally else parser.flush()
             for ev in rest:
                 tracker.feed(ev)
             if writer is not None:
@@ -427,7 +480,7 @@ async def _stream(request: web.Request, call: Call, env: CallEnv, reply: Upstrea
             broke = True
         if tracker.error:
             _upstream_problem(call, f"upstream stream error: {tracker.error}")
-        elif not tracker.finished and not broke:  # truncated or not a stream of this API
+        elif not (tracker.finished or broke or cancelled_locally):  # truncated, or not this API
             _upstream_problem(call, "upstream stream ended without its final event")
             call.trial.infra_error = call.trial.infra_error or call.error
     finally:

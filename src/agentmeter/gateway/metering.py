@@ -255,10 +255,17 @@ class StreamUsage:
         if self.api == "chat":
             if data == "[DONE]":
                 self.finished = True
-            elif '"usage"' in data:
+                return
+            if '"usage"' in data or '"finish_reason"' in data:
                 obj = loads_object(data)
                 if obj is not None and isinstance(obj.get("usage"), dict):
                     self.usage = usage_fields.from_chat(obj["usage"])
+                # some servers end with the finish reason (and usage) and no ``[DONE]``: the
+                # answer is whole, not a truncated stream
+                choices = obj.get("choices") if obj is not None else None
+                if isinstance(choices, list) and any(
+                        isinstance(c, dict) and c.get("finish_reason") for c in choices):
+                    self.finished = True
             elif '"error"' in data:
                 self._error(data)
             return
