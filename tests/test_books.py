@@ -314,3 +314,55 @@ async def test_a_local_provider_stops_generating_when_its_client_hangs_up(stream
     finally:
         await gw.stop(drain_s=0)
         await runner.cleanup()
+
+
+# --- smaller faults ------------------------------------------------------------------------
+
+async def _empty(request: web.Request) -> web.StreamResponse:
+    body = await request.json()
+    usage = {"prompt_tokens": 9, "completion_tokens": 0, "total_tokens": 9}
+    if not body.get("stream"):
+        return web.json_response({"id": "c", "object": "chat.completion", "choices": [],
+                                  "usage": usage})
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    await resp.write(f'data: {json.dumps({"id": "c", "choices": [], "usage": usage})}\n\n'
+                     .encode() + b"data: [DONE]\n\n")
+    return resp
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_200_with_empty_choices_is_a_provider_fault(stream: bool) -> None:
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", _empty)
+    runner, port = await serve(app)
+    gw = Gateway(ModelRegistry({"fake/m": UpstreamModel(
+        name="fake/m", base_url=f"http://127.0.0.1:{port}/v1", wire_api="chat",
+        price_key="scripted/x")}), PriceBook())
+    await gw.start(port=0)
+    try:
+        token = gw.open_trial("t", "fake/m")
+        for api in APIS:
+            async with aiohttp.ClientSession() as s, s.post(
+                    gw.base_url + PATHS[api], json=request_body(api, stream),
+                    headers=headers_for(api, token)) as r:
+                await r.read()
+                assert r.status == (200 if stream else 502)  # a stream's status is sent first
+        meter = gw.close_trial("t")
+        assert meter.infra_error is not None and "no choices" in meter.infra_error
+        assert all(c.usage.input == 9 for c in meter.calls)  # what it did report is metered
+    finally:
+        await gw.stop(drain_s=0)
+        await runner.cleanup()
+
+
+def test_native_sends_a_malformed_tool_call_back_as_the_model_wrote_it() -> None:
+    from agentmeter.agents.native.model_client import _chat_message, parse_reply
+
+    reply = parse_reply("chat", {"choices": [{"message": {"role": "assistant", "tool_calls": [
+        {"id": "c1", "type": "function",
+         "function": {"name": "bash", "arguments": '{"command": "ls'}}]}}]})
+    (call,) = reply.message.tool_calls
+    assert call.parse_error is not None
+    sent = _chat_message(reply.message)
+    assert sent["tool_calls"][0]["function"]["arguments"] == '{"command": "ls'  # not "{}"

@@ -258,6 +258,13 @@ def _whole(call: Call, env: CallEnv, reply: UpstreamReply) -> web.Response:
             call.error = f"upstream sent a malformed body ({reply.content_type or 'no content type'})"
             call.trial.infra_error = call.trial.infra_error or call.error
             body, ctype = error_bytes(call.client_api, 502, call.error), JSON
+        elif call.upstream_api == "chat" and not obj.get("choices") and "error" not in obj:
+            # a 200 without an answer: the provider failed (not the agent, which got nothing)
+            call.usage = body_usage(call.upstream_api, obj)
+            call.status = 502
+            call.error = "upstream sent a 200 with no choices (no answer)"
+            call.trial.infra_error = call.trial.infra_error or call.error
+            body, ctype = error_bytes(call.client_api, 502, call.error), JSON
         else:
             call.usage = body_usage(call.upstream_api, obj)
             if call.translated:
@@ -482,6 +489,9 @@ async def _stream(request: web.Request, call: Call, env: CallEnv, reply: Upstrea
             _upstream_problem(call, f"upstream stream error: {tracker.error}")
         elif not (tracker.finished or broke or cancelled_locally):  # truncated, or not this API
             _upstream_problem(call, "upstream stream ended without its final event")
+            call.trial.infra_error = call.trial.infra_error or call.error
+        elif tracker.finished and tracker.empty:  # a whole stream without an answer
+            _upstream_problem(call, "upstream stream had no choices (no answer)")
             call.trial.infra_error = call.trial.infra_error or call.error
     finally:
         call.usage = tracker.usage

@@ -245,7 +245,13 @@ class StreamUsage:
         self.error: str | None = None
         #: the API's final event arrived ([DONE], response.completed/…, message_stop)
         self.finished = False
+        self._choices = False  # chat: a chunk with a choice came
         self._messages: dict[str, Any] = {}
+
+    @property
+    def empty(self) -> bool:
+        """A chat stream without any choice: the upstream answered nothing."""
+        return self.api == "chat" and not self._choices
 
     def feed(self, ev: SseEvent) -> None:
         data = ev.data
@@ -256,6 +262,8 @@ class StreamUsage:
             if data == "[DONE]":
                 self.finished = True
                 return
+            if not self._choices and '"choices":[{' in data.replace(" ", ""):
+                self._choices = True
             if '"usage"' in data or '"finish_reason"' in data:
                 obj = loads_object(data)
                 if obj is not None and isinstance(obj.get("usage"), dict):
