@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -338,7 +338,7 @@ KEEPALIVES: dict[WireApi, bytes] = {
 }
 
 
-async def _paced(chunks: AsyncIterator[bytes], every_s: float) -> AsyncIterator[bytes | None]:
+async def _paced(chunks: AsyncIterator[bytes], every_s: float) -> AsyncGenerator[bytes | None, None]:
     """The upstream's chunks, and ``None`` after each ``every_s`` without one (the gateway then
     sends the client a keep-alive). The read under way is never cancelled by the pacing."""
     it = aiter(chunks)
@@ -437,10 +437,10 @@ async def _stream(request: web.Request, call: Call, env: CallEnv, reply: Upstrea
     await emit(start, content=False)
     broke = cancelled_locally = False
     local = call.trial.model.local
+    paced = _paced(reply.chunks, min(env.keepalive_s, LOCAL_POLL_S) if local else env.keepalive_s)
     try:
         try:
-            pace = min(env.keepalive_s, LOCAL_POLL_S) if local else env.keepalive_s
-            async for chunk in _paced(reply.chunks, pace):
+            async for chunk in paced:
                 if chunk is None:  # quiet upstream: keep the client's connection alive
                     if local and hung_up(request):
                         call.client_gone = True
@@ -495,6 +495,7 @@ async def _stream(request: web.Request, call: Call, env: CallEnv, reply: Upstrea
             call.trial.infra_error = call.trial.infra_error or call.error
     finally:
         call.usage = tracker.usage
+        await paced.aclose()  # its read under way ends now (a loop left early leaves it open)
         await reply.release()
     await finish_call(call, env)  # before the client sees the end of the stream
     if not call.client_gone:
