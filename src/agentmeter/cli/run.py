@@ -292,7 +292,8 @@ def show(run_id: str, trial: Annotated[str | None, typer.Option("--trial")] = No
     for c in calls:
         who = " (judge)" if c.purpose == "judge" else ""
         console.print(f"call {c.seq}{who}: {c.client_api}→{c.wire_api} {c.upstream_model} {c.status_code} "
-                      f"{c.latency_s * 1000:.0f} ms usage={c.usage.model_dump(exclude_none=True)}")
+                      f"{c.latency_s * 1000:.0f} ms usage={c.usage.model_dump(exclude_none=True)}"
+                      + (f" error={escape(c.error)}" if c.error else ""))  # e.g. its fate at run end
     for a in arts:
         console.print(f"artifact {a.name} ({a.kind}, {a.size} B): {st.run_dir(run_id) / a.relpath}")
 

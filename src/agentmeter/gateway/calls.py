@@ -10,8 +10,10 @@ replaces the reservation when it finishes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import secrets
 import time
-from collections.abc import Awaitable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +36,9 @@ if TYPE_CHECKING:
     from agentmeter.pricing import PriceBook
 
 JSON = "application/json"
+#: the error of a call the gateway cancelled because the run ended while it was under way (its
+#: fate; the others: completed, or cut by the upstream: ``upstream stream broke: ...``)
+CANCELLED_BY_HARNESS = "cancelled by the harness: the run ended while the call was under way"
 #: the output a call reserves against a token or USD budget when its request sets no cap
 DEFAULT_OUTPUT_RESERVE = 32_768
 
@@ -48,6 +53,7 @@ class CallEnv:
     bodies_dir: Path | None
     writer: CallWriter
     write_timeout_s: float = 60.0  # a stream's write the client does not take: it is gone
+    keepalive_s: float = 15.0  # a stream quiet this long gets a keep-alive (``keepalive``)
 
 
 @dataclass
@@ -195,6 +201,7 @@ async def forward(request: web.Request, call: Call, env: CallEnv) -> web.StreamR
         return web.Response(status=400, body=error_bytes(call.client_api, 400, str(e)),
                             content_type=JSON)
     call.seq = call.trial.take_seq()
+    call.trial.running.add(call.seq)  # started: its trial's totals wait for it (n/a until then)
     if env.bodies_dir is not None:
         call.out_log = []
     headers = {k.lower(): v for k, v in request.headers.items()}
@@ -202,7 +209,15 @@ async def forward(request: web.Request, call: Call, env: CallEnv) -> web.StreamR
                           cache_key=call.trial.trial_id,
                           solution_script=call.trial.scripted.solution_script)
     try:
-        reply = await env.upstream.send(req)
+        got = await _send(request, call, env, req)
+        if got is None:  # a local provider's client hung up: nobody to answer
+            await finish_call(call, env)
+            return web.Response(status=499)
+        reply = got
+    except asyncio.CancelledError:
+        _cancelled(call)
+        await finish_call(call, env)
+        raise
     except Exception as e:  # a bug or an unexpected upstream failure must not crash the gateway
         reply = UpstreamReply(502, JSON, body=error_bytes(call.upstream_api, 502,
                                                           f"upstream failure: {type(e).__name__}"),
@@ -214,11 +229,21 @@ async def forward(request: web.Request, call: Call, env: CallEnv) -> web.StreamR
         if reply.streaming:
             return await _stream(request, call, env, reply, injected)
         response = _whole(call, env, reply)
+    except asyncio.CancelledError:  # the run ended (``Gateway.stop``): the call's fate recorded
+        _cancelled(call)
+        raise
     finally:
         if not call.finished:
             await finish_call(call, env)
         _write_bodies(call, env, sent)
     return response
+
+
+def _cancelled(call: Call) -> None:
+    if call.status == 0:
+        call.status = 499  # no reply came: what the upstream served is unknown
+    call.error = CANCELLED_BY_HARNESS if call.error is None else \
+        f"{call.error}; {CANCELLED_BY_HARNESS}"
 
 
 def _whole(call: Call, env: CallEnv, reply: UpstreamReply) -> web.Response:
@@ -231,6 +256,13 @@ def _whole(call: Call, env: CallEnv, reply: UpstreamReply) -> web.Response:
         if obj is None:  # garbage, or another content type: the provider failed, not the agent
             call.status = 502
             call.error = f"upstream sent a malformed body ({reply.content_type or 'no content type'})"
+            call.trial.infra_error = call.trial.infra_error or call.error
+            body, ctype = error_bytes(call.client_api, 502, call.error), JSON
+        elif call.upstream_api == "chat" and not obj.get("choices") and "error" not in obj:
+            # a 200 without an answer: the provider failed (not the agent, which got nothing)
+            call.usage = body_usage(call.upstream_api, obj)
+            call.status = 502
+            call.error = "upstream sent a 200 with no choices (no answer)"
             call.trial.infra_error = call.trial.infra_error or call.error
             body, ctype = error_bytes(call.client_api, 502, call.error), JSON
         else:
@@ -250,8 +282,86 @@ def _whole(call: Call, env: CallEnv, reply: UpstreamReply) -> web.Response:
     return web.Response(status=call.status, body=body, content_type=ctype)
 
 
+def call_id(call: Call) -> str:
+    """The id of a translated reply: unique per call, without the trial's id (which names the
+    task and would reach the agent)."""
+    return f"gw{secrets.token_hex(8)}_{call.seq}"
+
+
 def _client_model(call: Call) -> str:
     return str(call.body.get("model") or call.trial.model.name)
+
+
+#: the error of a local provider's call whose client hung up: cancelled upstream, so the local
+#: server stops generating for nobody (a paid provider's stream is read to its end instead)
+LOCAL_CANCELLED = "upstream request cancelled (local provider: its client hung up)"
+#: how often a local provider's call checks whether its client is still there
+LOCAL_POLL_S = 0.25
+
+
+def hung_up(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
+async def _send(request: web.Request, call: Call, env: CallEnv,
+                req: UpstreamRequest) -> UpstreamReply | None:
+    """The upstream's reply; for a local provider, ``None`` when the client hung up first (the
+    request is then cancelled: its connection closed, which stops the server)."""
+    if not call.trial.model.local:
+        return await env.upstream.send(req)
+    task = asyncio.ensure_future(env.upstream.send(req))
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=LOCAL_POLL_S)
+            if done:
+                return task.result()
+            if hung_up(request):
+                call.client_gone = True
+                call.error = f"client disconnected; {LOCAL_CANCELLED}"
+                call.status = 499
+                return None
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+
+#: a keep-alive in each client API's own form: Anthropic's ``ping`` event; an SSE comment for
+#: the OpenAI APIs (ignored by SSE parsers; OpenAI-compatible servers send such comments).
+#: Gemini clients get none: their SDKs read ``data:`` lines only and a comment could stall them.
+KEEPALIVES: dict[WireApi, bytes] = {
+    "messages": b'event: ping\ndata: {"type": "ping"}\n\n',
+    "chat": b": keep-alive\n\n",
+    "responses": b": keep-alive\n\n",
+}
+
+
+async def _paced(chunks: AsyncIterator[bytes], every_s: float) -> AsyncGenerator[bytes | None, None]:
+    """The upstream's chunks, and ``None`` after each ``every_s`` without one (the gateway then
+    sends the client a keep-alive). The read under way is never cancelled by the pacing."""
+    it = aiter(chunks)
+    nxt: asyncio.Future[bytes] | None = None
+    try:
+        while True:
+            if nxt is None:
+                nxt = asyncio.ensure_future(anext(it))
+            done, _ = await asyncio.wait({nxt}, timeout=every_s)
+            if not done:
+                yield None
+                continue
+            fut, nxt = nxt, None
+            try:
+                chunk = fut.result()
+            except StopAsyncIteration:
+                return
+            yield chunk
+    finally:
+        if nxt is not None and not nxt.done():
+            nxt.cancel()
+            with contextlib.suppress(BaseException):
+                await nxt
 
 
 def _usage_only(ev: SseEvent) -> bool:
@@ -269,12 +379,14 @@ async def _stream(request: web.Request, call: Call, env: CallEnv, reply: Upstrea
                                                    "Cache-Control": "no-cache"})
     parser, tracker = SseParser(), StreamUsage(call.upstream_api)
     framing = Framing(call.sse) if call.client_api == "gemini" else None
-    reader, writer, pending = None, None, b""
+    reader, writer, start = None, None, b""
     if call.translated:
         reader = translate.stream_reader(call.upstream_api)
         writer = translate.stream_writer(call.client_api, call.body, _client_model(call),
-                                         f"gw{call.trial.trial_id}_{call.seq}", framing)
-        pending = writer.start()
+                                         call_id(call), framing)
+        start = writer.start()  # sent at once: a client waiting for a slow first token hears
+    keepalive = KEEPALIVES.get(call.client_api) if framing is None else None
+    sent_at = [time.perf_counter()]  # when the client was last sent something
     if framing is not None and not framing.sse:  # a Gemini stream as one JSON array
         resp.content_type = JSON
 
@@ -291,16 +403,25 @@ async def _stream(request: web.Request, call: Call, env: CallEnv, reply: Upstrea
             if request.transport is not None:
                 request.transport.abort()
 
-    async def emit(data: bytes) -> None:
+    async def emit(data: bytes, content: bool = True) -> None:
+        """Send ``data``; ``content``: it carries the model's output (the first such is the
+        time to first token; start events and keep-alives are not)."""
         if not data or call.client_gone:
             return
         data = _scrub(data, env.secret)
-        if call.ttft is None:
+        if content and call.ttft is None:
             call.ttft = time.perf_counter() - call.t0
         call.bytes_out += len(data)
         if call.out_log is not None:
             call.out_log.append(data)
+        sent_at[0] = time.perf_counter()
         await to_client(resp.write(data))
+
+    async def keep_alive() -> None:
+        """A keep-alive when the client heard nothing for ``keepalive_s`` (between events)."""
+        if keepalive is not None and not parser.partial and \
+                time.perf_counter() - sent_at[0] >= env.keepalive_s:
+            await emit(keepalive, content=False)
 
     def translated(events: list[SseEvent]) -> bytes:
         assert reader is not None and writer is not None
@@ -313,10 +434,27 @@ async def _stream(request: web.Request, call: Call, env: CallEnv, reply: Upstrea
         return b"".join(framing.item(ev.data) for ev in events if ev.data)
 
     await to_client(resp.prepare(request))
-    broke = False
+    await emit(start, content=False)
+    broke = cancelled_locally = False
+    local = call.trial.model.local
+    paced = _paced(reply.chunks, min(env.keepalive_s, LOCAL_POLL_S) if local else env.keepalive_s)
     try:
         try:
-            async for chunk in reply.chunks:
+            async for chunk in paced:
+                if chunk is None:  # quiet upstream: keep the client's connection alive
+                    if local and hung_up(request):
+                        call.client_gone = True
+                        call.error = "client disconnected"
+                    else:
+                        await keep_alive()
+                if call.client_gone and local:  # stop the local server generating for nobody
+                    call.error = f"{call.error}; {LOCAL_CANCELLED}"
+                    if reply.abort is not None:
+                        reply.abort()
+                    cancelled_locally = True
+                    break
+                if chunk is None:
+                    continue
                 call.upstream_bytes += len(chunk)
                 events = parser.feed(chunk)
                 for ev in events:
@@ -325,22 +463,21 @@ async def _stream(request: web.Request, call: Call, env: CallEnv, reply: Upstrea
                     continue
                 if writer is not None:
                     out = translated(events)
-                    if out:
-                        out, pending = pending + out, b""
                 elif framing is not None and not framing.sse:
                     out = reframed(events)
                 elif drop_usage_chunk:
                     out = b"".join(ev.raw for ev in events if not _usage_only(ev))
                 else:
                     out = chunk
-                await emit(out)
-            rest = parser.flush()
+                await emit(out, content=bool(events))  # a keep-alive comment is no token
+                await keep_alive()  # e.g. the upstream's own keep-alives, not forwarded as such
+            rest = [] if cancelled_locally else parser.flush()
             for ev in rest:
                 tracker.feed(ev)
             if writer is not None:
                 assert reader is not None
                 tail = translated(rest) + b"".join(writer.feed(ne) for ne in reader.close())
-                await emit(pending + tail + writer.end())
+                await emit(tail + writer.end())
             elif framing is not None and not framing.sse:
                 await emit(reframed(rest) + framing.close())
             elif drop_usage_chunk:
@@ -350,11 +487,15 @@ async def _stream(request: web.Request, call: Call, env: CallEnv, reply: Upstrea
             broke = True
         if tracker.error:
             _upstream_problem(call, f"upstream stream error: {tracker.error}")
-        elif not tracker.finished and not broke:  # truncated or not a stream of this API
+        elif not (tracker.finished or broke or cancelled_locally):  # truncated, or not this API
             _upstream_problem(call, "upstream stream ended without its final event")
+            call.trial.infra_error = call.trial.infra_error or call.error
+        elif tracker.finished and tracker.empty:  # a whole stream without an answer
+            _upstream_problem(call, "upstream stream had no choices (no answer)")
             call.trial.infra_error = call.trial.infra_error or call.error
     finally:
         call.usage = tracker.usage
+        await paced.aclose()  # its read under way ends now (a loop left early leaves it open)
         await reply.release()
     await finish_call(call, env)  # before the client sees the end of the stream
     if not call.client_gone:

@@ -64,6 +64,9 @@ class TrialMeter(BaseModel):
     sink_error: str | None = None
     next_seq: int = Field(default=0, description="the seq the trial's next call would have taken "
                           "(calls still under way at close included)")
+    calls_in_flight: list[int] = Field(
+        default_factory=list, description="seqs of calls started (sent upstream) and still under "
+        "way at close: not in ``calls`` nor in the totals; the sink stores each as it ends")
 
 
 #: receives each finished call record (on the gateway's writer thread), e.g. to store it
@@ -118,6 +121,7 @@ class TrialState:
     reserved_calls: int = 0
     settled: asyncio.Event = field(default_factory=asyncio.Event)  # set (and renewed) on a settle
     ended: bool = False  # the token is refused: calls waiting to reserve are not served
+    running: set[int] = field(default_factory=set)  # seqs sent upstream and not yet finished
 
     def __post_init__(self) -> None:
         self.idle.set()
@@ -201,6 +205,7 @@ class TrialState:
         """Count a finished call: its reported usage and cost, and its budget charge (by default
         the reported figures; ``charged`` when they are unknown)."""
         self.calls.append(record)
+        self.running.discard(record.seq)
         if record.error != "budget_exceeded":
             self.metered_calls += 1
         if usage_unknown(record):
@@ -221,7 +226,7 @@ class TrialState:
                           charged_tokens=self.charged_tokens, charged_usd=self.charged_usd,
                           calls_without_usage=self.calls_without_usage,
                           stored_seqs=sorted(self.stored), sink_error=self.sink_error,
-                          next_seq=self.next_seq)
+                          next_seq=self.next_seq, calls_in_flight=sorted(self.running))
 
 
 def body_usage(api: WireApi, obj: dict[str, Any]) -> NeutralUsage | None:
@@ -240,7 +245,13 @@ class StreamUsage:
         self.error: str | None = None
         #: the API's final event arrived ([DONE], response.completed/…, message_stop)
         self.finished = False
+        self._choices = False  # chat: a chunk with a choice came
         self._messages: dict[str, Any] = {}
+
+    @property
+    def empty(self) -> bool:
+        """A chat stream without any choice: the upstream answered nothing."""
+        return self.api == "chat" and not self._choices
 
     def feed(self, ev: SseEvent) -> None:
         data = ev.data
@@ -250,10 +261,19 @@ class StreamUsage:
         if self.api == "chat":
             if data == "[DONE]":
                 self.finished = True
-            elif '"usage"' in data:
+                return
+            if not self._choices and '"choices":[{' in data.replace(" ", ""):
+                self._choices = True
+            if '"usage"' in data or '"finish_reason"' in data:
                 obj = loads_object(data)
                 if obj is not None and isinstance(obj.get("usage"), dict):
                     self.usage = usage_fields.from_chat(obj["usage"])
+                # some servers end with the finish reason (and usage) and no ``[DONE]``: the
+                # answer is whole, not a truncated stream
+                choices = obj.get("choices") if obj is not None else None
+                if isinstance(choices, list) and any(
+                        isinstance(c, dict) and c.get("finish_reason") for c in choices):
+                    self.finished = True
             elif '"error"' in data:
                 self._error(data)
             return

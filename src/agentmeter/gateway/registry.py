@@ -42,6 +42,10 @@ class UpstreamModel(BaseModel):
     key_env: str | None = None
     price_key: str | None = None
     upstream_model: str | None = None
+    local: bool = Field(default=False, description="a server of this machine (llama.cpp, ollama, "
+                        "vllm): a call whose client hung up is cancelled upstream (it would "
+                        "keep the server busy for nobody), not read to its end as for a paid "
+                        "provider")
 
     @property
     def scripted(self) -> bool:
@@ -71,6 +75,7 @@ class Provider(BaseModel):
     key_env: str | None = None
     price_prefix: str | None = Field(default=None, description="the price key's provider, when "
                                      "not the provider's own name (``gemini/x`` → ``google/x``)")
+    local: bool = False  # see ``UpstreamModel.local``
 
 
 BUILTIN_PROVIDERS: dict[str, Provider] = {
@@ -87,9 +92,9 @@ BUILTIN_PROVIDERS: dict[str, Provider] = {
     "moonshot": Provider(base_url="https://api.moonshot.ai/v1", key_env="MOONSHOT_API_KEY"),
     "zhipu": Provider(base_url="https://open.bigmodel.cn/api/paas/v4", key_env="ZHIPU_API_KEY"),
     "minimax": Provider(base_url="https://api.minimax.io/v1", key_env="MINIMAX_API_KEY"),
-    "vllm": Provider(base_url="http://127.0.0.1:8000/v1"),
-    "llamacpp": Provider(base_url="http://127.0.0.1:8080/v1"),
-    "ollama": Provider(base_url="http://127.0.0.1:11434/v1"),
+    "vllm": Provider(base_url="http://127.0.0.1:8000/v1", local=True),
+    "llamacpp": Provider(base_url="http://127.0.0.1:8080/v1", local=True),
+    "ollama": Provider(base_url="http://127.0.0.1:11434/v1", local=True),
 }
 _LOCAL = {"vllm", "llamacpp", "ollama"}
 
@@ -145,5 +150,6 @@ class ModelRegistry:
                 f"({', '.join(sorted(BUILTIN_PROVIDERS))}); add it to a models file")
         return UpstreamModel(name=name, base_url=provider.base_url, wire_api=provider.wire_api,
                              extra_wire_apis=provider.extra_wire_apis, key_env=provider.key_env,
+                             local=provider.local,
                              price_key=None if prefix in _LOCAL else
                              f"{provider.price_prefix or prefix}/{rest}")

@@ -51,6 +51,11 @@ CALL_ROUTES: dict[str, WireApi] = {
 #: how long ``finish_trial`` waits for calls still reading their upstream (e.g. after the agent
 #: hung up mid-stream) before it closes the trial without them (their sink still stores them)
 SETTLE_S = 60.0
+#: how long ``stop`` waits for calls still under way at the end of a run before it cancels them
+#: (each then stored with the error ``calls.CANCELLED_BY_HARNESS``)
+DRAIN_S = 60.0
+#: a stream that sent its client nothing for this long gets a keep-alive (``calls.KEEPALIVES``)
+KEEPALIVE_S = 15.0
 
 
 class GatewayError(RuntimeError):
@@ -96,6 +101,10 @@ class Gateway:
         self._own_socket_dir: Path | None = None
         self.port: int | None = None
         self.unix_socket: Path | None = None
+        self.settle_s = SETTLE_S
+        self.drain_s = DRAIN_S
+        self.keepalive_s = KEEPALIVE_S
+        self._live: set[asyncio.Task[Any]] = set()  # handlers of calls under way
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self, unix_socket: Path | None = None, host: str | None = None,
@@ -144,9 +153,27 @@ class Gateway:
             self._servers.append(server)
             self.port = server.sockets[0].getsockname()[1]
 
-    async def stop(self) -> None:
+    async def drain(self, wait_s: float | None = None) -> int:
+        """End the calls still under way: wait up to ``wait_s`` (default ``drain_s``) for them
+        to complete, then cancel the rest; each is metered and handed to its trial's sink with
+        its fate (``calls.CANCELLED_BY_HARNESS`` for the cancelled). Returns how many were
+        cancelled."""
+        wait_s = self.drain_s if wait_s is None else wait_s
+        live = set(self._live)
+        if live and wait_s > 0:
+            _, live = await asyncio.wait(live, timeout=wait_s)
+        live = {t for t in live if not t.done()}
+        for task in live:
+            task.cancel()
+        if live:  # their handlers record the cancellation (their writes are shielded)
+            await asyncio.wait(live, timeout=30)
+        return len(live)
+
+    async def stop(self, drain_s: float | None = None) -> None:
+        """Stop serving; calls under way are first ended by ``drain`` (``drain_s``)."""
         for server in self._servers:
             server.close()
+        await self.drain(drain_s)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -215,9 +242,11 @@ class Gateway:
         state.end()
         return state.meter()
 
-    async def finish_trial(self, trial_id: str, settle_s: float = SETTLE_S) -> TrialMeter:
-        """Refuse the trial's token, wait (up to ``settle_s``) for its calls under way to be
-        metered, then close it."""
+    async def finish_trial(self, trial_id: str, settle_s: float | None = None) -> TrialMeter:
+        """Refuse the trial's token, wait (up to ``settle_s``, default ``self.settle_s``) for its
+        calls under way to be metered, then close it (those still under way then are in the
+        meter's ``calls_in_flight``)."""
+        settle_s = self.settle_s if settle_s is None else settle_s
         state = self._trial(trial_id)
         self._tokens.pop(state.token, None)
         state.end()
@@ -326,7 +355,7 @@ class Gateway:
         except GatewayError as e:
             return self._error(client_api, 503, str(e))
         env = CallEnv(self.prices, upstream, key, self.record_bodies_dir, self._writer,
-                      self.limits.write_timeout_s)
+                      self.limits.write_timeout_s, self.keepalive_s)
         trial.begin_call()
         try:
             want = worst_case(call, self.prices)
@@ -338,7 +367,13 @@ class Gateway:
             if reason is not None:
                 return await refuse_budget(call, env, reason)
             call.reservation = want
-            return await forward(request, call, env)
+            task = asyncio.current_task()
+            assert task is not None
+            self._live.add(task)
+            try:
+                return await forward(request, call, env)
+            finally:
+                self._live.discard(task)
         finally:
             settle(call)  # a call never served gives its reservation back
             trial.end_call()

@@ -38,6 +38,11 @@ class SseParser:
             self._buf = b""
         return events
 
+    @property
+    def partial(self) -> bool:
+        """Part of an event was fed and not yet ended (nothing may be sent between its parts)."""
+        return bool(self._buf.strip())
+
     def flush(self) -> list[SseEvent]:
         """The last event when the stream ended without a blank line."""
         block, self._buf = self._buf, b""

@@ -63,6 +63,7 @@ class UpstreamReply:
     body: bytes | None = None  # a complete body (non-stream, or an error)
     chunks: AsyncIterator[bytes] | None = None  # a stream, chunk by chunk
     release: Callable[[], Awaitable[None]] = _no_release
+    abort: Callable[[], None] | None = None  # close the stream's connection (stops the server)
     attempts: int = 1
     infra_error: str | None = None  # retries exhausted / upstream unreachable
 
@@ -177,7 +178,8 @@ class HttpUpstream:
                         r.release()
 
                     return UpstreamReply(200, ctype, chunks=resp.content.iter_any(),
-                                         release=release, attempts=attempt + 1)
+                                         release=release, abort=resp.close,
+                                         attempts=attempt + 1)
                 else:
                     try:
                         body = await resp.read()

@@ -191,7 +191,7 @@ def merge_meters(meters: Sequence[TrialMeter]) -> TrialMeter:
     """Several gateway trials of one trial as one (a scenario step's rounds, its judges):
     calls and usage added up; the cost is n/a if any part's is."""
     first = meters[0]
-    costs = [m.cost_usd for m in meters if m.calls]
+    costs = [m.cost_usd for m in meters if m.calls or m.calls_in_flight]
     return first.model_copy(update={
         "calls": [c for m in meters for c in m.calls],
         "usage": sum((m.usage for m in meters[1:]), first.usage),
@@ -203,7 +203,8 @@ def merge_meters(meters: Sequence[TrialMeter]) -> TrialMeter:
         "calls_without_usage": sum(m.calls_without_usage for m in meters),
         "stored_seqs": [s for m in meters for s in m.stored_seqs],
         "sink_error": next((m.sink_error for m in meters if m.sink_error), None),
-        "next_seq": max(m.next_seq for m in meters)})
+        "next_seq": max(m.next_seq for m in meters),
+        "calls_in_flight": sorted({s for m in meters for s in m.calls_in_flight})})
 
 
 def evaluation_extra(meter: TrialMeter) -> dict[str, Any]:

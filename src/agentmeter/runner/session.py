@@ -3,6 +3,7 @@ and the sandbox backend, execute the plan, close cleanly (also on Ctrl-C)."""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -309,13 +310,17 @@ class Executor:
         ctx = TrialContext(store=store, run_id=run_id, backend=self.backend, gateway=gateway,
                            judge_model=req.judge_model)
         plan = build_plan(prepared.configs, prepared.tasks, req.attempts)
+        interrupted = False
         try:
             return await execute(ctx, plan, concurrency=req.concurrency,
                                  max_infra_retries=req.max_infra_retries,
                                  on_progress=on_progress, on_prepare=on_prepare)
+        except asyncio.CancelledError:
+            interrupted = True
+            raise
         finally:
-            if gateway is not None:
-                await gateway.stop()
+            if gateway is not None:  # calls under way: waited for, or (Ctrl-C) cancelled at
+                await gateway.stop(drain_s=0.0 if interrupted else None)  # once, each stored
 
     def close(self) -> None:
         pass

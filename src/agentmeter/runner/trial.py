@@ -45,6 +45,7 @@ from agentmeter.sandbox.spec import (
     SandboxSpec,
     task_limits,
 )
+from agentmeter.store import leases
 from agentmeter.store.db import Store
 from agentmeter.tasks.models import Task, TaskArtifact
 from agentmeter.verify.protocol import Verdict, VerificationError, VerifierContext
@@ -160,9 +161,24 @@ class TrialRunner:
         self.next_seq = 0
         #: what grading cost so far (a scenario step verifies once per round)
         self.judge_meters: list[TrialMeter] = []
+        #: seqs of agent calls still under way when their gateway trial closed (read by the
+        #: sink on the gateway's writer thread)
+        self._late: frozenset[int] = frozenset()
 
     def _save(self) -> None:
-        self.ctx.store.save_trial(self.rec)
+        written = self.ctx.store.save_trial(self.rec)
+        if written and self.rec.extra.get(leases.IN_FLIGHT):
+            self._settle_books()  # a late call may have been stored before this write
+
+    def _settle_books(self) -> None:
+        """The try's totals from its stored calls (it ended with calls under way)."""
+        rec = self.rec
+        settled = self.ctx.store.settle_books(self.ctx.run_id, rec.id, rec.try_number)
+        if settled is not None:
+            rec.usage, rec.cost_usd, rec.model_calls = \
+                settled.usage, settled.cost_usd, settled.model_calls
+            rec.extra.pop(leases.NA, None)
+            rec.extra.update({k: v for k, v in settled.extra.items() if k == leases.NA})
 
     def _artifact(self, name: str, path: Path, kind: str) -> None:
         """Record a file of the trial's directory. Names an agent made (collected artifacts,
@@ -506,16 +522,23 @@ class TrialRunner:
         """The gateway's sink: each call stored as it completes (on the gateway's writer
         thread), so a SIGKILLed runner loses no served call."""
         self.ctx.store.add_model_calls(self.ctx.run_id, [call], try_number=self.rec.try_number)
+        if call.seq in self._late:  # the try ended before this call: its totals again
+            self.ctx.store.settle_books(self.ctx.run_id, self.rec.id, self.rec.try_number)
 
     def _apply_meter(self, meter: TrialMeter) -> None:
         rec = self.rec
-        if not meter.calls:  # no call was made: zero is known, not "not exposed"
+        if not meter.calls and not meter.calls_in_flight:  # no call started: zero is known
             rec.usage = TokenUsage(input=0, output=0, cache_creation=0, cache_read=0, reasoning=0)
             rec.cost_usd = 0.0
             return
         rec.usage = meter.usage
         rec.cost_usd = meter.cost_usd
         rec.model_calls = len(meter.calls)
+        if meter.calls_in_flight:  # started, not ended: n/a until they are stored (_save)
+            self._late = self._late | frozenset(meter.calls_in_flight)
+            rec.extra[leases.IN_FLIGHT] = sorted(self._late)
+            rec.usage, rec.cost_usd = TokenUsage(), None
+            rec.model_calls += len(meter.calls_in_flight)
         if meter.calls_without_usage:
             rec.extra["calls_without_usage"] = meter.calls_without_usage
         stored = set(meter.stored_seqs)  # the rest: the sink failed (e.g. the store was locked)

@@ -251,6 +251,14 @@ class Store:
             self._upsert(conn, s.trials, [s.trial_to_row(trial, utcnow())])
         return True
 
+    def settle_books(self, run_id: str, trial_id: str, try_number: int
+                     ) -> TrialRecord | None:
+        """Total a try that ended with model calls under way (``extra['calls_in_flight']``) on
+        its stored calls again: its totals once every started call is stored, else n/a with
+        ``extra['usage_na_reason']`` (:func:`agentmeter.store.leases.settle_books`)."""
+        with self._write(f"trial {trial_id!r} try {try_number} of run {run_id!r}") as conn:
+            return leases.settle_books(conn, run_id, trial_id, try_number, utcnow())
+
     def renew_leases(self, run_id: str, trial_ids: list[str], owner: str, ttl_s: float, *,
                      now: datetime | None = None) -> list[str]:
         """Extend to ``ttl_s`` seconds from now (the database's clock, or ``now``) the leases of

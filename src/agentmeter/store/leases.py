@@ -30,10 +30,19 @@ from agentmeter.records import ModelCallRecord, TokenUsage, TrialRecord, TrialSt
 from agentmeter.store import schema as s
 from agentmeter.store.expressions import NOT_FINAL
 
+#: ``TrialRecord.extra`` keys of the books: the seqs of the calls still under way when the try
+#: ended (``IN_FLIGHT``), and why its totals are n/a while any of them is not stored (``NA``)
+IN_FLIGHT = "calls_in_flight"
+NA = "usage_na_reason"
+#: the prefix of the error of a call cancelled at the end of a run (``gateway.calls``)
+HARNESS_CANCELLED = "cancelled by the harness"
+
 
 def call_totals(calls: Sequence[ModelCallRecord]) -> dict[str, Any]:
-    """A try's usage, cost and call count from its stored calls, summed as the gateway sums
-    them (``gateway.metering.TrialState``): the cost is n/a when a served call's is unknown."""
+    """A try's usage, cost and call count from its stored agent calls (a judge's are evaluation
+    cost), summed as the gateway sums them (``gateway.metering.TrialState``): the cost is n/a
+    when a served call's is unknown."""
+    calls = [c for c in calls if c.purpose == "agent"]
     usage = TokenUsage()
     for c in calls:
         usage = usage + c.usage
@@ -155,6 +164,54 @@ def _retotal(conn: sa.Connection, trial: TrialRecord, now: datetime) -> None:
         t.c.run_id == trial.run_id, t.c.id == trial.id, t.c.try_number == trial.try_number
     ).values(**s.usage_to_columns(totals["usage"]), cost_usd=totals["cost_usd"],
              model_calls=totals["model_calls"], updated_at=now))
+
+
+def book_totals(calls: Sequence[ModelCallRecord], in_flight: Collection[int]
+                ) -> tuple[dict[str, Any], str | None]:
+    """A try's totals from its stored calls when every call it started is stored, else n/a
+    (usage unknown, cost None) with the reason; the call count counts every started call."""
+    agent = [c for c in calls if c.purpose == "agent"]
+    stored = {c.seq for c in agent}
+    missing = sorted(set(in_flight) - stored)
+    totals = call_totals(agent)
+    cut = [c.seq for c in agent if c.error is not None and HARNESS_CANCELLED in c.error
+           and c.usage.input is None and c.usage.output is None]
+    if missing:
+        reason = (f"{len(missing)} model call(s) (seq {', '.join(map(str, missing))}) were "
+                  "still under way when the trial ended: its totals are n/a until they complete")
+    elif cut:
+        reason = (f"model call(s) seq {', '.join(map(str, cut))} were cancelled at the end of "
+                  "the run before their usage was known")
+    else:
+        return totals, None
+    return {"usage": TokenUsage(), "cost_usd": None,
+            "model_calls": len(agent) + len(missing)}, reason
+
+
+def settle_books(conn: sa.Connection, run_id: str, trial_id: str, try_number: int,
+                 now: datetime) -> TrialRecord | None:
+    """Total a try that ended with calls under way on its stored calls again (called as each
+    late call is stored, and after each write of the try by its runner): in one transaction,
+    so whichever write comes last leaves the right totals."""
+    t = s.trials
+    key = (t.c.run_id == run_id, t.c.id == trial_id, t.c.try_number == try_number)
+    row = conn.execute(_locked(conn, sa.select(t).where(*key))).mappings().first()
+    if row is None:
+        return None
+    trial = s.trial_from_row(row)
+    in_flight = trial.extra.get(IN_FLIGHT)
+    if not in_flight:
+        return trial
+    totals, reason = book_totals(_stored_calls(conn, run_id, trial_id, try_number), in_flight)
+    extra = {k: v for k, v in trial.extra.items() if k != NA}
+    if reason is not None:
+        extra[NA] = reason
+    trial = trial.model_copy(update={**totals, "extra": extra})
+    conn.execute(sa.update(t).where(*key).values(
+        **s.usage_to_columns(trial.usage), cost_usd=trial.cost_usd,
+        model_calls=trial.model_calls, extra=s.trial_to_row(trial, now)["extra"],
+        updated_at=now))
+    return trial
 
 
 def _insert_new(conn: sa.Connection) -> Any:

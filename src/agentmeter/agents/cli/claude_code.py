@@ -48,6 +48,8 @@ SPEC = CliSpec(
         "DISABLE_TELEMETRY": "1",
         "DISABLE_ERROR_REPORTING": "1",
         "NO_COLOR": "1",
+        # no client retries: each is a metered call; retrying is the gateway's decision
+        "CLAUDE_CODE_MAX_RETRIES": "0",
     },
     files={"${home}/.claude/settings.json": SETTINGS},
     completion_marker='"type":"result"',

@@ -21,6 +21,9 @@ class ToolCall:
     arguments: dict[str, Any]
     #: why ``arguments`` could not be read from the model's JSON text (returned to the model)
     parse_error: str | None = None
+    #: the model's own arguments text when it was not a JSON object (sent back as it was, so
+    #: the model sees what it sent)
+    raw_arguments: str | None = None
 
 
 @dataclass

@@ -69,7 +69,8 @@ def _chat_message(m: Message) -> dict[str, Any]:
     if m.tool_calls:
         out["content"] = m.content or None
         out["tool_calls"] = [{"id": c.id, "type": "function", "function": {
-            "name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)}}
+            "name": c.name, "arguments": c.raw_arguments if c.raw_arguments is not None
+            else json.dumps(c.arguments, ensure_ascii=False)}}
             for c in m.tool_calls]
     return out
 
@@ -125,8 +126,9 @@ def parse_reply(api: WireApi, obj: dict[str, Any]) -> ModelReply:
                 continue
             fn = c["function"]
             args, problem = _arguments(fn.get("arguments"))
+            raw = fn.get("arguments")
             calls.append(ToolCall(str(c.get("id") or f"call_{i}"), str(fn.get("name")), args,
-                                  problem))
+                                  problem, raw if problem and isinstance(raw, str) else None))
     else:
         blocks = obj.get("content")
         if not isinstance(blocks, list):

@@ -1,0 +1,368 @@
+"""The books close exactly with slow models: a call that outlives its trial or its run is still
+counted on it (issue 31). Fake upstreams with delays of a few seconds, short settle times."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from polling import eventually_async
+from taskgen import make_task
+from test_gateway import APIS, PATHS, headers_for, request_body
+
+from agentmeter.gateway import Gateway, ModelRegistry, UpstreamModel
+from agentmeter.gateway import server as gw_server
+from agentmeter.pricing import PriceBook
+from agentmeter.records import TokenUsage, TrialRecord
+from agentmeter.runner.session import RunRequest, prepare, run
+from agentmeter.store import leases
+from agentmeter.store.db import Store
+
+USAGE = {"prompt_tokens": 120, "completion_tokens": 5, "total_tokens": 125}
+
+
+class SlowUpstream:
+    """A chat upstream whose every reply takes ``delay`` seconds (a slow local model)."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.started = 0
+        self.finished = 0
+
+    async def handle(self, request: web.Request) -> web.Response:
+        await request.read()
+        self.started += 1
+        await asyncio.sleep(self.delay)
+        self.finished += 1
+        return web.json_response({
+            "id": "c", "object": "chat.completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": "done"}}],
+            "usage": USAGE})
+
+
+async def serve(app: web.Application) -> tuple[web.AppRunner, int]:
+    """A fake upstream that, like a real server, stops a handler whose client hung up."""
+    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+
+def sums(store: Store, run_id: str) -> tuple[int, int, int]:
+    """(calls, input, output) of the run's tries, and the same of its stored calls, must agree."""
+    trials = store.trials(run_id)
+    return (sum(t.model_calls for t in trials), sum(t.usage.input or 0 for t in trials),
+            sum(t.usage.output or 0 for t in trials))
+
+
+def call_sums(store: Store, run_id: str) -> tuple[int, int, int]:
+    calls = [c for c in store.model_calls(run_id) if c.purpose == "agent"]
+    return (len(calls), sum(c.usage.input or 0 for c in calls),
+            sum(c.usage.output or 0 for c in calls))
+
+
+async def _slow_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, drain_s: float,
+                    delay: float) -> tuple[Store, str, TrialRecord]:
+    up = SlowUpstream(delay)
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", up.handle)
+    runner, port = await serve(app)
+    models = tmp_path / "models.toml"
+    models.write_text(f'[models."slow/m"]\nbase_url = "http://127.0.0.1:{port}/v1"\n'
+                      'wire_api = "chat"\nprice_key = "scripted/x"\n')
+    # the trial waits 0.2 s for its call (not 60 s); the run's end waits ``drain_s``
+    monkeypatch.setattr(gw_server, "SETTLE_S", 0.2)
+    monkeypatch.setattr(gw_server, "DRAIN_S", drain_s)
+    make_task(tmp_path / "suite", "slow", agent_timeout=1.0)
+    store = Store.open(tmp_path / "runs")
+    try:
+        rid, _ = await run(store, prepare(RunRequest(
+            suites=[str(tmp_path / "suite")], agents=["native"], models=["slow/m"],
+            models_file=str(models))))
+    finally:
+        await runner.cleanup()
+    assert up.started == 1
+    (trial,) = store.trials(rid)
+    return store, rid, trial
+
+
+@pytest.mark.slow
+async def test_a_call_that_outlives_its_trial_is_totalled_on_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent times out at 1 s, the trial waits 0.2 s, the call ends at 3 s (before the run
+    ends): the trial's totals are its call's, never a known zero."""
+    store, rid, trial = await _slow_run(tmp_path, monkeypatch, drain_s=10.0, delay=3.0)
+    assert trial.extra[leases.IN_FLIGHT] == [0]
+    assert leases.NA not in trial.extra, trial.extra
+    assert (trial.model_calls, trial.usage.input, trial.usage.output) == (1, 120, 5)
+    assert trial.cost_usd is not None and trial.cost_usd > 0
+    (call,) = store.model_calls(rid)
+    assert call.status_code == 200
+    assert sums(store, rid) == call_sums(store, rid) == (1, 120, 5)
+
+
+@pytest.mark.slow
+async def test_a_call_cancelled_at_run_end_is_stored_and_its_trial_is_na(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run ends (as on Ctrl-C: no wait) while the call runs: the call is stored with its
+    fate, the trial counts it and its totals are n/a with the reason, never 0."""
+    store, rid, trial = await _slow_run(tmp_path, monkeypatch, drain_s=0.0, delay=60.0)
+    (call,) = store.model_calls(rid)
+    assert call.error is not None and leases.HARNESS_CANCELLED in call.error, call.error
+    assert trial.model_calls == 1
+    assert trial.usage == TokenUsage() and trial.cost_usd is None
+    assert "cancelled at the end of the run" in trial.extra[leases.NA]
+    assert sums(store, rid) == call_sums(store, rid) == (1, 0, 0)
+
+
+def test_books_wait_for_every_started_call() -> None:
+    """The store's rule: n/a (with the reason) while a started call is not stored."""
+    from agentmeter.records import ModelCallRecord
+
+    def call(seq: int, purpose: str = "agent") -> ModelCallRecord:
+        return ModelCallRecord.model_validate({
+            "trial_id": "t", "seq": seq, "wire_api": "chat", "client_api": "chat", "model": "m",
+            "upstream_model": "m", "stream": False, "started_at": "2026-01-01T00:00:00Z",
+            "latency_s": 1.0, "status_code": 200,
+            "usage": {"input": 10, "output": 2}, "cost_usd": 0.5, "purpose": purpose})
+
+    totals, reason = leases.book_totals([call(0)], [1])
+    assert totals["usage"] == TokenUsage() and totals["cost_usd"] is None
+    assert totals["model_calls"] == 2 and reason is not None and "seq 1" in reason
+    totals, reason = leases.book_totals([call(0), call(1), call(2, "judge")], [1])
+    assert reason is None and totals["model_calls"] == 2  # a judge's call is evaluation cost
+    assert totals["usage"] == TokenUsage(input=20, output=4) and totals["cost_usd"] == 1.0
+
+
+# --- streams keep clients alive ------------------------------------------------------------
+
+def _chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+    obj = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+    return f"data: {json.dumps(obj)}\n\n".encode()
+
+
+class FaultyUpstream:
+    """A streaming chat upstream: headers and a keep-alive comment at once, the first token
+    after ``first_token_s``; ``done``: whether it ends with ``[DONE]``."""
+
+    def __init__(self, first_token_s: float = 0.0, done: bool = True) -> None:
+        self.first_token_s, self.done = first_token_s, done
+        self.served = 0
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        await request.read()
+        self.served += 1
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b": upstream is processing\n\n")
+        await asyncio.sleep(self.first_token_s)
+        await resp.write(_chunk({"role": "assistant", "content": "HELLO"}))
+        await resp.write(_chunk({}, "stop"))
+        usage = {"prompt_tokens": 50, "completion_tokens": 7, "total_tokens": 57}
+        await resp.write(f'data: {json.dumps({"id": "c", "choices": [], "usage": usage})}\n\n'
+                         .encode())
+        if self.done:
+            await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+
+@pytest.fixture
+async def faulty(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[Gateway, FaultyUpstream]]:
+    up = FaultyUpstream()
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", up.handle)
+    runner, port = await serve(app)
+    gw = Gateway(ModelRegistry({"fake/m": UpstreamModel(
+        name="fake/m", base_url=f"http://127.0.0.1:{port}/v1", wire_api="chat",
+        price_key="scripted/x")}), PriceBook())
+    gw.keepalive_s = 0.2
+    await gw.start(port=0)
+    yield gw, up
+    await gw.stop(drain_s=0)
+    await runner.cleanup()
+
+
+async def _timed_read(gw: Gateway, api: str, token: str) -> list[tuple[float, bytes]]:
+    """The client's view of one streamed call: (seconds since the request, bytes) per read."""
+    out: list[tuple[float, bytes]] = []
+    t0 = time.perf_counter()
+    async with aiohttp.ClientSession() as s, s.post(
+            gw.base_url + PATHS[api], json=request_body(api, True),
+            headers=headers_for(api, token)) as r:
+        assert r.status == 200
+        async for data in r.content.iter_any():
+            out.append((time.perf_counter() - t0, data))
+    return out
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_a_slow_first_token_gets_start_events_and_keepalives_at_once(
+        faulty: tuple[Gateway, FaultyUpstream], api: str) -> None:
+    gw, up = faulty
+    up.first_token_s = 1.5
+    token = gw.open_trial("trial-SECRET-NAME", "fake/m")
+    reads = await _timed_read(gw, api, token)
+    early = b"".join(d for t, d in reads if t < 1.2)  # before the first token
+    first = {"messages": b"event: message_start", "responses": b"event: response.created",
+             "chat": b": upstream is processing"}[api]  # chat: passed through as it is
+    assert early.startswith(first), early[:200]
+    keepalive = {"messages": b"event: ping", "responses": b": keep-alive",
+                 "chat": b": keep-alive"}[api]
+    assert early.count(keepalive) >= 3, early  # every 0.2 s while the upstream is quiet
+    whole = b"".join(d for _, d in reads)
+    assert b"HELLO" in whole and b"HELLO" not in early
+    assert b"trial-SECRET-NAME" not in whole  # the trial's id names the task: not in ids
+    meter = gw.close_trial("trial-SECRET-NAME")
+    (call,) = meter.calls
+    assert call.ttft_s is not None and call.ttft_s >= 1.4  # keep-alives are not a first token
+    assert (call.usage.input, call.usage.output) == (50, 7) and call.error is None
+
+
+async def test_a_stream_with_a_finish_reason_and_no_done_is_whole(
+        faulty: tuple[Gateway, FaultyUpstream]) -> None:
+    """Some servers end a stream after the finish reason and usage, without ``[DONE]``: the
+    call is served, not a provider fault (which made the trial infra_invalid, run 3 times)."""
+    gw, up = faulty
+    up.done = False
+    token = gw.open_trial("t", "fake/m")
+    for api in APIS:
+        await _timed_read(gw, api, token)
+    meter = gw.close_trial("t")
+    assert meter.infra_error is None, meter.infra_error
+    assert [(c.error, c.usage.output) for c in meter.calls] == [(None, 7)] * 3
+
+
+# --- abandoned generations stop costing (local providers) ----------------------------------
+
+class GeneratingServer:
+    """A single-slot local server: streams a token every 20 ms for 10 s (or answers whole after
+    10 s) unless its client goes away; records when it stopped and how many it generated."""
+
+    def __init__(self) -> None:
+        self.generated = 0
+        self.stopped_at: float | None = None
+        self.finished = False
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        try:
+            if not body.get("stream"):
+                await asyncio.sleep(10)
+                self.finished = True
+                return web.json_response({"choices": []})
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            for _ in range(500):
+                self.generated += 1
+                await resp.write(_chunk({"content": "tok "}))
+                await asyncio.sleep(0.02)
+            self.finished = True
+            await resp.write(_chunk({}, "stop") + b"data: [DONE]\n\n")
+            return resp
+        except (asyncio.CancelledError, ConnectionError):
+            self.stopped_at = time.perf_counter()
+            raise
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_local_provider_stops_generating_when_its_client_hangs_up(stream: bool) -> None:
+    server = GeneratingServer()
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", server.handle)
+    runner, port = await serve(app)
+    gw = Gateway(ModelRegistry({"llamacpp/m": UpstreamModel(
+        name="llamacpp/m", base_url=f"http://127.0.0.1:{port}/v1", wire_api="chat",
+        local=True)}), PriceBook())
+    await gw.start(port=0)
+    try:
+        token = gw.open_trial("t", "llamacpp/m")
+        async with aiohttp.ClientSession() as s:
+            post = asyncio.ensure_future(s.post(gw.base_url + PATHS["messages"],
+                                                json=request_body("messages", stream),
+                                                headers=headers_for("messages", token)))
+            if stream:
+                r = await post
+                seen = b""
+                while b"tok" not in seen:
+                    seen += await asyncio.wait_for(r.content.readany(), 5)
+                r.close()  # the client hangs up mid-stream
+            else:
+                await asyncio.sleep(0.3)
+                post.cancel()  # the client hangs up waiting for the whole answer
+                with contextlib.suppress(asyncio.CancelledError):
+                    await post
+        hung_up = time.perf_counter()
+        meter = await gw.finish_trial("t", settle_s=5)
+        assert await eventually_async(lambda: server.stopped_at is not None, timeout=3)
+        assert server.stopped_at is not None and server.stopped_at - hung_up < 1.0
+        assert not server.finished and server.generated < 100
+        (call,) = meter.calls
+        assert call.error is not None and "local provider" in call.error, call.error
+        assert meter.infra_error is None  # the client's doing, not the provider's
+    finally:
+        await gw.stop(drain_s=0)
+        await runner.cleanup()
+
+
+# --- smaller faults ------------------------------------------------------------------------
+
+async def _empty(request: web.Request) -> web.StreamResponse:
+    body = await request.json()
+    usage = {"prompt_tokens": 9, "completion_tokens": 0, "total_tokens": 9}
+    if not body.get("stream"):
+        return web.json_response({"id": "c", "object": "chat.completion", "choices": [],
+                                  "usage": usage})
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    await resp.write(f'data: {json.dumps({"id": "c", "choices": [], "usage": usage})}\n\n'
+                     .encode() + b"data: [DONE]\n\n")
+    return resp
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_200_with_empty_choices_is_a_provider_fault(stream: bool) -> None:
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", _empty)
+    runner, port = await serve(app)
+    gw = Gateway(ModelRegistry({"fake/m": UpstreamModel(
+        name="fake/m", base_url=f"http://127.0.0.1:{port}/v1", wire_api="chat",
+        price_key="scripted/x")}), PriceBook())
+    await gw.start(port=0)
+    try:
+        token = gw.open_trial("t", "fake/m")
+        for api in APIS:
+            async with aiohttp.ClientSession() as s, s.post(
+                    gw.base_url + PATHS[api], json=request_body(api, stream),
+                    headers=headers_for(api, token)) as r:
+                await r.read()
+                assert r.status == (200 if stream else 502)  # a stream's status is sent first
+        meter = gw.close_trial("t")
+        assert meter.infra_error is not None and "no choices" in meter.infra_error
+        assert all(c.usage.input == 9 for c in meter.calls)  # what it did report is metered
+    finally:
+        await gw.stop(drain_s=0)
+        await runner.cleanup()
+
+
+def test_native_sends_a_malformed_tool_call_back_as_the_model_wrote_it() -> None:
+    from agentmeter.agents.native.model_client import _chat_message, parse_reply
+
+    reply = parse_reply("chat", {"choices": [{"message": {"role": "assistant", "tool_calls": [
+        {"id": "c1", "type": "function",
+         "function": {"name": "bash", "arguments": '{"command": "ls'}}]}}]})
+    (call,) = reply.message.tool_calls
+    assert call.parse_error is not None
+    sent = _chat_message(reply.message)
+    assert sent["tool_calls"][0]["function"]["arguments"] == '{"command": "ls'  # not "{}"
