@@ -169,3 +169,12 @@ def test_structure_counts_what_the_agent_wrote(tmp_path: Path) -> None:
     (tmp_path / "link.py").symlink_to(tmp_path / "pkg" / "cli.py")
     assert structure(str(tmp_path)) == {"files": 3, "loc": 5, "directories": 2, "depth": 3}
     assert math.isclose(fa.stat([1, None, 3]).mean or 0, 2.0)
+
+
+def test_synth_help_shows_its_bracketed_words() -> None:
+    from typer.testing import CliRunner
+
+    from agentmeter.cli import app
+
+    r = CliRunner().invoke(app, ["difftest", "synth", "--help"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0 and "task.toml with [difftest]" in r.stdout
