@@ -178,3 +178,17 @@ def test_synth_help_shows_its_bracketed_words() -> None:
 
     r = CliRunner().invoke(app, ["difftest", "synth", "--help"], env={"COLUMNS": "200"})
     assert r.exit_code == 0 and "task.toml with [difftest]" in r.stdout
+
+
+def test_the_case_se_flag_and_the_class_se_column_are_one_definition() -> None:
+    """A case whose candidate failed but left the same files: SE no, in the class rate and in
+    the case row alike (the case row once showed the bare file comparison)."""
+    from agentmeter.records import CaseOutcome
+    from agentmeter.report.html.difftest import Budget, _case
+
+    c = CaseOutcome(id="p1", cls="greet hi", key="c01", command="greet hi", status="valid",
+                    oracle_exit=0, candidate_exit=1, side_effects=True)
+    named, _ = compare.rewards(compare.BuildRecord(build=True), [c], judged=False)
+    assert named["c01.side_effects"] == 0.0
+    row = _case(c, "fail", False, Budget(remaining=1000, per_stream=100), 12)
+    assert 'title="SE: no"' in row
