@@ -13,5 +13,9 @@ INFRA_POLICIES: tuple[InfraPolicy, ...] = ("zero", "exclude")
 DuplicateBudgets = Literal["keep", "merge"]
 DUPLICATE_BUDGETS: tuple[DuplicateBudgets, ...] = ("keep", "merge")
 
+#: derived grids and τ: rounded to cents (the paper's reading, Table 1; default) or unrounded
+BudgetRounding = Literal["cents", "none"]
+BUDGET_ROUNDINGS: tuple[BudgetRounding, ...] = ("cents", "none")
+
 #: what a leaderboard can be ordered by (:meth:`~agentmeter.metrics.scorecard.Scorecard.ranked`)
 LEADERBOARD_SORTS = ("ams", "pass", "usd", "tok")

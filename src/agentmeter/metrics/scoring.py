@@ -24,7 +24,9 @@ from agentmeter.metrics.budgets import (
     BudgetSpec,
     DuplicateBudgets,
     derive_budgets,
+    rounding_notes,
 )
+from agentmeter.metrics.choices import BudgetRounding
 from agentmeter.metrics.cost import resolve_costs
 from agentmeter.metrics.diagnostics import delta_best, model_summaries, winners
 from agentmeter.metrics.effort import Calibration, calibrate
@@ -64,6 +66,9 @@ class ScoringSpec(BaseModel):
     tiers: Literal["calibrate", "stored"] = "calibrate"
     budget_quantiles: tuple[float, ...] = DEFAULT_QUANTILES
     budget_decimals: int = 2
+    budget_rounding: BudgetRounding = Field(
+        default="cents", description="derived grids and τ: rounded to budget_decimals places "
+        "(the paper's 'rounded tier-specific cost quantiles', Table 1 in cents) or unrounded")
     duplicate_budgets: DuplicateBudgets = Field(
         default="keep", description="derived grids: keep one point per quantile even when "
         "rounded points coincide (the paper's five), or merge them")
@@ -145,9 +150,12 @@ def prepare(frame: TrialFrame, spec: ScoringSpec | None = None, *,
     frame, pool, tier_source = _tiers_for(frame, spec, calibration, calibration_frame, notes)
     if budgets is None:
         costs, failed = _tiered_cost_pools(pool)
-        budgets = derive_budgets(costs, failed, spec.budget_quantiles, spec.budget_decimals,
+        decimals = spec.budget_decimals if spec.budget_rounding == "cents" else None
+        budgets = derive_budgets(costs, failed, spec.budget_quantiles, decimals,
                                  duplicates=spec.duplicate_budgets)
-        budget_source = "calibration quantiles"
+        if decimals is not None:
+            notes.extend(rounding_notes(costs, failed, spec.budget_quantiles, decimals))
+        budget_source = "calibration quantiles" + (" (unrounded)" if decimals is None else "")
     else:
         budget_source = budgets.source or "given"
     alpha = spec.alpha if spec.alpha is not None else (budgets.alpha or DEFAULT_ALPHA)
