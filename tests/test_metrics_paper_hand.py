@@ -214,7 +214,7 @@ def test_derived_budgets_under_both_rounding_readings(tmp_path: Path, rounding: 
              "medium": [(0.5, False, 0.36), (1.0, True, 0.02)],
              "hard": [(0.0, False, None), (1.0, True, 1.00)]}  # h1: contributes zero
     scores = []
-    for tier, cs in cells.items():
+    for cs in cells.values():
         pool = [c for _, _, c in cs if c is not None]
         grid = [rnd(float(q)) for q in np.quantile(pool, [0.10, 0.25, 0.50, 0.75, 0.90])]
         failed = [c for _, y, c in cs if c is not None and not y]
@@ -252,6 +252,7 @@ def test_rounding_notes_name_merged_and_zeroed_points() -> None:
     notes = rounding_notes(small, {"easy": np.array([0.0052])})
     assert any("merges points" in n and "--budget-rounding none" in n for n in notes)
     assert any("would round to 0" in n for n in notes)
-    assert round_budget(0.0052) == 0.0052 and round_budget(0.0052, None) == 0.0052
+    assert round_budget(0.0052) == 0.01 and round_budget(0.0031) == 0.0031  # 2 sig. figures
+    assert round_budget(0.0052, None) == 0.0052
     assert round_budget(0.0123) == 0.01 and round_budget(0.0123, None) == 0.0123
     assert rounding_notes({"easy": np.array([0.5, 1.0, 2.0])}, {}) == []
