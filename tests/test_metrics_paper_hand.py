@@ -43,8 +43,8 @@ divided by the successes (e1, m2, h2 = 3; Pass/6):
   T = 13,000 + 60,000 + 210,000 + 30,000 + 6,000 + 1,100,000 + 110,000 + 300,000 = 1,829,000
   Tok./Pass = 1,829,000/3 = 609,666.66…
   C = .05 + .20 + .36 + .10 + .02 + 3.00 + .30 + 1.00 = 5.03;  USD/Pass = 5.03/3 = 1.67666…
-(Counting only the selected attempts' tries would leave out m2's attempt 0: 4.93 and
-1,799,000.)
+(Counting only the selected attempts' tries, ``--per-pass-spend selected``, leaves out m2's
+attempt 0: 4.93 and 1,799,000.)
 """
 
 from __future__ import annotations
@@ -195,6 +195,11 @@ def test_score_reproduces_the_hand_figures(tmp_path: Path) -> None:
     assert excluded["ams"] == pytest.approx(float(AMS_EXCLUDE), rel=1e-12, abs=0)
     # the alternative reading changes AMS only: the diagnostics count every try either way
     assert excluded["usd_per_pass"] == row["usd_per_pass"]
+    # --per-pass-spend selected: the selected attempts' tries only (the docstring's last line)
+    selected = _score(tmp_path, "--per-pass-spend", "selected")
+    assert selected["usd_per_pass"] == pytest.approx(4.93 / 3, rel=1e-12)
+    assert selected["tok_per_pass"] == pytest.approx(1_799_000 / 3, rel=1e-12)
+    assert selected["ams"] == row["ams"]
 
 
 @pytest.mark.parametrize("rounding", ["cents", "none"])

@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from agentmeter.cli.common import JsonOpt, StoreOpt, console, err, fail, open_store
-from agentmeter.metrics.choices import BUDGET_ROUNDINGS, DUPLICATE_BUDGETS, INFRA_POLICIES
+from agentmeter.metrics.choices import (
+    BUDGET_ROUNDINGS,
+    DUPLICATE_BUDGETS,
+    INFRA_POLICIES,
+    PER_PASS_SPENDS,
+)
 
 if TYPE_CHECKING:
     from agentmeter.metrics.budgets import BudgetSpec
@@ -48,6 +53,11 @@ RoundOpt = Annotated[str, typer.Option(
     "--budget-rounding", help="derived budget grids and τ: cents (default; the paper's "
     "'rounded tier-specific cost quantiles', Table 1 lists cents; a value that would round to 0 "
     "keeps 2 significant figures) or none (unrounded). docs/metrics.md, Budget rounding")]
+SpendOpt = Annotated[str, typer.Option(
+    "--per-pass-spend", help="Tok./Pass and USD/Pass numerators: all (default; every completed "
+    "try of every attempt, the paper's 'Attempted runs remain part of token and cost "
+    "accounting') or selected (the tries of the selected attempt per configuration and task "
+    "only; with --attempts N the default grows with N)")]
 FallbackOpt = Annotated[str, typer.Option(
     "--cache-price-fallback", help="cache tokens whose price entry has no cache price: none "
     "(default; their cost is n/a) or input (billed at the input rate, said in the notes)")]
@@ -160,16 +170,19 @@ def choice(option: str, value: str, allowed: tuple[str, ...]) -> str:
 
 
 def _spec(mode: str, alpha: float | None, resamples: int, reprice: bool,
-          infra: str = "zero", duplicates: str = "keep", rounding: str = "cents") -> ScoringSpec:
+          infra: str = "zero", duplicates: str = "keep", rounding: str = "cents",
+          spend: str = "all") -> ScoringSpec:
     from agentmeter.metrics.scoring import ScoringSpec
 
     choice("--infra-invalid", infra, INFRA_POLICIES)
     choice("--duplicate-budgets", duplicates, DUPLICATE_BUDGETS)
     choice("--budget-rounding", rounding, BUDGET_ROUNDINGS)
+    choice("--per-pass-spend", spend, PER_PASS_SPENDS)
     return ScoringSpec.model_validate({"tiers": mode, "alpha": alpha, "resamples": resamples,
                                        "reprice": reprice, "infra_invalid": infra,
                                        "duplicate_budgets": duplicates,
-                                       "budget_rounding": rounding})
+                                       "budget_rounding": rounding,
+                                       "per_pass_spend": spend})
 
 
 # --- score ---------------------------------------------------------------------------------
@@ -189,7 +202,8 @@ def score_cmd(
         "mean task score is >= 6 (mean) or when all its tasks pass (all); the paper does not "
         "say which")] = "mean",
     infra_invalid: InfraOpt = "zero", duplicate_budgets: DupOpt = "keep",
-    budget_rounding: RoundOpt = "cents", cache_price_fallback: FallbackOpt = "none",
+    budget_rounding: RoundOpt = "cents", per_pass_spend: SpendOpt = "all",
+    cache_price_fallback: FallbackOpt = "none",
     prices: PricesOpt = None, store: StoreOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Score runs: the AgentMeter leaderboard (Pass, Tok/Pass, USD/Pass, tier scores, AMS with
@@ -213,7 +227,7 @@ def score_cmd(
     st = open_store(store)
     frame, pool, mode = _frames(st, runs, subset, suite, tiers)
     spec = _spec(mode, alpha, resamples, bool(prices), infra_invalid, duplicate_budgets,
-                 budget_rounding)
+                 budget_rounding, per_pass_spend)
     fixed = _budgets(budgets)
 
     @functools.cache

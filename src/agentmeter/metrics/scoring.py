@@ -26,7 +26,7 @@ from agentmeter.metrics.budgets import (
     derive_budgets,
     rounding_notes,
 )
-from agentmeter.metrics.choices import BudgetRounding
+from agentmeter.metrics.choices import BudgetRounding, PerPassSpend
 from agentmeter.metrics.cost import resolve_costs
 from agentmeter.metrics.diagnostics import delta_best, model_summaries, winners
 from agentmeter.metrics.effort import Calibration, calibrate
@@ -72,6 +72,9 @@ class ScoringSpec(BaseModel):
     duplicate_budgets: DuplicateBudgets = Field(
         default="keep", description="derived grids: keep one point per quantile even when "
         "rounded points coincide (the paper's five), or merge them")
+    per_pass_spend: PerPassSpend = Field(
+        default="all", description="Tok./Pass and USD/Pass numerators: every completed try of "
+        "every attempt (the paper's §3.5) or the selected attempt's tries per (config, task)")
     reprice: bool = False
     resamples: int = Field(default=0, ge=0, description="bootstrap resamples; 0 = no CIs")
     ci_level: float = Field(default=0.95, gt=0, lt=1)
@@ -178,7 +181,11 @@ def prepare(frame: TrialFrame, spec: ScoringSpec | None = None, *,
         setups.append(TierSetup(tier=g, n_tasks=len(tasks), budgets=tb.budgets if tb else None,
                                 tau=tb.tau if tb else None))
     plan = ScoringPlan(tiers=(tier_plans[0], tier_plans[1], tier_plans[2]), alpha=alpha,
-                       infra=spec.infra_invalid)
+                       infra=spec.infra_invalid, spend=spec.per_pass_spend)
+    if spec.per_pass_spend == "selected":
+        notes.append("Tok./Pass and USD/Pass count the selected attempt's spending only (its "
+                     "tries, one attempt per configuration and task; --per-pass-spend all is "
+                     "the paper's every-attempt reading)")
     return Prepared(frame, cell_matrix(frame), plan, setups, tier_source, budget_source, notes)
 
 
