@@ -192,3 +192,40 @@ def test_the_case_se_flag_and_the_class_se_column_are_one_definition() -> None:
     assert named["c01.side_effects"] == 0.0
     row = _case(c, "fail", False, Budget(remaining=1000, per_stream=100), 12)
     assert 'title="SE: no"' in row
+
+
+def test_difftest_new_scaffolds_a_task_that_loads(tmp_path: Path) -> None:
+    """`difftest new`: task.toml, the environment (the shared toolchain and wheelhouse, the
+    oracle out of every PATH), solve.sh — a task the loader accepts, no file copied by hand."""
+    from typer.testing import CliRunner
+
+    from agentmeter.cli import app
+    from agentmeter.tasks.synth.oracle import load_for_synthesis
+    from agentmeter.tasks.synth.scaffold import ScaffoldError, scaffold
+
+    proj = tmp_path / "greet"
+    proj.mkdir()
+    (proj / "pyproject.toml").write_text('[project]\nname = "greet"\nversion = "1"\n'
+                                         '[project.scripts]\ngreet = "greet:main"\n')
+    (proj / "greet.py").write_text("def main():\n    print('hi')\n")
+    r = CliRunner().invoke(app, ["difftest", "new", "greet-task", "--oracle-dir", str(proj),
+                                 "--into", str(tmp_path / "suite")])
+    assert r.exit_code == 0, r.output
+    task = load_for_synthesis(tmp_path / "suite" / "greet-task")  # as `synth` loads it
+    assert task.difftest is not None and task.difftest.cli_name == "greet"
+    docker = (tmp_path / "suite" / "greet-task" / "environment" / "Dockerfile").read_text()
+    assert "PIP_FIND_LINKS=/opt/wheelhouse" in docker and "useradd -u 1001" in docker
+    assert "/opt/oracle/bin/greet" in docker and "COPY oracle/" in docker
+    assert (tmp_path / "suite" / "greet-task" / "solution" / "greet" / "greet.py").is_file()
+    apt = scaffold(tmp_path, "t-apt", "apt", "cowsay", "cowsay")
+    assert "install -y --no-install-recommends cowsay" in (apt / "environment" /
+                                                            "Dockerfile").read_text()
+    pypi = scaffold(tmp_path, "t-pypi", "pypi", "files-to-prompt==0.6")
+    pypi_task = load_for_synthesis(pypi).difftest
+    assert pypi_task is not None and pypi_task.cli_name == "files-to-prompt"
+    for bad in (("t-apt", "apt", "x"), ("t2", "apt", "x; rm -rf /"), ("t3", "dir", str(tmp_path))):
+        with pytest.raises(ScaffoldError):
+            scaffold(tmp_path, *bad)
+    two = CliRunner().invoke(app, ["difftest", "new", "x", "--oracle-apt", "a", "--oracle-pypi",
+                                   "b", "--into", str(tmp_path)])
+    assert two.exit_code == 2 and "give one of" in two.output

@@ -90,6 +90,63 @@ def synth(
         console.print(f"instruction written to {task_dir}/instruction.md")
 
 
+@difftest_app.command("new")
+def new_task(
+    name: Annotated[str, typer.Argument(help="the task's name (its directory)")],
+    oracle_pypi: Annotated[str | None, typer.Option(
+        "--oracle-pypi", help="the oracle is this PyPI requirement (installed at image build)")
+        ] = None,
+    oracle_apt: Annotated[str | None, typer.Option(
+        "--oracle-apt", help="the oracle is this Debian package")] = None,
+    oracle_dir: Annotated[Path | None, typer.Option(
+        "--oracle-dir", help="the oracle is this Python project (copied into the task)")] = None,
+    command: Annotated[str | None, typer.Option(
+        "--command", help="the oracle's command (default: the package or directory name)")
+        ] = None,
+    into: Annotated[Path, typer.Option("--into", help="where the task directory is made")
+                    ] = Path("."),
+    tier: Annotated[str, typer.Option(help="easy | medium | hard")] = "easy",
+    category: Annotated[str, typer.Option(help="the task's domain")] = "utility",
+    fetch_solution: Annotated[bool, typer.Option(
+        "--fetch-solution/--no-fetch-solution", help="PyPI: download the oracle's sdist into "
+        "solution/ as the reference (pip download)")] = True,
+) -> None:
+    """Make a complete CLI-generation task for a new oracle: task.toml, the environment (the
+    oracle installed out of the agent's reach, offline package sources), solution/solve.sh and
+    a placeholder instruction; then run `difftest synth TASK --from-help --prompt`."""
+    import subprocess
+    import sys
+
+    from agentmeter.tasks.synth.scaffold import ScaffoldError, scaffold
+
+    given = [(s, v) for s, v in (("pypi", oracle_pypi), ("apt", oracle_apt),
+                                 ("dir", None if oracle_dir is None else str(oracle_dir)))
+             if v is not None]
+    if len(given) != 1:
+        raise _fail("give one of --oracle-pypi PKG, --oracle-apt PKG, --oracle-dir DIR")
+    source, spec = given[0]
+    try:
+        task = scaffold(into, name, source, spec, command, tier, category)  # type: ignore[arg-type]
+    except (ScaffoldError, OSError) as e:
+        raise _fail(str(e)) from None
+    console.print(f"task written to {task}")
+    if source == "pypi" and fetch_solution:
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary",
+                            ":all:", "-q", "-d", str(task / "solution"), spec],
+                           capture_output=True, text=True, check=False)
+        if r.returncode != 0:
+            console.print("[yellow]the sdist could not be downloaded[/yellow] (put the oracle's "
+                          "source archive in solution/ for the reference): "
+                          f"{(r.stderr.strip().splitlines() or ['?'])[-1][:200]}")
+    if source == "apt":
+        console.print("[yellow]no reference solution[/yellow]: write one under "
+                      "solution/ (see solution/solve.sh); `tasks check` reports the task broken "
+                      "until then")
+    console.print(f"next: agentmeter difftest synth {task} --from-help --prompt  (then edit "
+                  "the placeholder values it lists in schema.json and rerun without "
+                  "--from-help)")
+
+
 def _fail(message: str) -> typer.Exit:
     """``fail`` with the message's brackets shown (``[difftest]`` is not console markup)."""
     from rich.markup import escape
