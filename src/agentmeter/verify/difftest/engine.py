@@ -378,15 +378,17 @@ def install_candidate(cfg: dict[str, Any], side: Side) -> dict[str, Any]:
             "structure": shape}
 
 
-#: files above this size are counted as files, not read for lines
+#: files above this size are counted as files, not read for lines; and no more than
+#: LOC_READ_TOTAL bytes are read for lines in all (then files are still counted)
 LOC_READ_MAX = 1 << 20
+LOC_READ_TOTAL = 256 << 20
 
 
 def structure(root: str) -> dict[str, int]:
     """The repository the agent wrote (paper RQ4, Fig. 5): regular files, their lines (text
     files only: no NUL byte in the first 8 KiB), directories below the root, and the depth of
     the deepest file (a file at the root: 1). Symlinks are not followed or counted."""
-    files = loc = dirs = depth = 0
+    files = loc = dirs = depth = read = 0
     for cur, subdirs, names in os.walk(root):
         rel = os.path.relpath(cur, root)
         level = 0 if rel == "." else rel.count(os.sep) + 1
@@ -398,10 +400,14 @@ def structure(root: str) -> dict[str, int]:
             files += 1
             depth = max(depth, level + 1)
             try:
-                if os.path.getsize(path) > LOC_READ_MAX:
+                size = os.path.getsize(path)
+                if size > LOC_READ_MAX or read + size > LOC_READ_TOTAL:
                     continue
-                with open(path, "rb") as f:
-                    data = f.read()
+                read += size
+                # no symlink followed, no FIFO waited on (the tree is the candidate's)
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+                with os.fdopen(fd, "rb") as f:
+                    data = f.read(LOC_READ_MAX)
             except OSError:
                 continue
             if b"\0" not in data[:8192]:
