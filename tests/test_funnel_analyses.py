@@ -103,6 +103,9 @@ def test_robustness_scores_failed_builds_zero_and_runtime_uses_the_common_subset
     rb = fa.robustness(a)
     assert (rb.n, rb.negative_cases, rb.positive_exec) == (2, 4, 0.25)
     assert (rb.negative_exit_agree, rb.negative_output_match) == (0.375, 0.25)
+    unbuilt = [fa.Repo(task="t1", build=False, exec=0.0, sm=0.0, fm=0.0)]
+    assert fa.robustness(unbuilt).n == 0  # nothing measured: n/a
+    assert fa.robustness(unbuilt, measured=True).negative_exit_agree == 0.0  # others measured
     b = [fa.Repo(task="t1", build=True, exec=1.0, sm=1.0, fm=1.0, oracle_ms=300,
                  candidate_ms=30),
          fa.Repo(task="t2", build=True, exec=1.0, sm=1.0, fm=1.0, oracle_ms=10, candidate_ms=10)]

@@ -111,7 +111,8 @@ class FunnelRow(BaseModel):
 class FunnelReport(BaseModel):
     tasks: list[str] = Field(description="the funnel tasks (some trial has the reward keys)")
     n_other_tasks: int = Field(description="tasks without differential-testing results")
-    rows: list[FunnelRow] = Field(description="ranked by SM (then FM), highest first")
+    rows: list[FunnelRow] = Field(description="ranked by SM (FM where SM is n/a), highest "
+                                  "first")
     notes: list[str] = Field(default_factory=list)
     # the paper's analyses (metrics/funnel_analyses.py), keyed by config id
     complexity: dict[str, fa.Complexity] = Field(
@@ -241,10 +242,11 @@ def funnel_report(data: StoredTrials, book: PriceBook | None = None,
 
 
 def _rank(r: FunnelRow) -> tuple[float, float, str]:
-    """SM, then FM, highest first; n/a last."""
+    """SM, highest first; where SM is n/a (no judge ran), FM stands in for it (what the
+    trial's reward is then); then FM; n/a last."""
     s = r.summary
-    sm = s.sm if s is not None and s.sm is not None else -1.0
     fm = s.fm if s is not None and s.fm is not None else -1.0
+    sm = s.sm if s is not None and s.sm is not None else fm
     return (-sm, -fm, r.label)
 
 
@@ -288,7 +290,8 @@ def _analyses(report: FunnelReport, by_config: dict[str, list[fa.Repo]],
     report.cost = {cid: fa.cost(rs) for cid, rs in by_config.items()}
     report.structure = {cid: fa.structure(rs) for cid, rs in by_config.items()}
     report.structure["oracle"] = fa.oracle_structure([r for rs in by_config.values() for r in rs])
-    report.robustness = {cid: fa.robustness(rs) for cid, rs in by_config.items()}
+    measured = any(r.negative_cases is not None for rs in by_config.values() for r in rs)
+    report.robustness = {cid: fa.robustness(rs, measured) for cid, rs in by_config.items()}
     report.runtime = fa.runtime({cid: rs for cid, rs in by_config.items() if rs})
     means = {r.config_id: {lv: getattr(r.summary, lv) for lv in fa.LEVELS}
              for r in report.rows if r.summary is not None}

@@ -213,9 +213,13 @@ class Robustness(BaseModel):
     negative_cases: int = 0
 
 
-def robustness(repos: Sequence[Repo]) -> Robustness:
-    """n/a (n = 0) when no repository has negative-case results (e.g. an imported run)."""
-    if all(r.negative_cases is None for r in repos):
+def robustness(repos: Sequence[Repo], measured: bool | None = None) -> Robustness:
+    """n/a (n = 0) when negative cases were not measured (``measured``: some repository of the
+    report has negative-case results; default: some of ``repos`` has; an imported run has
+    none). A configuration whose every build failed then scores 0."""
+    if measured is None:
+        measured = any(r.negative_cases is not None for r in repos)
+    if not measured:
         return Robustness(n=0, positive_exec=None, negative_exit_agree=None,
                           negative_output_match=None)
     rows = [r for r in repos if not r.build or (r.negative_cases or 0) > 0]
