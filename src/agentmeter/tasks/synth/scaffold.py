@@ -57,10 +57,11 @@ def oracle_block(source: Source, spec: str, command: str) -> str:
                 f"/opt/oracle/venv/bin/pip install --no-cache-dir -q '{spec}' && "
                 f"ln -s ../venv/bin/{command} /opt/oracle/bin/{command} && {own}\n")
     return ("# the oracle: its source (environment/oracle), installed with the candidate's own "
-            "command (pip install .) into a venv under /opt/oracle\n"
+            "command (pip install .; offline, from the wheelhouse) into a venv under "
+            "/opt/oracle\n"
             "COPY oracle/ /opt/oracle/src/\n"
             "RUN python3 -m venv /opt/oracle/venv && cd /opt/oracle/src && "
-            "env -u PIP_NO_INDEX -u PIP_FIND_LINKS /opt/oracle/venv/bin/pip install "
+            "/opt/oracle/venv/bin/pip install "
             f"--no-cache-dir -q . && ln -s ../venv/bin/{command} /opt/oracle/bin/{command} && "
             f"rm -rf /opt/oracle/src/build /opt/oracle/src/*.egg-info && {own}\n")
 
