@@ -31,6 +31,11 @@ def test_difftest_run_compares_a_repository_with_the_oracle(tmp_path: Path) -> N
     assert r["build"] == 1.0 and (r["c01.em"], r["c01.sm"], r["c02.sm"]) == (0.0, 1.0, 0.0)
     assert out["classes"]["c01"] == "greet hello <name>"
     assert out["evaluation"]["calls"] > 0
+    from agentmeter.store.db import Store
+
+    with Store.open(tmp_path / "store") as st:
+        (cfg,) = st.run_configs(out["run_id"])
+    assert cfg.label == "candidate candidate"  # the user's candidate, not `oracle`
     text = runner.invoke(app, ["difftest", "run", str(task), "--candidate", str(candidate),
                                "--store", str(tmp_path / "store")])
     assert text.exit_code == 0 and "greet hello <name> --shout" in text.output, text.output
@@ -68,3 +73,24 @@ def test_prompt_shows_fixture_control_characters_escaped() -> None:
         "files": {"crlf.txt": "a\r\nb\x00\r\n", "plain.txt": "one\ttwo\n"}}))
     assert "\x00" not in text and "\r" not in text
     assert '"a\\r\\nb\\u0000\\r\\n"' in text and "one\ttwo" in text
+
+
+def test_difftest_run_says_why_the_build_failed(capsys: object) -> None:
+    """The printed table of a failed build names it a candidate failure with its cause."""
+    from agentmeter.cli.difftest import _print_trial, candidate_label
+    from agentmeter.records import TrialRecord, TrialStatus
+
+    t = TrialRecord(id="c:t:0", run_id="r", config_id="c", task_id="t", attempt=0,
+                    status=TrialStatus.FAILED, reward=0.0,
+                    rewards={"build": 0.0, "cases_not_built": 3.0, "cases_framework_error": 0.0},
+                    extra={"build_cause": "install exit 1: ERROR: No matching distribution "
+                                          "found for [clack]", "difftest_classes": {}})
+    from agentmeter.cli.common import console
+
+    with console.capture() as cap:
+        _print_trial(t, "r", as_json=False)
+    text = " ".join(cap.get().split())
+    assert "the candidate did not build" in text and "found for [clack]" in text
+    assert "none is a framework error" in text
+    assert candidate_label(Path("/x/my-tool"), None) == "candidate my-tool"
+    assert candidate_label(Path("/x/my-tool"), "v2") == "candidate v2"

@@ -119,10 +119,18 @@ async def test_oracle_source_passes_and_empty_workspace_builds_nothing(tmp_path:
         assert ok.extra["difftest_classes"]["c04"] == "greet write <file> <text>"
         assert ok.extra["entry_point"]["found"] == ("greet" if task == "greet" else "salute")
         assert ok.extra["entry_point"]["help_ok"] is True
+        # the two negative cases, scored for the candidate (paper §5.1): the oracle's own
+        # source fails them as the oracle does; what the agent wrote (RQ4)
+        assert (r["negative_cases"], r["negative_exit_agree"]) == (2.0, 1.0)
+        assert ok.extra["structure"]["files"] >= 2 and ok.extra["structure"]["loc"] > 0
     empty = await _run(tmp_path, suite, "nop")
     for task in ("greet", "greet-renamed"):
         assert empty[task].status is TrialStatus.FAILED
         assert empty[task].rewards["build"] == 0.0 and empty[task].reward == 0.0
+        # a candidate failure, named as such: no case is a framework error
+        r = empty[task].rewards
+        assert (r["cases_framework_error"], r["cases_not_built"]) == (0.0, 14.0)
+        assert "the candidate did not build" in (empty[task].error or "")
 
 
 async def _hostile(tmp_path: Path, backend: str) -> None:

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from agentmeter.sandbox.hosttools import ensure_tools
+from agentmeter.tasks.synth.build import placeholder_hint
 from agentmeter.tasks.synth.generate import generate
-from agentmeter.tasks.synth.helpwalk import HelpError, parse_help, walk
+from agentmeter.tasks.synth.helpwalk import HelpError, draft_values, parse_help, walk
 from agentmeter.tasks.synth.schema import CommandClass, parse_schema
 
 
@@ -156,3 +157,16 @@ def test_unparsable_help_names_the_command(tmp_path: Path) -> None:
     with pytest.raises(HelpError, match=r"^`.*python\S* -c raise SystemExit\(3\) --help` "
                        r"exited 3: \(no output\)$"):
         walk(run, [sys.executable, "-c", "raise SystemExit(3)"])
+
+
+def test_drafted_values_are_named_as_placeholders_to_edit(tmp_path: Path) -> None:
+    """`synth --from-help` says which values are generic drafts, and where to edit them."""
+    prog = tmp_path / "inv.py"
+    prog.write_text(ARGPARSE_PROG)
+    schema = walk(run, [sys.executable, str(prog)], command="inv").schema
+    drafts = draft_values(schema)
+    assert drafts and all(" › " in d for d in drafts)
+    assert not any("book" in d.rpartition(": ")[2] for d in drafts)  # choices are real
+    hint = placeholder_hint(tmp_path / "schema.json", schema)
+    assert f"{tmp_path / 'schema.json'} with placeholder values" in hint
+    assert "without --from-help" in hint and drafts[0] in hint

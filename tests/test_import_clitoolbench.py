@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_funnel_analyses import check_released_analyses
 from typer.testing import CliRunner
 
 from agentmeter.cli import app
@@ -69,7 +70,8 @@ def test_released_rows_reproduce_the_publishers_leaderboard(tmp_path: Path) -> N
                                           "openhands × gpt-5.4"]
     code, out, err = cli("score", RUN, "--store", str(tmp_path), "--metric", "funnel", "--json")
     assert code == 0, err
-    report = {r["label"]: r for r in json.loads(out)["funnel"]["rows"]}
+    funnel_json = json.loads(out)["funnel"]
+    report = {r["label"]: r for r in funnel_json["rows"]}
     groups: dict[str, list[dict[str, Any]]] = {}
     agent = {"OpenHands": "openhands", "Mini-SWE-Agent": "mini-swe-agent"}
     for r in rows():
@@ -93,9 +95,12 @@ def test_released_rows_reproduce_the_publishers_leaderboard(tmp_path: Path) -> N
     # sp was not computed for most JavaScript rows of this block: side effects are n/a there
     assert g["side_effects"] is None
     assert report["mini-swe-agent × kimi-k2.5"]["summary"]["side_effects"] is not None
-    code, out, err = cli("score", RUN, "--store", str(tmp_path), "--metric", "funnel")
+    r = runner.invoke(app, ["score", RUN, "--store", str(tmp_path), "--metric", "funnel"],
+                      env={"COLUMNS": "250"})
+    code, out, err = r.exit_code, r.stdout, r.stderr
     assert code == 0, err
     assert "SM SD" in out and "0.322" in out and "±5.5%" in out and "79.8%" in out
+    check_released_analyses(funnel_json, out)  # RQ2–4, §5.1, Table 2 (test_funnel_analyses)
 
 
 def test_row_fields_become_trial_and_task_records(tmp_path: Path) -> None:

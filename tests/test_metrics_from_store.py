@@ -171,7 +171,7 @@ def test_funnel_breakdowns_by_language_difficulty_and_domain(tmp_path: Path) -> 
     code, out, err = cli("score", "f1", "--store", str(tmp_path), "--metric", "funnel")
     assert code == 0, err
     assert "funnel by language" in out and "funnel by difficulty" in out and "funnel by domain" in out
-    assert "100.0% / 62.5% (1)" in out  # A on python: Build / FM (repos)
+    assert "75.0% / 62.5% (1)" in out  # A on python: SM / FM (repos)
 
 
 def test_no_differential_testing_results(tmp_path: Path) -> None:

@@ -43,8 +43,8 @@ divided by the successes (e1, m2, h2 = 3; Pass/6):
   T = 13,000 + 60,000 + 210,000 + 30,000 + 6,000 + 1,100,000 + 110,000 + 300,000 = 1,829,000
   Tok./Pass = 1,829,000/3 = 609,666.66…
   C = .05 + .20 + .36 + .10 + .02 + 3.00 + .30 + 1.00 = 5.03;  USD/Pass = 5.03/3 = 1.67666…
-(Counting only the selected attempts' tries would leave out m2's attempt 0: 4.93 and
-1,799,000.)
+(Counting only the selected attempts' tries, ``--per-pass-spend selected``, leaves out m2's
+attempt 0: 4.93 and 1,799,000.)
 """
 
 from __future__ import annotations
@@ -195,3 +195,69 @@ def test_score_reproduces_the_hand_figures(tmp_path: Path) -> None:
     assert excluded["ams"] == pytest.approx(float(AMS_EXCLUDE), rel=1e-12, abs=0)
     # the alternative reading changes AMS only: the diagnostics count every try either way
     assert excluded["usd_per_pass"] == row["usd_per_pass"]
+    # --per-pass-spend selected: the selected attempts' tries only (the docstring's last line)
+    selected = _score(tmp_path, "--per-pass-spend", "selected")
+    assert selected["usd_per_pass"] == pytest.approx(4.93 / 3, rel=1e-12)
+    assert selected["tok_per_pass"] == pytest.approx(1_799_000 / 3, rel=1e-12)
+    assert selected["ams"] == row["ams"]
+
+
+@pytest.mark.parametrize("rounding", ["cents", "none"])
+def test_derived_budgets_under_both_rounding_readings(tmp_path: Path, rounding: str) -> None:
+    """``--budgets derive``: grids = the tier's P10/25/50/75/90 of the scored selected runs'
+    costs, τ = P90 of the failed ones (linear quantiles), rounded to cents or not
+    (``--budget-rounding``, docs/metrics.md); AMS from Eqs. 3-8 written out here again."""
+    import numpy as np
+
+    def rnd(v: float) -> float:
+        if rounding == "none":
+            return v
+        return round(v, 2) or float(f"{v:.2g}")
+
+    # scored selected trials (h1 is infra_invalid: not in the pools): (reward, passed, cost)
+    cells = {"easy": [(1.0, True, 0.05), (0.0, False, 0.20)],
+             "medium": [(0.5, False, 0.36), (1.0, True, 0.02)],
+             "hard": [(0.0, False, None), (1.0, True, 1.00)]}  # h1: contributes zero
+    scores = []
+    for cs in cells.values():
+        pool = [c for _, _, c in cs if c is not None]
+        grid = [rnd(float(q)) for q in np.quantile(pool, [0.10, 0.25, 0.50, 0.75, 0.90])]
+        failed = [c for _, y, c in cs if c is not None and not y]
+        tau = rnd(float(np.quantile(failed, 0.9))) if failed else None
+        sr = sum(r for r, _, _ in cs) / len(cs)
+        cbq = [sum(r for r, _, c in cs if c is not None and c <= b) / len(cs) for b in grid]
+        efr = sum(1 for _, y, c in cs if c is not None and not y and tau is not None
+                  and c > tau) / len(cs)
+        scores.append(((0.6 * sr + 0.4 * sum(cbq) / len(grid)) * (1 - efr), grid, tau))
+    row, tiers = _score_derived(tmp_path, rounding)
+    for (_, grid, tau), setup in zip(scores, tiers, strict=True):
+        assert setup["budgets"] == pytest.approx(grid, rel=1e-12) and setup["tau"] == tau
+    assert row["ams"] == pytest.approx(sum(s for s, _, _ in scores) / 3, rel=1e-12)
+
+
+def _score_derived(tmp_path: Path, rounding: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    _populate(tmp_path / "store")
+    prices = tmp_path / "prices.toml"
+    prices.write_text(PRICES)
+    r = CliRunner().invoke(app, ["score", "hand", "--store", str(tmp_path / "store"),
+                                 "--tiers", "stored", "--budgets", "derive", "--prices",
+                                 str(prices), "--json", "--budget-rounding", rounding])
+    assert r.exit_code == 0, r.stderr
+    card = json.loads(r.stdout)["scorecard"]
+    return card["rows"][0], card["tiers"]
+
+
+def test_rounding_notes_name_merged_and_zeroed_points() -> None:
+    """``score`` warns when cents merge distinct quantiles or would zero a value."""
+    import numpy as np
+
+    from agentmeter.metrics.budgets import round_budget, rounding_notes
+
+    small = {"easy": np.array([0.0031, 0.0052, 0.0068, 0.0102, 0.012])}
+    notes = rounding_notes(small, {"easy": np.array([0.0052])})
+    assert any("merges points" in n and "--budget-rounding none" in n for n in notes)
+    assert any("would round to 0" in n for n in notes)
+    assert round_budget(0.0052) == 0.01 and round_budget(0.0031) == 0.0031  # 2 sig. figures
+    assert round_budget(0.0052, None) == 0.0052
+    assert round_budget(0.0123) == 0.01 and round_budget(0.0123, None) == 0.0123
+    assert rounding_notes({"easy": np.array([0.5, 1.0, 2.0])}, {}) == []

@@ -258,7 +258,9 @@ class ArtifactRecord(_Record):
     size: int
 
 
-CaseStatus = Literal["valid", "oracle_failed", "framework_error", "not_run"]
+#: ``not_built``: the candidate never built, so no case ran for it (a candidate failure, Build = 0;
+#: never a framework error)
+CaseStatus = Literal["valid", "oracle_failed", "framework_error", "not_run", "not_built"]
 
 
 class CaseOutcome(BaseModel):
@@ -290,6 +292,10 @@ class CaseOutcome(BaseModel):
     sm: bool | None = None
     sm_fm: bool | None = None
     sm_nogate: bool | None = None
+    #: negative cases (the oracle exited non-zero; paper §5.1's robustness): the candidate
+    #: also exited non-zero, and its merged stdout+stderr fuzzy-matches the oracle's (τ = 0.8)
+    error_agree: bool | None = None
+    error_output_match: bool | None = None
 
     @property
     def needs_judge(self) -> bool:

@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from agentmeter.cli.common import JsonOpt, StoreOpt, console, err, fail, open_store
-from agentmeter.metrics.choices import DUPLICATE_BUDGETS, INFRA_POLICIES
+from agentmeter.metrics.choices import (
+    BUDGET_ROUNDINGS,
+    DUPLICATE_BUDGETS,
+    INFRA_POLICIES,
+    PER_PASS_SPENDS,
+)
 
 if TYPE_CHECKING:
     from agentmeter.metrics.budgets import BudgetSpec
@@ -44,6 +49,15 @@ InfraOpt = Annotated[str, typer.Option(
 DupOpt = Annotated[str, typer.Option(
     "--duplicate-budgets", help="derived budget grids: keep (default; one point per quantile, "
     "five like Table 1, even when rounded points coincide) or merge (equal points once)")]
+RoundOpt = Annotated[str, typer.Option(
+    "--budget-rounding", help="derived budget grids and τ: cents (default; the paper's "
+    "'rounded tier-specific cost quantiles', Table 1 lists cents; a value that would round to 0 "
+    "keeps 2 significant figures) or none (unrounded). docs/metrics.md, Budget rounding")]
+SpendOpt = Annotated[str, typer.Option(
+    "--per-pass-spend", help="Tok./Pass and USD/Pass numerators: all (default; every completed "
+    "try of every attempt, the paper's 'Attempted runs remain part of token and cost "
+    "accounting') or selected (the tries of the selected attempt per configuration and task "
+    "only; with --attempts N the default grows with N)")]
 FallbackOpt = Annotated[str, typer.Option(
     "--cache-price-fallback", help="cache tokens whose price entry has no cache price: none "
     "(default; their cost is n/a) or input (billed at the input rate, said in the notes)")]
@@ -156,14 +170,19 @@ def choice(option: str, value: str, allowed: tuple[str, ...]) -> str:
 
 
 def _spec(mode: str, alpha: float | None, resamples: int, reprice: bool,
-          infra: str = "zero", duplicates: str = "keep") -> ScoringSpec:
+          infra: str = "zero", duplicates: str = "keep", rounding: str = "cents",
+          spend: str = "all") -> ScoringSpec:
     from agentmeter.metrics.scoring import ScoringSpec
 
     choice("--infra-invalid", infra, INFRA_POLICIES)
     choice("--duplicate-budgets", duplicates, DUPLICATE_BUDGETS)
+    choice("--budget-rounding", rounding, BUDGET_ROUNDINGS)
+    choice("--per-pass-spend", spend, PER_PASS_SPENDS)
     return ScoringSpec.model_validate({"tiers": mode, "alpha": alpha, "resamples": resamples,
                                        "reprice": reprice, "infra_invalid": infra,
-                                       "duplicate_budgets": duplicates})
+                                       "duplicate_budgets": duplicates,
+                                       "budget_rounding": rounding,
+                                       "per_pass_spend": spend})
 
 
 # --- score ---------------------------------------------------------------------------------
@@ -184,6 +203,7 @@ def score_cmd(
         "mean task score is >= 6 (mean) or when all its tasks pass (all); the paper does not "
         "say which")] = "mean",
     infra_invalid: InfraOpt = "zero", duplicate_budgets: DupOpt = "keep",
+    budget_rounding: RoundOpt = "cents", per_pass_spend: SpendOpt = "all",
     cache_price_fallback: FallbackOpt = "none",
     prices: PricesOpt = None, store: StoreOpt = None, as_json: JsonOpt = False,
 ) -> None:
@@ -205,11 +225,12 @@ def score_cmd(
         raise fail("--alpha must be in [0, 1]")
     if resamples < 0:
         raise fail("--resamples must be >= 0")
-    _spec("calibrate", None, 0, False, infra_invalid, duplicate_budgets)  # options first
+    _spec("calibrate", None, 0, False, infra_invalid, duplicate_budgets, budget_rounding)  # options first
     book = _book(prices, cache_price_fallback)
     st = open_store(store)
     frame, pool, mode = _frames(st, runs, subset, suite, tiers)
-    spec = _spec(mode, alpha, resamples, bool(prices), infra_invalid, duplicate_budgets)
+    spec = _spec(mode, alpha, resamples, bool(prices), infra_invalid, duplicate_budgets,
+                 budget_rounding, per_pass_spend)
     fixed = _budgets(budgets)
 
     @functools.cache
@@ -269,7 +290,7 @@ def compare_cmd(
     top_k: Annotated[int, typer.Option("--top-k", help="k of Top-k kept")] = 3,
     tiers: TiersOpt = "calibrate", budgets: BudgetsOpt = "derive", prices: PricesOpt = None,
     infra_invalid: InfraOpt = "zero", duplicate_budgets: DupOpt = "keep",
-    cache_price_fallback: FallbackOpt = "none",
+    budget_rounding: RoundOpt = "cents", cache_price_fallback: FallbackOpt = "none",
     store: StoreOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Rank agreement of two scorings (Spearman, Kendall τ-b, MAE of AMS, Top-1/Top-k kept):
@@ -284,7 +305,7 @@ def compare_cmd(
         b = f"{a.partition('@')[0]}@{subset}"
     if top_k < 1:
         raise fail("--top-k must be >= 1")
-    _spec("calibrate", None, 0, False, infra_invalid, duplicate_budgets)
+    _spec("calibrate", None, 0, False, infra_invalid, duplicate_budgets, budget_rounding)
     book = _book(prices, cache_price_fallback)
     st: Store | None = None
     pool: TrialFrame | None = None
@@ -298,7 +319,7 @@ def compare_cmd(
         frame, full, mode = _frames(st, [run], sub or None, suite, tiers)
         pool = pool if pool is not None else full
         cards.append(score(frame, _spec(mode, None, 0, bool(prices), infra_invalid,
-                                        duplicate_budgets), prices=book,
+                                        duplicate_budgets, budget_rounding), prices=book,
                            budgets=_budgets(budgets), calibration_frame=pool))
     agreement = compare_scorecards(cards[0], cards[1], top_k)
     if as_json:
@@ -401,7 +422,7 @@ def core_subset_cmd(
                     ] = None,
     suite: SuiteOpt = None, tiers: TiersOpt = "calibrate", budgets: BudgetsOpt = "derive",
     infra_invalid: InfraOpt = "zero", duplicate_budgets: DupOpt = "keep",
-    cache_price_fallback: FallbackOpt = "none",
+    budget_rounding: RoundOpt = "cents", cache_price_fallback: FallbackOpt = "none",
     prices: PricesOpt = None, store: StoreOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Pick K tasks per tier whose AMS ranking best preserves the full run's (stratified core
@@ -412,11 +433,12 @@ def core_subset_cmd(
 
     if per_tier < 1:
         raise fail("--per-tier must be >= 1")
-    _spec("calibrate", None, 0, False, infra_invalid, duplicate_budgets)
+    _spec("calibrate", None, 0, False, infra_invalid, duplicate_budgets, budget_rounding)
     book = _book(prices, cache_price_fallback)
     st = open_store(store)
     frame, _, mode = _frames(st, [run_id], None, None, tiers)
-    p = prepare(frame, _spec(mode, None, 0, bool(prices), infra_invalid, duplicate_budgets),
+    p = prepare(frame, _spec(mode, None, 0, bool(prices), infra_invalid, duplicate_budgets,
+                             budget_rounding),
                 prices=book,
                 budgets=_budgets(budgets))
     if len(p.frame.configs) < 2:

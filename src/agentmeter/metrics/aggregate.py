@@ -18,6 +18,7 @@ from agentmeter.metrics.ams import (
     combine,
     contributions,
 )
+from agentmeter.metrics.choices import PerPassSpend
 from agentmeter.metrics.frame import (
     INFRA,
     MISSING,
@@ -43,6 +44,8 @@ class ScoringPlan:
     tiers: tuple[TierPlan, TierPlan, TierPlan]
     alpha: float
     infra: InfraPolicy
+    #: Tok./Pass and USD/Pass numerators: every try of every attempt, or the selected attempt's
+    spend: PerPassSpend = "all"
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,8 @@ def statistics(cells: CellMatrix, plan: ScoringPlan, weights: FloatArray) -> Sta
     ams = np.stack([tiers[g].score for g in TIERS], axis=-1).mean(axis=-1)
     scored = cells.state == SCORED
     present = cells.state != MISSING
-    spend_usd, spend_tok = cells.spend_usd, cells.spend_tokens
+    spend_usd, spend_tok = ((cells.spend_usd, cells.spend_tokens) if plan.spend == "all"
+                            else (cells.attempt_spend_usd, cells.attempt_spend_tokens))
     per_task = np.stack([
         np.where(scored, cells.passed, 0.0),
         np.ones(cells.state.shape),

@@ -70,9 +70,12 @@ def table1() -> BudgetSpec:
     return BudgetSpec.load(TABLE1_PATH)
 
 
-def round_budget(value: float, decimals: int = 2) -> float:
+def round_budget(value: float, decimals: int | None = 2) -> float:
     """Round to ``decimals`` places (cents, like Table 1); a positive value that would round to
-    zero keeps two significant figures instead, so cheap tiers still get a usable grid."""
+    zero keeps two significant figures instead, so cheap tiers still get a usable grid.
+    ``decimals=None`` (``--budget-rounding none``): the value unrounded."""
+    if decimals is None:
+        return float(value)
     rounded = round(value, decimals)
     if rounded == 0 and value > 0:
         return float(f"{value:.2g}")
@@ -81,7 +84,7 @@ def round_budget(value: float, decimals: int = 2) -> float:
 
 def derive_tier_budget(costs: FloatArray, failed_costs: FloatArray,
                        quantiles: tuple[float, ...] = DEFAULT_QUANTILES,
-                       decimals: int = 2, duplicates: DuplicateBudgets = "keep"
+                       decimals: int | None = 2, duplicates: DuplicateBudgets = "keep"
                        ) -> TierBudget | None:
     """B_g from the tier's run costs and τ_g from its failed runs' costs (NaN = unknown, skipped).
     ``None`` when the tier has no priced run.
@@ -104,7 +107,7 @@ def derive_tier_budget(costs: FloatArray, failed_costs: FloatArray,
 def derive_budgets(costs_by_tier: dict[Tier, FloatArray],
                    failed_by_tier: dict[Tier, FloatArray],
                    quantiles: tuple[float, ...] = DEFAULT_QUANTILES,
-                   decimals: int = 2, source: str = "calibration",
+                   decimals: int | None = 2, source: str = "calibration",
                    duplicates: DuplicateBudgets = "keep") -> BudgetSpec:
     tiers: dict[Tier, TierBudget] = {}
     for g in TIERS:
@@ -114,3 +117,33 @@ def derive_budgets(costs_by_tier: dict[Tier, FloatArray],
         if tb is not None:
             tiers[g] = tb
     return BudgetSpec(tiers=tiers, source=source)
+
+
+def rounding_notes(costs_by_tier: dict[Tier, FloatArray], failed_by_tier: dict[Tier, FloatArray],
+                   quantiles: tuple[float, ...] = DEFAULT_QUANTILES, decimals: int = 2
+                   ) -> list[str]:
+    """What rounding to ``decimals`` places does to the derived grids and τ (docs/metrics.md,
+    "Budget rounding"): distinct quantiles that become one point, and positive values that would
+    round to 0 (kept at two significant figures instead). Empty when rounding changes neither."""
+    notes = []
+    for g in TIERS:
+        costs = costs_by_tier.get(g, np.zeros(0))
+        known = costs[~np.isnan(costs)]
+        if known.size == 0:
+            continue
+        raw = [float(q) for q in np.quantile(known, quantiles)]
+        failed = failed_by_tier.get(g, np.zeros(0))
+        failed = failed[~np.isnan(failed)]
+        tau = [float(np.quantile(failed, FAILED_QUANTILE))] if failed.size else []
+        rounded = [round_budget(v, decimals) for v in raw]
+        if len(set(rounded)) < len(set(raw)):
+            notes.append(f"tier {g}: rounding the budget grid to {decimals} decimals merges "
+                         f"points ({', '.join(f'{v:.4g}' for v in raw)} -> "
+                         f"{', '.join(f'{v:g}' for v in rounded)}); --budget-rounding none "
+                         "keeps them apart")
+        zeroed = [v for v in raw + tau if v > 0 and round(v, decimals) == 0]
+        if zeroed:
+            notes.append(f"tier {g}: {len(zeroed)} budget value(s) would round to 0 at "
+                         f"{decimals} decimals ({', '.join(f'{v:.4g}' for v in zeroed)}): kept "
+                         "at two significant figures instead")
+    return notes

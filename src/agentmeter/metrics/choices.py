@@ -13,5 +13,14 @@ INFRA_POLICIES: tuple[InfraPolicy, ...] = ("zero", "exclude")
 DuplicateBudgets = Literal["keep", "merge"]
 DUPLICATE_BUDGETS: tuple[DuplicateBudgets, ...] = ("keep", "merge")
 
+#: derived grids and τ: rounded to cents (the paper's reading, Table 1; default) or unrounded
+BudgetRounding = Literal["cents", "none"]
+BUDGET_ROUNDINGS: tuple[BudgetRounding, ...] = ("cents", "none")
+
+#: Tok./Pass and USD/Pass numerators: every completed try of every attempt (the paper's §3.5
+#: "Attempted runs remain part of token and cost accounting"; default) or the selected trials'
+PerPassSpend = Literal["all", "selected"]
+PER_PASS_SPENDS: tuple[PerPassSpend, ...] = ("all", "selected")
+
 #: what a leaderboard can be ordered by (:meth:`~agentmeter.metrics.scorecard.Scorecard.ranked`)
 LEADERBOARD_SORTS = ("ams", "pass", "usd", "tok")

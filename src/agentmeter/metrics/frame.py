@@ -205,6 +205,9 @@ class CellMatrix:
     attempt: IntArray  # chosen attempt, -1 when missing
     #: repeated file reads of the selected trial (NaN when missing or not recorded)
     repeated_reads: FloatArray
+    #: ``spend_*`` of the selected attempt only (all its tries): ``--per-pass-spend selected``
+    attempt_spend_usd: FloatArray
+    attempt_spend_tokens: FloatArray
 
     @property
     def scored(self) -> BoolArray:
@@ -218,7 +221,8 @@ def cell_matrix(frame: TrialFrame) -> CellMatrix:
     state = np.zeros(shape, dtype=np.int8)
     nan = np.full(shape, np.nan)
     out = {k: nan.copy() for k in ("cost", "tokens", "turns", "interactions", "spend_usd",
-                                  "spend_tokens", "repeated_reads")}
+                                  "spend_tokens", "repeated_reads", "attempt_spend_usd",
+                                  "attempt_spend_tokens")}
     reward, passed = np.zeros(shape), np.zeros(shape)
     chosen_attempt = np.full(shape, -1, dtype=np.int64)
     if n == 0:
@@ -242,6 +246,16 @@ def cell_matrix(frame: TrialFrame) -> CellMatrix:
     tok_known = np.zeros(n_c * n_t, dtype=np.bool_)
     tok_known[cell_of_row[~np.isnan(tokens)]] = True
     spend_tok_cell[~tok_known] = np.nan  # no try of the cell exposed a token count
+    # spending of each attempt of the cell (all its tries), for the selected-attempt reading
+    n_att = int(frame.attempt.max()) + 1
+    key_row = cell_of_row * n_att + frame.attempt
+    att_usd = np.zeros(n_c * n_t * n_att)
+    np.add.at(att_usd, key_row, frame.cost_usd)
+    att_tok = np.zeros(n_c * n_t * n_att)
+    np.add.at(att_tok, key_row, np.where(np.isnan(tokens), 0.0, tokens))
+    att_known = np.zeros(n_c * n_t * n_att, dtype=np.bool_)
+    att_known[key_row[~np.isnan(tokens)]] = True
+    att_tok[~att_known] = np.nan
     sel = order[ends]
     sel_cell = cta[ends]
     sel_scored = SCORED_STATUS[frame.status[sel]]
@@ -265,6 +279,9 @@ def cell_matrix(frame: TrialFrame) -> CellMatrix:
     out["spend_usd"][ci, ti] = spend_usd_cell[ci * n_t + ti]
     out["spend_tokens"][ci, ti] = spend_tok_cell[ci * n_t + ti]
     chosen_attempt[ci, ti] = frame.attempt[rows]
+    att_key = (ci * n_t + ti) * n_att + frame.attempt[rows]
+    out["attempt_spend_usd"][ci, ti] = att_usd[att_key]
+    out["attempt_spend_tokens"][ci, ti] = att_tok[att_key]
     return CellMatrix(state, reward, passed, attempt=chosen_attempt, **out)
 
 

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, Field
 
 from agentmeter.metrics import agency, funnel
+from agentmeter.metrics import funnel_analyses as fa
 from agentmeter.metrics.agency_trials import cell_outcome, recorded_rounds
 from agentmeter.metrics.scorecard import Interval
 from agentmeter.metrics.uncertainty import intervals
@@ -110,8 +111,21 @@ class FunnelRow(BaseModel):
 class FunnelReport(BaseModel):
     tasks: list[str] = Field(description="the funnel tasks (some trial has the reward keys)")
     n_other_tasks: int = Field(description="tasks without differential-testing results")
-    rows: list[FunnelRow]
+    rows: list[FunnelRow] = Field(description="ranked by SM (FM where SM is n/a), highest "
+                                  "first")
     notes: list[str] = Field(default_factory=list)
+    # the paper's analyses (metrics/funnel_analyses.py), keyed by config id
+    complexity: dict[str, fa.Complexity] = Field(
+        default_factory=dict, description="RQ2: per config id, and 'all' pooled")
+    cost: dict[str, fa.Cost] = Field(default_factory=dict, description="RQ3, Table 3")
+    structure: dict[str, fa.Structure] = Field(
+        default_factory=dict, description="RQ4, Fig. 5: per config id, and 'oracle'")
+    robustness: dict[str, fa.Robustness] = Field(default_factory=dict, description="§5.1")
+    runtime: fa.RuntimeTable | None = Field(None, description="§5.1, Table 4")
+    models: dict[str, fa.Average] = Field(default_factory=dict, description="Table 2: per model, "
+                                          "the average over its configurations")
+    agents: dict[str, fa.Average] = Field(default_factory=dict, description="Table 2's bottom "
+                                          "row: per agent, the average over its models")
 
 
 def _cell_trial(ts: list[TrialRecord]) -> TrialRecord:
@@ -169,8 +183,10 @@ def funnel_report(data: StoredTrials, book: PriceBook | None = None,
     funnel_tasks = sorted({task for (_, task), p in parsed.items() if p is not None})
     all_tasks = {t.task_id for t in data.selected} | set(data.tasks)
     rows: list[FunnelRow] = []
+    by_config: dict[str, list[fa.Repo]] = {}
     for cfg in data.configs:
         scores: list[funnel.FunnelScore] = []
+        repos: list[fa.Repo] = []
         scored_tasks: list[str] = []
         spend: list[TrialRecord] = []
         n_without = 0
@@ -187,6 +203,7 @@ def funnel_report(data: StoredTrials, book: PriceBook | None = None,
                 scores.append(funnel.score_from_rates(p[0], p[1], n_cases=p[2]))
             scored_tasks.append(task)
             spend.append(t)
+            repos.append(_repo(task, t, scores[-1], _cost(t, cfg, book)))
         missing = len(funnel_tasks) - len(scores)
         if missing and scores:
             notes.append(f"{cfg.label}: {missing} funnel task(s) without a scored trial "
@@ -206,6 +223,7 @@ def funnel_report(data: StoredTrials, book: PriceBook | None = None,
                                         for t in spend]),
             completion_ktok_per_repo=_mean([None if t.usage.output is None
                                             else t.usage.output / 1e3 for t in spend])))
+        by_config[cfg.id] = repos
         if n_without:
             notes.append(f"{cfg.label}: {n_without} trial(s) on funnel tasks left no "
                          "differential-testing results: counted as failed builds")
@@ -215,8 +233,75 @@ def funnel_report(data: StoredTrials, book: PriceBook | None = None,
     elif len(all_tasks) > len(funnel_tasks):
         notes.append(f"{len(all_tasks) - len(funnel_tasks)} task(s) without differential-testing "
                      "results are not part of the funnel")
-    return FunnelReport(tasks=funnel_tasks, n_other_tasks=len(all_tasks) - len(funnel_tasks),
-                        rows=rows, notes=notes)
+    rows.sort(key=_rank)
+    report = FunnelReport(tasks=funnel_tasks, n_other_tasks=len(all_tasks) - len(funnel_tasks),
+                          rows=rows, notes=notes, runtime=None)
+    if funnel_tasks:
+        _analyses(report, by_config, data.configs)
+    return report
+
+
+def _rank(r: FunnelRow) -> tuple[float, float, str]:
+    """SM, highest first; where SM is n/a (no judge ran), FM stands in for it (what the
+    trial's reward is then); then FM; n/a last."""
+    s = r.summary
+    fm = s.fm if s is not None and s.fm is not None else -1.0
+    sm = s.sm if s is not None and s.sm is not None else fm
+    return (-sm, -fm, r.label)
+
+
+def _int(v: object) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
+def _num(v: object) -> float | None:
+    ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+    return float(v) if ok else None  # type: ignore[arg-type]
+
+
+def _repo(task: str, t: TrialRecord, sc: funnel.FunnelScore, usd: float | None) -> fa.Repo:
+    """What the analyses read from one selected trial: the verifier's keys (native runs) or the
+    imported row's fields (``import --format clitoolbench``)."""
+    x, r = t.extra, t.rewards
+    shape = x.get("structure") if isinstance(x.get("structure"), dict) else {}
+    assert isinstance(shape, dict)
+    oracle_ms, cand_ms = _num(r.get("oracle_ms_per_cmd")), _num(r.get("candidate_ms_per_cmd"))
+    if oracle_ms is None and cand_ms is None:  # imported: mean seconds per command
+        o, c = _num(x.get("oracle_time")), _num(x.get("time"))
+        oracle_ms, cand_ms = (None if o is None else o * 1e3), (None if c is None else c * 1e3)
+    return fa.Repo(
+        task=task, build=sc.build, exec=sc.exec, sm=sc.sm, fm=sc.fm,
+        oracle_loc=_int(x.get("oracle_loc")),
+        steps=None if t.turns is None else float(t.turns),
+        prompt_ktok=None if t.usage.input is None else t.usage.input / 1e3,
+        completion_ktok=None if t.usage.output is None else t.usage.output / 1e3, usd=usd,
+        files=_int(shape.get("files", x.get("files"))), loc=_int(shape.get("loc", x.get("loc"))),
+        oracle_files=_int(x.get("oracle_files")),
+        negative_cases=_num(r.get("negative_cases")),
+        negative_exit_agree=_num(r.get("negative_exit_agree")),
+        negative_output_match=_num(r.get("negative_output_match")),
+        oracle_ms=oracle_ms, candidate_ms=cand_ms)
+
+
+def _analyses(report: FunnelReport, by_config: dict[str, list[fa.Repo]],
+              configs: Sequence[ConfigRecord]) -> None:
+    report.complexity = {cid: fa.complexity(rs) for cid, rs in by_config.items()}
+    report.complexity["all"] = fa.complexity([r for rs in by_config.values() for r in rs])
+    report.cost = {cid: fa.cost(rs) for cid, rs in by_config.items()}
+    report.structure = {cid: fa.structure(rs) for cid, rs in by_config.items()}
+    report.structure["oracle"] = fa.oracle_structure([r for rs in by_config.values() for r in rs])
+    measured = any(r.negative_cases is not None for rs in by_config.values() for r in rs)
+    report.robustness = {cid: fa.robustness(rs, measured) for cid, rs in by_config.items()}
+    report.runtime = fa.runtime({cid: rs for cid, rs in by_config.items() if rs})
+    means = {r.config_id: {lv: getattr(r.summary, lv) for lv in fa.LEVELS}
+             for r in report.rows if r.summary is not None}
+    models: dict[str, list[tuple[str, dict[str, float | None]]]] = {}
+    agents: dict[str, list[tuple[str, dict[str, float | None]]]] = {}
+    for cfg in configs:
+        if cfg.id in means:
+            models.setdefault(cfg.model.name, []).append((cfg.id, means[cfg.id]))
+            agents.setdefault(cfg.agent.name, []).append((cfg.id, means[cfg.id]))
+    report.models, report.agents = fa.averages(models), fa.averages(agents)
 
 
 def _cost(t: TrialRecord, cfg: ConfigRecord, book: PriceBook | None) -> float | None:

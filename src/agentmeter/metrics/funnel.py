@@ -133,12 +133,18 @@ def _line_aligned_bound(a: str, b: str, cap: int) -> int:
     return total
 
 
+def side_effects_pass(executed: bool, equal: bool) -> bool:
+    """The one definition of the side-effect level, per case and per class alike: the candidate
+    exited 0 and its file-system changes equal the oracle's (a case "comparable", §3.2.1)."""
+    return executed and equal
+
+
 def verdict(case: CaseResult, threshold: float = FUZZY_THRESHOLD) -> CaseVerdict:
     """The case's indicators. A judge verdict is needed (None when missing: that level is n/a)
     for ``sm`` on comparable non-EM cases, for ``sm_fm`` on comparable non-FM cases and for
     ``sm_nogate`` on executed cases whose stdout differs beyond whitespace."""
     ex = case.candidate_exit == 0
-    comparable = ex and case.side_effects_equal
+    comparable = side_effects_pass(ex, case.side_effects_equal)
     same = ex and exact_match(case.oracle_stdout, case.candidate_stdout)
     em = comparable and same
     fm = comparable and (em or fuzzy_match(case.oracle_stdout, case.candidate_stdout, threshold))

@@ -24,7 +24,9 @@ from agentmeter.metrics.budgets import (
     BudgetSpec,
     DuplicateBudgets,
     derive_budgets,
+    rounding_notes,
 )
+from agentmeter.metrics.choices import BudgetRounding, PerPassSpend
 from agentmeter.metrics.cost import resolve_costs
 from agentmeter.metrics.diagnostics import delta_best, model_summaries, winners
 from agentmeter.metrics.effort import Calibration, calibrate
@@ -64,9 +66,15 @@ class ScoringSpec(BaseModel):
     tiers: Literal["calibrate", "stored"] = "calibrate"
     budget_quantiles: tuple[float, ...] = DEFAULT_QUANTILES
     budget_decimals: int = 2
+    budget_rounding: BudgetRounding = Field(
+        default="cents", description="derived grids and τ: rounded to budget_decimals places "
+        "(the paper's 'rounded tier-specific cost quantiles', Table 1 in cents) or unrounded")
     duplicate_budgets: DuplicateBudgets = Field(
         default="keep", description="derived grids: keep one point per quantile even when "
         "rounded points coincide (the paper's five), or merge them")
+    per_pass_spend: PerPassSpend = Field(
+        default="all", description="Tok./Pass and USD/Pass numerators: every completed try of "
+        "every attempt (the paper's §3.5) or the selected attempt's tries per (config, task)")
     reprice: bool = False
     resamples: int = Field(default=0, ge=0, description="bootstrap resamples; 0 = no CIs")
     ci_level: float = Field(default=0.95, gt=0, lt=1)
@@ -145,9 +153,12 @@ def prepare(frame: TrialFrame, spec: ScoringSpec | None = None, *,
     frame, pool, tier_source = _tiers_for(frame, spec, calibration, calibration_frame, notes)
     if budgets is None:
         costs, failed = _tiered_cost_pools(pool)
-        budgets = derive_budgets(costs, failed, spec.budget_quantiles, spec.budget_decimals,
+        decimals = spec.budget_decimals if spec.budget_rounding == "cents" else None
+        budgets = derive_budgets(costs, failed, spec.budget_quantiles, decimals,
                                  duplicates=spec.duplicate_budgets)
-        budget_source = "calibration quantiles"
+        if decimals is not None:
+            notes.extend(rounding_notes(costs, failed, spec.budget_quantiles, decimals))
+        budget_source = "calibration quantiles" + (" (unrounded)" if decimals is None else "")
     else:
         budget_source = budgets.source or "given"
     alpha = spec.alpha if spec.alpha is not None else (budgets.alpha or DEFAULT_ALPHA)
@@ -170,7 +181,11 @@ def prepare(frame: TrialFrame, spec: ScoringSpec | None = None, *,
         setups.append(TierSetup(tier=g, n_tasks=len(tasks), budgets=tb.budgets if tb else None,
                                 tau=tb.tau if tb else None))
     plan = ScoringPlan(tiers=(tier_plans[0], tier_plans[1], tier_plans[2]), alpha=alpha,
-                       infra=spec.infra_invalid)
+                       infra=spec.infra_invalid, spend=spec.per_pass_spend)
+    if spec.per_pass_spend == "selected":
+        notes.append("Tok./Pass and USD/Pass count the selected attempt's spending only (its "
+                     "tries, one attempt per configuration and task; --per-pass-spend all is "
+                     "the paper's every-attempt reading)")
     return Prepared(frame, cell_matrix(frame), plan, setups, tier_source, budget_source, notes)
 
 

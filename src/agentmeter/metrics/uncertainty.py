@@ -97,7 +97,7 @@ class AttemptCells:
         pick = np.argmax(avail & (rank == k[None]), axis=0)[None]
         fields = {}
         for name in ("state", "reward", "passed", "cost", "tokens", "turns", "interactions",
-                     "attempt", "repeated_reads"):
+                     "attempt", "repeated_reads", "attempt_spend_usd", "attempt_spend_tokens"):
             stacked = np.stack([getattr(c, name) for c in self.cells])
             fields[name] = np.take_along_axis(stacked, pick, axis=0)[0]
         return CellMatrix(spend_usd=self.spend_usd, spend_tokens=self.spend_tokens, **fields)

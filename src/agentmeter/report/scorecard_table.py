@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agentmeter.metrics import TIERS, ConfigRow, PassK, RankAgreement, Scorecard
+from agentmeter.metrics import funnel_analyses as fa
 from agentmeter.metrics.allocation import EffortAllocation, PassFailSplit
 from agentmeter.metrics.from_store import FUNNEL_DIMENSIONS, AgencyReport, FunnelReport
 from agentmeter.metrics.registry import PassKReport
@@ -228,7 +229,7 @@ def funnel_table(report: FunnelReport, title: str) -> RenderableType:
                         for v in variants),
                       _f(r.steps_per_repo, ".1f"), _f(r.prompt_ktok_per_repo, ".1f"),
                       _f(r.completion_ktok_per_repo, ".1f"), _usd(r.usd_per_repo))
-    return Group(table, *_funnel_breakdowns(report),
+    return Group(table, *_funnel_breakdowns(report), *funnel_analysis_tables(report),
                  Text("SM SD, SM ±90%: the CLI-Tool-Bench leaderboard's statistics of "
                       "per-repository SM (SD with n − 1, half-width 1.645·SD/√n); [low, high]: "
                       "bootstrap interval (--resamples)", style="dim"),
@@ -240,14 +241,14 @@ def _ci_pct(ci: Interval | None) -> str:
 
 
 def _funnel_breakdowns(report: FunnelReport) -> list[Table]:
-    """One table per dimension the tasks state (language, difficulty, domain): Build and FM per
-    group, with the number of repositories."""
+    """One table per dimension the tasks state (language, difficulty, domain): SM (the paper's
+    breakdown metric) with FM beside it per group, and the number of repositories."""
     tables = []
     for dim in FUNNEL_DIMENSIONS:
         groups = sorted({g for r in report.rows for g in r.breakdowns.get(dim, {})})
         if not groups:
             continue
-        t = Table(title=f"funnel by {dim}: Build / FM ≥ 0.8 (repos)", title_justify="left")
+        t = Table(title=f"funnel by {dim}: SM / FM ≥ 0.8 (repos)", title_justify="left")
         t.add_column("configuration")
         for g in groups:
             t.add_column(g, justify="right")
@@ -255,10 +256,112 @@ def _funnel_breakdowns(report: FunnelReport) -> list[Table]:
             cells = []
             for g in groups:
                 s = r.breakdowns.get(dim, {}).get(g)
-                cells.append(NA if s is None else f"{_pct(s.build)} / {_pct(s.fm)} ({s.n})")
+                cells.append(NA if s is None else f"{_pct(s.sm)} / {_pct(s.fm)} ({s.n})")
             t.add_row(_label(r.label, r.model), *cells)
         tables.append(t)
     return tables
+
+
+def _mmm(st: fa.Stat, fmt: str, usd: bool = False) -> list[str]:
+    f = _usd if usd else (lambda v: _f(v, fmt))
+    return [f(st.mean), f(st.min), f(st.max)]
+
+
+def funnel_analysis_tables(report: FunnelReport) -> list[RenderableType]:
+    """The paper's analyses (metrics/funnel_analyses.py): RQ2 complexity, RQ3 cost (Table 3),
+    RQ4 structure (Fig. 5), §5.1 robustness and runtime (Table 4), Table 2's averages."""
+    rows = [(r.config_id, _label(r.label, r.model)) for r in report.rows]
+    out: list[RenderableType] = []
+    if report.complexity:
+        t = Table(title="RQ2 complexity: SM by oracle LOC (easy ≤ 1500 < medium < 4000 ≤ hard; "
+                  "repos); trend: LOESS of SM on log10 LOC, slope per ×10 LOC",
+                  title_justify="left")
+        for col in ("configuration", "easy", "medium", "hard", "LOESS (LOC: SM)", "slope/decade"):
+            t.add_column(col, justify="left" if col == "configuration" else "right")
+        for cid, label in [*rows, ("all", "all configurations")]:
+            c = report.complexity.get(cid)
+            if c is None:
+                continue
+            t.add_row(label, *(f"{_pct(b.sm)} ({b.n})" for b in
+                               (c.buckets[k] for k in ("easy", "medium", "hard"))),
+                      ", ".join(f"{loc:.0f}: {v:.0%}" for loc, v in c.loess) or NA,
+                      NA if c.slope_per_decade is None else f"{c.slope_per_decade:+.3f}")
+        out.append(t)
+    if report.cost:
+        t = Table(title="RQ3 cost per repository (Table 3): avg / min / max", title_justify="left")
+        t.add_column("configuration")
+        for grp in ("Steps", "Prompt K", "Comp. K", "USD"):
+            for m in ("avg", "min", "max"):
+                t.add_column(f"{grp} {m}", justify="right")
+        for cid, label in rows:
+            co = report.cost.get(cid)
+            if co is not None:
+                t.add_row(label, *_mmm(co.steps, ".1f"), *_mmm(co.prompt_ktok, ".1f"),
+                          *_mmm(co.completion_ktok, ".1f"), *_mmm(co.usd, "", usd=True))
+        out.append(t)
+    if report.structure:
+        t = Table(title="RQ4 structure: files and lines the agent wrote per repository "
+                  "(median \\[q1–q3], min–max)", title_justify="left")
+        for col in ("configuration", "repos", "files", "lines"):
+            t.add_column(col, justify="left" if col == "configuration" else "right")
+        for cid, label in [*rows, ("oracle", "oracle (human)")]:
+            st = report.structure.get(cid)
+            if st is None:
+                continue
+            t.add_row(label, str(st.files.n), _dist(st.files), _dist(st.loc))
+        out.append(t)
+    if any(r.n for r in report.robustness.values()):
+        t = Table(title="§5.1 robustness: positive cases (Exec) vs negative cases (the oracle "
+                  "fails): the candidate fails too / and prints the same (FM of stdout+stderr)",
+                  title_justify="left")
+        for col in ("configuration", "repos", "negative cases", "positive Exec",
+                    "negative: exit agrees", "negative: output matches"):
+            t.add_column(col, justify="left" if col == "configuration" else "right")
+        for cid, label in rows:
+            rb = report.robustness.get(cid)
+            if rb is not None and rb.n:
+                t.add_row(label, str(rb.n), str(rb.negative_cases), _pct(rb.positive_exec),
+                          _pct(rb.negative_exit_agree), _pct(rb.negative_output_match))
+        out.append(t)
+    rt = report.runtime
+    if rt is not None and any(x.n for x in rt.own.values()):
+        t = Table(title=f"§5.1 runtime (Table 4): ms per command; common = the "
+                  f"{len(rt.common_tasks)} repositories every configuration built and executed "
+                  f"(oracle {_f(rt.oracle_common_ms, '.2f')} ms)", title_justify="left")
+        for col in ("configuration", "common: candidate ms", "common: ×oracle", "own repos",
+                    "own: oracle ms", "own: candidate ms", "own: ×oracle"):
+            t.add_column(col, justify="left" if col == "configuration" else "right")
+        for cid, label in rows:
+            cm, o = rt.common.get(cid), rt.own.get(cid)
+            if o is None:
+                continue
+            t.add_row(label, _f(cm.candidate_ms if cm else None, ".2f"),
+                      _times(cm.ratio if cm else None), str(o.n), _f(o.oracle_ms, ".2f"),
+                      _f(o.candidate_ms, ".2f"), _times(o.ratio))
+        out.append(t)
+    for title, groups in (("Table 2: per model, averaged over its configurations",
+                           report.models),
+                          ("Table 2: per agent, averaged over its models", report.agents)):
+        if not groups:
+            continue
+        t = Table(title=title, title_justify="left")
+        for col in ("group", "configs", "Build", "Exec", "EM", "FM", "SM"):
+            t.add_column(col, justify="left" if col == "group" else "right")
+        for name, avg in sorted(groups.items(), key=lambda kv: -(kv[1].sm or -1.0)):
+            t.add_row(name, str(len(avg.configs)),
+                      *(_pct(getattr(avg, lv)) for lv in ("build", "exec", "em", "fm", "sm")))
+        out.append(t)
+    return out
+
+
+def _dist(d: fa.Distribution) -> str:
+    if d.n == 0:
+        return NA
+    return (f"{d.median:g} [{d.q1:g}–{d.q3:g}], {d.min:g}–{d.max:g}")
+
+
+def _times(v: float | None) -> str:
+    return NA if v is None else f"{v:.2f}×"
 
 
 def _rise(v: float | None) -> str:

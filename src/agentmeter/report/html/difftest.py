@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from agentmeter.metrics.funnel import side_effects_pass
 from agentmeter.records import CaseOutcome
 from agentmeter.report.html.fmt import NA, esc, pct, usd
 
@@ -32,7 +33,7 @@ MAX_CASES = 5000
 OPEN_FAILING = 5
 LEVELS = (("exec", "Exec"), ("side_effects", "SE"), ("em", "EM"), ("fm", "FM"), ("sm", "SM"))
 #: outcome -> (sort order, label)
-OUTCOMES = {"fail": (0, "failing"), "error": (1, "not run / framework error"),
+OUTCOMES = {"fail": (0, "failing"), "error": (1, "not run / not built / framework error"),
             "pass": (2, "passing"), "excluded": (3, "excluded (the oracle failed)")}
 
 
@@ -142,7 +143,10 @@ def judge_summary(extra: Mapping[str, Any]) -> str | None:
 
 def _summary(rewards: Mapping[str, float], extra: Mapping[str, Any]) -> str:
     build = rewards.get("build")
-    items = [("build", NA if build is None else ("passed" if build else "failed"))]
+    cause = extra.get("build_cause")
+    items = [("build", NA if build is None else ("passed" if build else "failed (a candidate "
+                                                 "failure" + (f": {cause}" if cause else "")
+                                                 + "; see install.log)"))]
     ep = extra.get("entry_point")
     if isinstance(ep, dict):
         found = ep.get("found")
@@ -161,7 +165,8 @@ def _summary(rewards: Mapping[str, float], extra: Mapping[str, Any]) -> str:
     counts = [f"{int(rewards[k])} {label}" for k, label in (
         ("cases_total", "cases"), ("cases_valid", "valid"),
         ("cases_oracle_failed", "excluded (oracle failed)"),
-        ("cases_framework_error", "framework errors"), ("cases_not_run", "not run"))
+        ("cases_framework_error", "framework errors"), ("cases_not_run", "not run"),
+        ("cases_not_built", "not run: the candidate did not build"))
         if isinstance(rewards.get(k), int | float)]
     if counts:
         items.append(("cases", " · ".join(counts)))
@@ -264,7 +269,9 @@ def _case(c: CaseOutcome, outcome: str, opened: bool, budget: Budget, cols: int)
     exits = (f'<td class="num">{NA if c.oracle_exit is None else c.oracle_exit}</td>'
              f'<td class="num">{NA if c.candidate_exit is None else c.candidate_exit}'
              f'{" ⏱" if c.candidate_timed_out else ""}</td>')
-    flags = (_flag(c.exec, "Exec") + _flag(c.side_effects, "side effects") + _flag(c.em, "EM")
+    # SE as the class table's column: Exec and equal side effects (funnel.side_effects_pass)
+    se = side_effects_pass(c.exec, c.side_effects) if c.status == "valid" else None
+    flags = (_flag(c.exec, "Exec") + _flag(se, "SE") + _flag(c.em, "EM")
              + _flag(c.fm, f"FM{sim}") + _flag(c.judge, "judge") + _flag(c.sm, "SM"))
     head = (f'<tr class="case-head"><td><button type="button" class="case-toggle" '
             f'aria-expanded="{"true" if opened else "false"}">{esc(c.id)}</button></td>'

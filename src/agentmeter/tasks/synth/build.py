@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentmeter.tasks.synth import assist
 from agentmeter.tasks.synth import generate as gen
 from agentmeter.tasks.synth.assist import ModelUse
-from agentmeter.tasks.synth.helpwalk import HelpError, walk
+from agentmeter.tasks.synth.helpwalk import HelpError, draft_values, walk
 from agentmeter.tasks.synth.oracle import OracleSandbox, load_for_synthesis
 from agentmeter.tasks.synth.prompt import PromptInput, Sample, render
 from agentmeter.tasks.synth.replay import replay
@@ -57,10 +57,28 @@ class SynthRecord(BaseModel):
     custom_sanitizer: bool = False
     #: model-assisted mode: the auxiliary model's rounds and cost (task construction)
     model: ModelUse | None = None
+    #: help mode: the schema file written and its placeholder values to edit (``class ›
+    #: param: values``; helpwalk.draft_values)
+    schema_file: str | None = None
+    draft_values: list[str] = Field(default_factory=list)
 
 
 class SynthError(RuntimeError):
     """Synthesis cannot go on (one line)."""
+
+
+def placeholder_hint(target: Path, schema: Schema, shown: int = 8) -> str:
+    """Where the drafted schema is and which of its values are placeholders to edit: the
+    value pools drafted from --help are generic (paths into the draft fixtures, words, small
+    numbers); edit them, and the fixtures, in ``target``, then rerun ``difftest synth`` on the
+    task (schema mode: no --from-help)."""
+    drafts = draft_values(schema)
+    listed = "; ".join(drafts[:shown]) + (f"; … {len(drafts) - shown} more"
+                                          if len(drafts) > shown else "")
+    return (f"the schema drafted from --help is {target} with placeholder values: edit the "
+            f"parameters' \"values\" (and \"fixtures\") there so the oracle accepts them, then "
+            f"run `agentmeter difftest synth {target.parent}` (without --from-help)"
+            + (f"; drafted values: {listed}" if drafts else ""))
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -172,6 +190,7 @@ async def _synth(task_dir: Path, mode: Mode, seed: int, per_class: int, start_py
                 target = _schema_target(task_dir)
                 write_atomic(target, dump_schema(schema))
                 rec.source = f"--help ({target.name})"
+                rec.schema_file, rec.draft_values = str(target), draft_values(schema)
             if mode == "model":
                 assert model is not None
                 schema, rec.model = await _assisted(box, task_dir, model, rec.help, seed,
@@ -197,8 +216,11 @@ async def _synth(task_dir: Path, mode: Mode, seed: int, per_class: int, start_py
         made = gen.generate(schema, seed, per_class)
         cases, rec.duplicates, rec.generated = made.cases, made.duplicates, len(made.cases)
     if not cases:
+        hint = ""
+        if mode == "help" and schema is not None and rec.schema_file:
+            hint = "; " + placeholder_hint(Path(rec.schema_file), schema)
         raise SynthError(f"{task_dir}: no case left (invalid classes: "
-                         f"{', '.join(rec.invalid_classes) or 'none'})")
+                         f"{', '.join(rec.invalid_classes) or 'none'}){hint}")
     rec.cases = len(cases)
     tests = task_dir / "tests"
     tests.mkdir(exist_ok=True)

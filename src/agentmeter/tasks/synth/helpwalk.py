@@ -340,3 +340,21 @@ def walk(run: Run, argv: list[str], command: str | None = None,
     schema = Schema(command=command or argv[-1].rsplit("/", 1)[-1], fixtures=Fixtures(files=DRAFT_FILES),
                     classes=list(unique.values()))
     return Walked(schema=schema, help=pages)
+
+
+def draft_values(schema: Schema) -> list[str]:
+    """The drafted values a task author should edit: each parameter whose pool is one of the
+    generic drafts (paths over the draft fixtures, words, int 1–5, float 0–1), as
+    ``class › param: values``. Choices read from the help page are real, and not listed."""
+    generic = [v for pool in _POOLS.values() for v in pool]
+    out = []
+    for cls in schema.classes:
+        for p in cls.params:
+            if p.type in ("int", "float") and not p.values and (p.min, p.max) in ((1, 5), (0, 1)):
+                shown = f"{p.type} {p.min:g}–{p.max:g}"
+            elif p.type in ("str", "path") and p.values and set(p.values) <= set(generic):
+                shown = ", ".join(p.values)
+            else:
+                continue
+            out.append(f"{cls.name} › {p.name}: {shown}")
+    return out

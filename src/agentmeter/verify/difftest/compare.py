@@ -77,6 +77,8 @@ class BuildRecord(BaseModel):
     bin_new: list[str] = Field(default_factory=list)
     help: dict[str, dict[str, Any]] = Field(default_factory=dict)
     log: str = ""
+    #: files, loc, directories, depth of what the agent wrote (engine.structure)
+    structure: dict[str, int] = Field(default_factory=dict)
 
 
 def sanitize(text: str, cfg: DifftestConfig) -> str:
@@ -124,13 +126,18 @@ def _judged(o: CaseOutcome) -> CaseOutcome:
 
 
 def outcomes(cases: list[Case], records: dict[str, CaseRecord], cfg: DifftestConfig,
-             keys: dict[str, str]) -> list[CaseOutcome]:
-    """Every case's outcome before any judge verdict (SM variants that need one are None)."""
+             keys: dict[str, str], built: bool = True) -> list[CaseOutcome]:
+    """Every case's outcome before any judge verdict (SM variants that need one are None).
+    When the candidate did not build, no case ran for it: each is ``not_built`` (a candidate
+    failure), never a framework error."""
     out: list[CaseOutcome] = []
     for case in cases:
         base = CaseOutcome(id=case.id, cls=case.cls, key=keys[case.cls], command=case.command,
                            status="not_run")
         r = records.get(case.id)
+        if not built:
+            out.append(base.model_copy(update={"status": "not_built"}))
+            continue
         if r is None:
             out.append(base)
             continue
@@ -148,6 +155,10 @@ def outcomes(cases: list[Case], records: dict[str, CaseRecord], cfg: DifftestCon
                        candidate_fs={p: ch.type for p, ch in c.fs_diff.items()},
                        side_effects=side_effects_equal(o.fs_diff, c.fs_diff,
                                                        bool(cfg.compare_truncated_content)))
+        if c is not None and o.exit != 0:  # a negative case: paper §5.1's robustness
+            agree = c.exit != 0
+            upd.update(error_agree=agree, error_output_match=agree and funnel.fuzzy_match(
+                sanitize(o.stdout + o.stderr, cfg), sanitize(c.stdout + c.stderr, cfg)))
         outcome = base.model_copy(update=upd)
         if outcome.status == "valid":
             outcome = _judged(outcome)
@@ -182,8 +193,8 @@ def rewards(build: BuildRecord, results: list[CaseOutcome],
         for key, os_ in sorted(by_class.items()):
             rates[key] = {}
             for level in levels:
-                vals = [(o.exec and o.side_effects) if level == "side_effects"
-                        else getattr(o, level) for o in os_]
+                vals = [funnel.side_effects_pass(o.exec, o.side_effects)
+                        if level == "side_effects" else getattr(o, level) for o in os_]
                 if any(v is None for v in vals):
                     continue  # a judge verdict is missing: this class's level is n/a
                 rates[key][level] = named[f"{key}.{level}"] = sum(map(bool, vals)) / len(vals)
@@ -192,9 +203,28 @@ def rewards(build: BuildRecord, results: list[CaseOutcome],
               "cases_valid": sum(o.status == "valid" for o in results),
               "cases_oracle_failed": sum(o.status == "oracle_failed" for o in results),
               "cases_framework_error": sum(o.status == "framework_error" for o in results),
-              "cases_not_run": sum(o.status == "not_run" for o in results)}
+              "cases_not_run": sum(o.status == "not_run" for o in results),
+              "cases_not_built": sum(o.status == "not_built" for o in results)}
     named.update({k: float(v) for k, v in counts.items()})
+    named.update(robustness(build, results))
     return named, funnel.score_from_rates(build.build, rates, counts["cases_valid"])
+
+
+def robustness(build: BuildRecord, results: list[CaseOutcome]) -> dict[str, float]:
+    """Paper §5.1, "Robustness to Invalid Inputs": the negative cases (the oracle exited
+    non-zero), which no funnel level scores, scored for the candidate: ``negative_cases``, the
+    share where the candidate also exited non-zero (``negative_exit_agree``) and where in
+    addition its merged stdout+stderr fuzzy-matches the oracle's (``negative_output_match``,
+    τ = 0.8; error text usually goes to stderr). Nothing when the candidate did not build (no
+    case ran; the analysis scores that repository 0, Eq. 4's rule)."""
+    if not build.build:
+        return {}
+    ran = [o for o in results if o.status == "oracle_failed" and o.error_agree is not None]
+    if not ran:
+        return {"negative_cases": 0.0}
+    return {"negative_cases": float(len(ran)),
+            "negative_exit_agree": sum(bool(o.error_agree) for o in ran) / len(ran),
+            "negative_output_match": sum(bool(o.error_output_match) for o in ran) / len(ran)}
 
 
 def ms_per_command(records: dict[str, CaseRecord]) -> dict[str, float]:

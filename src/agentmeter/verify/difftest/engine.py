@@ -351,6 +351,7 @@ def install_candidate(cfg: dict[str, Any], side: Side) -> dict[str, Any]:
     t0 = time.monotonic()
     prepare = run_as(side, " && ".join(steps), cwd="/", env=env, timeout=cfg["install_timeout_sec"])
     before = set(os.listdir(side.bin_dir)) if os.path.isdir(side.bin_dir) else set()
+    shape = structure(src)  # what the agent wrote, before the install adds its build files
     if prepare["exit"] != 0:
         result = prepare
     else:
@@ -373,7 +374,45 @@ def install_candidate(cfg: dict[str, Any], side: Side) -> dict[str, Any]:
     return {"install_exit": result["exit"], "timed_out": result["timed_out"],
             "duration_s": round(time.monotonic() - t0, 3), "resolved": resolved,
             "build": result["exit"] == 0 and (resolved or not cfg["build_requires_command"]),
-            "bin_new": sorted(after - before), "help": helps, "log": log[-(64 << 10):]}
+            "bin_new": sorted(after - before), "help": helps, "log": log[-(64 << 10):],
+            "structure": shape}
+
+
+#: files above this size are counted as files, not read for lines; and no more than
+#: LOC_READ_TOTAL bytes are read for lines in all (then files are still counted)
+LOC_READ_MAX = 1 << 20
+LOC_READ_TOTAL = 256 << 20
+
+
+def structure(root: str) -> dict[str, int]:
+    """The repository the agent wrote (paper RQ4, Fig. 5): regular files, their lines (text
+    files only: no NUL byte in the first 8 KiB), directories below the root, and the depth of
+    the deepest file (a file at the root: 1). Symlinks are not followed or counted."""
+    files = loc = dirs = depth = read = 0
+    for cur, subdirs, names in os.walk(root):
+        rel = os.path.relpath(cur, root)
+        level = 0 if rel == "." else rel.count(os.sep) + 1
+        dirs += sum(1 for d in subdirs if not os.path.islink(os.path.join(cur, d)))
+        for name in names:
+            path = os.path.join(cur, name)
+            if os.path.islink(path) or not os.path.isfile(path):
+                continue
+            files += 1
+            depth = max(depth, level + 1)
+            try:
+                size = os.path.getsize(path)
+                if size > LOC_READ_MAX or read + size > LOC_READ_TOTAL:
+                    continue
+                read += size
+                # no symlink followed, no FIFO waited on (the tree is the candidate's)
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+                with os.fdopen(fd, "rb") as f:
+                    data = f.read(LOC_READ_MAX)
+            except OSError:
+                continue
+            if b"\0" not in data[:8192]:
+                loc += data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+    return {"files": files, "loc": loc, "directories": dirs, "depth": depth}
 
 
 # --- main --------------------------------------------------------------------------------------

@@ -123,7 +123,7 @@ class DifftestVerifier:
                        artifacts: list[VerifierArtifact], duration_s: float,
                        timed_out: bool) -> Verdict:
         keys = class_keys(cases)
-        results = compare.outcomes(cases, records, cfg, keys)
+        results = compare.outcomes(cases, records, cfg, keys, built=build.build)
         judged = ctx.judge is not None
         if ctx.judge is not None and build.build:
             results = await judge_outcomes(results, cfg, ctx.judge)
@@ -132,6 +132,9 @@ class DifftestVerifier:
         metric = "sm" if judged else "fm"
         reward = score.sm if judged else score.fm
         problems: list[str] = []
+        if not build.build:  # a candidate failure: Build = 0, no case is a framework error
+            problems.append(f"the candidate did not build ({build_cause(build)}); "
+                            "see install.log")
         if timed_out:
             problems.append(f"the difftest engine timed out after {ctx.timeout_s:.0f}s; "
                             f"{int(named['cases_not_run'])} cases did not run")
@@ -141,8 +144,16 @@ class DifftestVerifier:
             problems.append("no case was valid for scoring" if not named.get("cases_valid")
                             else "a judge verdict is missing")
         artifacts += self._write_artifacts(ctx, keys, build, results)
-        extra = {"reward_metric": metric, "difftest_classes": {v: k for k, v in keys.items()},
-                 "entry_point": entry_point_report(cfg.cli_name, build)}
+        extra: dict[str, object] = {
+            "reward_metric": metric, "difftest_classes": {v: k for k, v in keys.items()},
+            "entry_point": entry_point_report(cfg.cli_name, build)}
+        if build.structure:
+            extra["structure"] = build.structure
+        oracle_loc = task.metadata_extra.get("oracle_loc")
+        if isinstance(oracle_loc, int) and not isinstance(oracle_loc, bool) and oracle_loc >= 0:
+            extra["oracle_loc"] = oracle_loc  # the complexity analysis's x (paper RQ2)
+        if not build.build:
+            extra["build_cause"] = build_cause(build)
         return Verdict(reward=reward, rewards=named, pass_threshold=task.pass_threshold,
                        problem="; ".join(problems) or None, artifacts=tuple(artifacts),
                        command_s=duration_s, extra=extra)
@@ -169,6 +180,22 @@ class DifftestVerifier:
                            f"{build.resolved}; new executables: {build.bin_new}\n{build.log}")
         out.append(ctx.add_artifact("install.log", install, "verifier_output"))
         return out
+
+
+def build_cause(build: compare.BuildRecord) -> str:
+    """Why the candidate did not build, in one line, from the install log: a timeout, a
+    missing command, or the log's last error-looking line (the whole log is install.log)."""
+    if build.timed_out:
+        return f"the install timed out after {build.duration_s or 0:.0f}s"
+    if build.install_exit == 0 and not build.resolved:
+        new = ", ".join(build.bin_new) or "none"
+        return f"the install succeeded but did not install the command (new executables: {new})"
+    lines = [ln.strip() for ln in build.log.splitlines() if ln.strip()]
+    marks = ("error", "fatal", "cannot", "could not", "not found", "no such", "failed",
+             "missing", "no matching")
+    hits = [ln for ln in lines if any(m in ln.lower() for m in marks)]
+    tail = (hits or lines or ["(empty install log)"])[-1]
+    return f"install exit {build.install_exit}: {tail[:300]}"
 
 
 def entry_point_report(expected: str, build: compare.BuildRecord) -> dict[str, object]:
