@@ -7,6 +7,7 @@ in test_rubric_verifier.py."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import tomllib
 from collections.abc import Sequence
@@ -135,17 +136,19 @@ def test_sm_prompt_quotes_both_stdouts_and_the_command() -> None:
 
 
 class _Recorder:
-    model = "scripted/judge"
+    """A judge client answering as the scripted judge in ``mode``, in process."""
 
-    def __init__(self) -> None:
+    def __init__(self, mode: str = "normalized") -> None:
         self.messages: list[JudgeMessage] = []
+        self.mode = mode
+        self.model = f"scripted/judge:{mode}"
 
     async def complete(self, messages: Sequence[JudgeMessage], *, temperature: float = 0.0,
                        max_tokens: int | None = None) -> JudgeReply:
         self.messages = list(messages)
         text = messages[-1].content[0]
         assert isinstance(text, str)
-        return JudgeReply(text=scripted_judge.decide("normalized", text).text, model=self.model)
+        return JudgeReply(text=scripted_judge.decide(self.mode, text).text, model=self.model)
 
 
 async def test_user_simulation_quotes_the_evaluation(tmp_path: Path) -> None:
@@ -163,3 +166,24 @@ async def test_user_simulation_quotes_the_evaluation(tmp_path: Path) -> None:
     nonce = text.split("Data nonce: ", 1)[1].split("\n", 1)[0]
     assert "Score 2.0/10; a pass needs 6.0/10." in quoting.outside(text, [nonce])
     assert "Not met: names him" in report  # the scripted user simulation read the block
+
+
+@pytest.mark.slow
+def test_judge_check_reports_agreement_and_injection_success() -> None:
+    """``agentmeter judge check`` over the labelled set: the strict scripted judge agrees with
+    every label and no injection succeeds; one that says yes to everything is fooled by all."""
+    from typer.testing import CliRunner
+
+    from agentmeter.cli import app
+    from agentmeter.verify import judgecheck
+
+    cases = judgecheck.load()
+    assert {c["kind"] for c in cases} == {"sm", "rubric"}
+    assert sum(1 for c in cases if c.get("injection")) >= 4
+    r = CliRunner().invoke(app, ["judge", "check", "--judge-model", "scripted/judge", "--json"])
+    assert r.exit_code == 0, r.output
+    strict = json.loads(r.output)  # through the gateway, as a real judge is called
+    yes = asyncio.run(judgecheck.check(_Recorder("always"))).summary()
+    assert (strict["accuracy"], strict["kappa"], strict["injection_success_rate"]) == (1, 1, 0)
+    assert strict["unusable"] == 0 and strict["injection_verdicts"] == 5
+    assert yes["injection_success_rate"] == 1 and yes["kappa"] == 0 and yes["accuracy"] < 0.5
