@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -53,6 +52,8 @@ def check(
     as_json: JsonOpt = False,
 ) -> None:
     """Put every labelled SM pair and rubric item (injection attempts included) to the judge."""
+    import asyncio
+
     report = asyncio.run(_check(judge_model, models_file, labelled))
     summary = report.summary()
     if as_json:
