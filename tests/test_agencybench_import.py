@@ -84,7 +84,16 @@ def test_every_scenario_has_the_design_layout(imported: Path) -> None:
             items = rubric["items"]
             assert items, f"{scen.name}/{step}: empty rubric"
             assert rubric["rubric"]["scoring"] in ("items", "judges")
-            assert {i["check"] for i in items} == {"text_judge"}
+            plan = scen / "steps" / step / "tests" / "capture_plan.json"
+            if cap in ("game", "frontend"):  # the paper: text and vision judges, their mean
+                assert {i["check"] for i in items} == {"text_judge", "vision_judge"}
+                text = [i for i in items if i["check"] == "text_judge"]
+                assert [i["id"] for i in items if i["check"] == "vision_judge"] == [
+                    f"vision-{i['id']}" for i in text]
+                assert rubric["rubric"]["scoring"] == "judges"
+                assert json.loads(plan.read_text())["actions"][-1]["type"] == "screenshot"
+            else:
+                assert {i["check"] for i in items} == {"text_judge"} and not plan.exists()
             ids = [i["id"] for i in items]
             assert len(set(ids)) == len(ids)
             assert all(i["description"].strip() and i["weight"] > 0 for i in items)
@@ -348,3 +357,75 @@ def test_imported_suite_loads_with_the_task_loader(imported: Path) -> None:
     assert task.scenario is not None and task.scenario.id == "game-scenario4"
     assert task.scenario_position == 2 and task.scenario.max_attempts == 2
     assert task.verifier_kind == "rubric" and task.pass_threshold == 0.6
+
+
+# --- graded as the paper grades them, with the scripted judge ----------------------------------
+
+
+def _scripted_score(task: Any, work: Path) -> float:
+    """The step's 0-10 score under the scripted judge, as the rubric verifier computes it, for
+    a working directory ``work`` (no capture: a quitter's page has nothing to show)."""
+    from agentmeter.gateway.scripted.rubric import answer
+    from agentmeter.verify.rubric import judging
+    from agentmeter.verify.rubric.checks import Deliverables
+    from agentmeter.verify.rubric.config import Check
+    from agentmeter.verify.rubric.verifier import rubric_of, seeds_of
+
+    rubric, _ = rubric_of(task)
+    inputs = judging.JudgeInputs(task_id=task.id, instruction=task.instruction, checks=[],
+                                 deliverables=Deliverables(work, seeds=seeds_of(task)))
+    scores, met = [], 0.0
+    kinds: tuple[tuple[judging.JudgeKind, Check], ...] = (("text", "text_judge"),
+                                                          ("vision", "vision_judge"))
+    for kind, check in kinds:
+        items = rubric.judged(check)
+        if items:
+            text = judging.prompt(kind, items, inputs)[1].content[0]
+            assert isinstance(text, str)
+            got = judging.parse_reply(kind, answer("normalized", text), items,
+                                      rubric.rubric.scoring)
+            assert got is not None
+            scores.append(got.score)
+            met += sum(i.weight for i in items if got.items[i.id][0])
+    if rubric.rubric.scoring == "judges":
+        return sum(scores) / len(scores)
+    return 10 * met / sum(i.weight for i in rubric.items)
+
+
+@pytest.fixture(scope="module")
+def loaded(imported: Path) -> Any:
+    from agentmeter.tasks.suite import load_suite
+
+    return load_suite(imported)
+
+
+def test_a_quitter_passes_no_imported_scenario(loaded: Any, tmp_path: Path) -> None:
+    """The agent does nothing: its working directory holds what the steps seeded (the released
+    assets) and nothing else; the first step of every scenario, and every step of MCP 2 (which
+    scored 10/10 on all five), stay below the pass threshold."""
+    suite = loaded
+    for task in suite.tasks:
+        if task.scenario_position != 1 and not task.id.startswith("mcp-scenario2."):
+            continue
+        work = tmp_path / task.id
+        work.mkdir()
+        for earlier in suite.tasks:  # the quitter's workspace: every step's seed so far
+            if earlier.scenario == task.scenario and earlier.step_workdir is not None and \
+                    (earlier.scenario_position or 0) <= (task.scenario_position or 0):
+                shutil.copytree(earlier.step_workdir, work, dirs_exist_ok=True)
+        score = _scripted_score(task, work)
+        assert score / 10 < task.pass_threshold, (task.id, score)
+
+
+def test_directories_the_agent_makes_are_evidence(loaded: Any, tmp_path: Path) -> None:
+    """MCP 2 step 1 asks for a directory tree: made, it is judged met (was: regular files only
+    shown, a correct agent scored 0); the released desktop alone scores 0."""
+    task = next(t for t in loaded.tasks if t.id == "mcp-scenario2.subtask1")
+    assert task.step_workdir is not None
+    work = tmp_path / "w"
+    shutil.copytree(task.step_workdir, work)
+    assert _scripted_score(task, work) == 0
+    for d in ("dev_bundle/tests", "dev_bundle/source", "data_warehouse/legacy_archives",
+              "data_warehouse/active_datasets", "knowledge_base"):
+        (work / "desktop_2" / "workspace_v2" / d).mkdir(parents=True)
+    assert _scripted_score(task, work) == 10

@@ -10,6 +10,7 @@ directory) and writes one scenario directory per scenario into ``dest``:
     <dest>/<capability>-scenario<N>/tests/agencybench/description.json   the released file
     <dest>/<capability>-scenario<N>/steps/subtask<k>/instruction.md      the prompt (§2.4)
     <dest>/<capability>-scenario<N>/steps/subtask<k>/tests/rubric.toml   text_judge items
+    <dest>/<capability>-scenario<N>/steps/subtask<k>/tests/capture_plan.json   visual only
     <dest>/<capability>-scenario<N>/steps/subtask1/workdir/...           the released assets
 
 Prompt rule (``prompt_mode = "released"``): the raw subtask text; Research 2 sends query +
@@ -18,12 +19,19 @@ rubric, naming the answers, visible). ``prompt_mode = "query_only"`` sends query
 for every object-shaped subtask. Rubrics: one ``text_judge`` item per released criterion; a
 graded ladder ("Score 10: …", "8 points: …") becomes one judged item scored by the judge's 0–10
 (``scoring = "judges"``); a subtask without criteria gets one item built from its deliverables
-or text, so no rubric is empty. Everything is parsed before anything is written, and the output
-is written into a temporary sibling directory renamed to ``dest`` at the end.
+or text, so no rubric is empty. Visual scenarios (Game, Frontend; spec §3.4) are graded as the
+paper grades them: each step gets a capture plan (open ``index.html`` at 1280×1024, wait for the
+scenario's selector, record the title and the page's opening HTML, one full-page screenshot) and
+every criterion is judged twice, by the text judge and the vision judge (``vision-<id>``), with
+``scoring = "judges"``: the step's score is the mean of the two judges' 0–10 scores. Released
+assets are copied into the first step's ``workdir/`` when the source tree has them (reported
+when it does not). Everything is parsed before anything is written, and the output is written
+into a temporary sibling directory renamed to ``dest`` at the end.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -62,6 +70,17 @@ ASSETS: dict[str, tuple[str, str]] = {
 #: MCP 2 also starts with an empty desktop_2/ where the new tree is built
 EMPTY_DIRS: dict[str, tuple[str, ...]] = {"mcp-scenario2": ("desktop_2",)}
 WORKDIR = "/workspace"
+#: capabilities graded by the text and vision judges from a browser capture (spec §0, §3.4)
+VISUAL = frozenset({"game", "frontend"})
+#: spec §3.4 step 4: the selector the released capture waits for (none for Game 2 and 6)
+WAIT_FOR: dict[str, str] = {
+    **{f"game-scenario{n}": ".intersection" for n in (1, 4, 5, 8, 10)},
+    "frontend-scenario2": ".intersection", "game-scenario3": "#snake-grid, .cell",
+    "game-scenario9": ".cell", "game-scenario7": "#jump-stage, .platform",
+    "frontend-scenario1": "[data-state], svg", "frontend-scenario3": "#view-3d",
+}
+#: the released capture's budget per attempt (``SANDBOX_TIMEOUT_SEC``, spec §0)
+CAPTURE_TIMEOUT_SEC = 20
 #: Debian packages per capability on top of the common ones (python3, git, make, g++)
 _PACKAGES = {"backend": "default-jdk-headless", "code": "python3-numpy python3-pandas "
              "python3-scipy python3-venv python3-pip", "research": "python3-pip"}
@@ -155,8 +174,24 @@ def judge_inputs(st: Subtask) -> list[str]:
     return found
 
 
+def capture_plan(sc: Scenario, st: Subtask) -> str:
+    """A visual step's ``capture_plan.json``: the released protocol's generic part (spec §3.4
+    steps 4 and 6; the per-subtask interactions are hard-coded in the release, not data)."""
+    actions: list[dict[str, object]] = [
+        {"type": "eval-js", "label": "title", "expression": "document.title"},
+        {"type": "eval-js", "label": "html_head",
+         "expression": "document.documentElement.outerHTML.slice(0, 2000)"},
+        {"type": "screenshot", "name": f"{st.name}.png"},
+    ]
+    wait = {"wait_for": WAIT_FOR[sc.id]} if sc.id in WAIT_FOR else {}
+    plan = {"page": "index.html", "viewport": [1280, 1024], **wait,
+            "timeout_sec": CAPTURE_TIMEOUT_SEC, "actions": actions}
+    return json.dumps(plan, indent=1) + "\n"
+
+
 def rubric_toml(sc: Scenario, st: Subtask) -> str:
-    """The step's rubric.toml (design §3): released criteria as text_judge items."""
+    """The step's rubric.toml (design §3): released criteria as text_judge items, and for a
+    visual scenario as vision_judge items too, scored by the mean of the two judges."""
     items = [i for i in st.rubric_items if not _FORMULA.match(i)]
     notes = [i for i in st.rubric_items if _FORMULA.match(i)]
     weights = {m.group(2): float(m.group(1)) for n in notes for m in _WEIGHT.finditer(n)}
@@ -177,8 +212,10 @@ def rubric_toml(sc: Scenario, st: Subtask) -> str:
         basis = "; ".join(st.deliverables) or st.query
         rows.append(("task-complete", "The task is completed as the instruction asks: " + basis,
                      1.0))
-    scoring = "judges" if ladder else "items"
-    preamble = [f"# {sc.source}/{st.name}: released criteria, judged by the text judge",
+    visual = sc.category in VISUAL
+    scoring = "judges" if ladder or visual else "items"
+    judges = "the text and vision judges (score: their mean)" if visual else "the text judge"
+    preamble = [f"# {sc.source}/{st.name}: released criteria, judged by {judges}",
                 *(f"# released scoring rule: {n}" for n in notes),
                 "[rubric]", f'scoring = "{scoring}"']
     inputs = judge_inputs(st)
@@ -188,6 +225,10 @@ def rubric_toml(sc: Scenario, st: Subtask) -> str:
                  f"weight = {w!r}", 'check = "text_judge"']
         if inputs:
             body.append("inputs = [" + ", ".join(toml_str(p) for p in inputs) + "]")
+    if visual:
+        for ident, text, w in rows:
+            body += ["", "[[items]]", f'id = "vision-{ident}"', f"description = {toml_str(text)}",
+                     f"weight = {w!r}", 'check = "vision_judge"']
     return "\n".join(preamble + body) + "\n"
 
 
@@ -251,6 +292,9 @@ def write_scenario(sc: Scenario, out: Path, mode: PromptMode, notes: list[str]) 
         (step / "instruction.md").write_text(text if text.endswith("\n") else text + "\n",
                                              encoding="utf-8")
         (step / "tests" / "rubric.toml").write_text(rubric_toml(sc, st), encoding="utf-8")
+        if sc.category in VISUAL:
+            (step / "tests" / "capture_plan.json").write_text(capture_plan(sc, st),
+                                                              encoding="utf-8")
     (out / "task.toml").write_text(task_toml(sc, rules, mode), encoding="utf-8")
     (out / "environment").mkdir()
     (out / "environment" / "Dockerfile").write_text(dockerfile(sc), encoding="utf-8")

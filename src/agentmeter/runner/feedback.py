@@ -9,7 +9,10 @@ simulation agent returns the 4 failed rubrics with their reasons." Two modes
   or the verifier's problem for a kind without items;
 - ``user_sim``: the paper's user-simulation agent: the run's judge model, through the gateway
   from the host (metered as evaluation cost), writes the report from the same evaluation; the
-  harness puts the opening line (status and score) before it.
+  harness puts the opening line (status and score) before it. The prompt's second line is
+  ``Data nonce: <nonce>``; the evaluation (its failed items' reasons quote judges and program
+  output) is the data block ``evaluation`` under that per-call nonce, the score and threshold
+  (the harness's facts) stand outside it (``verify/quoting.py``).
 
 Either way the text opens with ``FEEDBACK_OPENING``. An agent that continues its conversation gets
 the feedback alone; one that starts afresh gets the step's instruction again, then the feedback.
@@ -22,6 +25,7 @@ from typing import Any
 
 from agentmeter.records import FEEDBACK_OPENING, USER_SIM_HEADER
 from agentmeter.tasks.models import Task
+from agentmeter.verify import quoting
 from agentmeter.verify.judge import JudgeClient, JudgeMessage
 from agentmeter.verify.protocol import Verdict
 
@@ -72,10 +76,15 @@ async def user_sim(verdict: Verdict, task: Task, judge: JudgeClient) -> str:
     evaluation = {"score": None if verdict.reward is None else round(10 * verdict.reward, 2),
                   "threshold": round(10 * verdict.pass_threshold, 2),
                   "failed_items": failed_items(verdict), "problem": verdict.problem}
-    prompt = (f"{USER_SIM_HEADER}\n## The task the agent was given\n{task.instruction}\n\n"
-              "## The evaluation\n<evaluation_json>"
-              f"{json.dumps(evaluation, indent=1, ensure_ascii=False)}</evaluation_json>")
-    reply = await judge.complete([JudgeMessage(role="system", content=(USER_SIM_SYSTEM,)),
+    quoted = json.dumps(evaluation, indent=1, ensure_ascii=False)
+    nonce = quoting.nonce_for([quoted])
+    prompt = (f"{USER_SIM_HEADER}\nData nonce: {nonce}\n{quoting.untrusted_notice(nonce)}\n\n"
+              f"## The task the agent was given\n{task.instruction}\n\n"
+              f"## The evaluation\nScore {evaluation['score']}/10; a pass needs "
+              f"{evaluation['threshold']}/10. The evaluation's details (JSON):\n"
+              f"{quoting.block(nonce, 'evaluation', quoted)}\n")
+    system = f"{USER_SIM_SYSTEM}\n{quoting.untrusted_notice(nonce)}"
+    reply = await judge.complete([JudgeMessage(role="system", content=(system,)),
                                   JudgeMessage(role="user", content=(prompt,))])
     return f"{opening(verdict)}\n\n{reply.text.strip()}"
 

@@ -2,18 +2,20 @@
 grading.
 
 It answers the semantic-equivalence prompt of a differential test offline and deterministically:
-the last user message holds ``<oracle_stdout>…</oracle_stdout>`` and
-``<candidate_stdout>…</candidate_stdout>``; the reply is the JSON text
-``{"equivalent": true|false, "reason": "..."}``. Modes: ``normalized`` (the default) says
-equivalent iff both outputs are equal after :func:`normalize`; ``always`` and ``never`` answer
+the last user message opens with ``AGENTMETER SM JUDGE v1`` and ``Data nonce: <nonce>`` and holds
+the data blocks ``oracle-stdout`` and ``candidate-stdout`` under that nonce
+(``verify/difftest/judging.py``; a prompt without that header may hold
+``<oracle_stdout>…</oracle_stdout>`` and ``<candidate_stdout>…</candidate_stdout>``); the reply is
+the JSON text ``{"equivalent": true|false, "reason": "..."}``. Modes: ``normalized`` (the default)
+says equivalent iff both outputs are equal after :func:`normalize`; ``always`` and ``never`` answer
 the same whatever the outputs. A prompt without the two outputs (e.g. a rubric judge) gets
-``{"equivalent": false, "reason": "no outputs to compare (scripted judge)"}``. Replies name
-the model ``scripted/judge:<mode>`` and its calls are recorded as scripted, like every policy.
+``{"equivalent": false, "reason": "no outputs to compare (scripted judge)"}``. Replies name the
+model ``scripted/judge:<mode>`` and its calls are recorded as scripted, like every policy.
 
 A rubric prompt (its last user message starts with ``AGENTMETER RUBRIC JUDGE v1``, see
-``verify/rubric/judging.py``) is answered per item from the prompt's ``<evidence_json>`` block
+``verify/rubric/judging.py``) is answered per item from the prompt's ``evidence`` data block
 (``rubric.py``); a user-simulation prompt (``USER_SIM_HEADER``, ``runner/feedback.py``) with the
-failed items of its ``<evaluation_json>`` block, as the released template feedback does.
+failed items of its ``evaluation`` data block, as the released template feedback does.
 ``garbage`` answers every prompt with text that is not JSON (to exercise a
 verifier's retry and failure path).
 """
@@ -50,15 +52,23 @@ def _answer(equivalent: bool, reason: str) -> Completion:
     return Completion(text=text, finish="stop")
 
 
-_EVALUATION = re.compile(r"<evaluation_json>(.*?)</evaluation_json>", re.S)
+SM_HEADER = "AGENTMETER SM JUDGE v1"
+
+
+def _block(text: str, name: str) -> str | None:
+    """Data block ``name`` under the nonce on the prompt's second line."""
+    lines = text.split("\n", 2)
+    if len(lines) < 3 or not lines[1].startswith(rubric.NONCE_LINE):
+        return None
+    return rubric.block_of(text, lines[1][len(rubric.NONCE_LINE):], name)
 
 
 def _user_sim(text: str) -> str:
     """The user simulation's report, rendered from the evaluation the prompt carries (the
     released template's content: the failed items and their reasons)."""
-    found = _EVALUATION.search(text)
+    found = _block(text, "evaluation")
     try:
-        evaluation = json.loads(found.group(1)) if found else {}
+        evaluation = json.loads(found) if found else {}
     except json.JSONDecodeError:
         evaluation = {}
     items = evaluation.get("failed_items") if isinstance(evaluation, dict) else None
@@ -81,12 +91,17 @@ def decide(mode: str, last_user_text: str) -> Completion:
         return Completion(text=rubric.answer(mode, last_user_text), finish="stop")
     if last_user_text.startswith(USER_SIM_HEADER):
         return Completion(text=_user_sim(last_user_text), finish="stop")
-    oracle, candidate = _ORACLE.search(last_user_text), _CANDIDATE.search(last_user_text)
+    if last_user_text.startswith(SM_HEADER):
+        oracle, candidate = (_block(last_user_text, "oracle-stdout"),
+                             _block(last_user_text, "candidate-stdout"))
+    else:
+        found = _ORACLE.search(last_user_text), _CANDIDATE.search(last_user_text)
+        oracle, candidate = (None if m is None else m.group(1) for m in found)
     if oracle is None or candidate is None:
         return _answer(False, "no outputs to compare")
     if mode == "always":
         return _answer(True, "always equivalent")
     if mode == "never":
         return _answer(False, "never equivalent")
-    same = normalize(oracle.group(1)) == normalize(candidate.group(1))
+    same = normalize(oracle) == normalize(candidate)
     return _answer(same, "equal after normalization" if same else "different after normalization")

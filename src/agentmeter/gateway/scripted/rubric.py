@@ -1,19 +1,23 @@
 """The scripted judge's answer to a rubric prompt (a test double, offline and deterministic).
 
-A rubric prompt's last user message starts with ``AGENTMETER RUBRIC JUDGE v1`` and holds one
-``<evidence_json>{…}</evidence_json>`` block, written by the rubric verifier
-(``verify/rubric/judging.py``)::
+A rubric prompt's last user message starts with ``AGENTMETER RUBRIC JUDGE v1``; its fourth line
+is ``Data nonce: <nonce>`` and it holds one data block named ``evidence`` under that nonce
+(``verify/quoting.py``), written by the rubric verifier (``verify/rubric/judging.py``)::
 
     {"judge": "text"|"vision",
-     "items": [{"id": "...", "evidence": null | {"source": "capture"|"file", "target": "...",
-                "path": ["key", 0, "length"], "op": "==", "value": ...}}],
+     "items": [{"id": "...", "evidence": null | {"source": "capture"|"file"|"dir",
+                "target": "...", "path": ["key", 0, "length"], "op": "==", "value": ...},
+                "agent_made": ["entries the agent made or changed that the item is about"]}],
      "capture_labels": {label: value} | null, "files": {path: text | null},
-     "deliverables": [names given to the text judge], "images": [names of attached images]}
+     "dirs": {path: bool}, "deliverables": [names given to the text judge],
+     "images": [names of attached images]}
 
-Per item: with ``evidence``, satisfied iff the predicate holds on the labels / files; without,
-satisfied iff something was given to judge (deliverables for the text judge, images for the
-vision judge). Mode ``always`` satisfies every item, ``never`` none. The reply is the JSON the
-verifier asks for; its score is round(10 · satisfied / items).
+Strict, per item: with ``evidence``, satisfied iff the predicate holds on the labels / files /
+directories; without, satisfied iff the agent made or changed something the item is about (its
+``inputs``, else anything in the working directory: a file or a directory; what the task seeded,
+such as released assets, is not evidence) and, for the vision judge, images were attached. Mode
+``always`` satisfies every item, ``never`` none. The reply is the JSON the verifier asks for;
+its score is round(10 · satisfied / items).
 """
 
 from __future__ import annotations
@@ -23,17 +27,35 @@ import re
 from typing import Any
 
 HEADER = "AGENTMETER RUBRIC JUDGE v1"
-EVIDENCE_OPEN = "<evidence_json>"
+NONCE_LINE = "Data nonce: "
 _MISSING = object()
 
 
+def nonce_of(text: str) -> str | None:
+    """The prompt's nonce, from the harness's fourth line (before anything quoted)."""
+    lines = text.split("\n", 4)
+    if len(lines) < 4 or not lines[3].startswith(NONCE_LINE):
+        return None
+    nonce = lines[3][len(NONCE_LINE):]
+    return nonce if re.fullmatch(r"[0-9a-f]{8,}", nonce) else None
+
+
+def block_of(text: str, nonce: str, name: str) -> str | None:
+    """The content of the first data block ``name`` under ``nonce``."""
+    head = f"<<<DATA {nonce} {name}>>>\n"
+    at = text.find(head)
+    end = text.find(f"<<<END DATA {nonce}>>>", at + len(head))
+    return None if at < 0 or end < 0 else text[at + len(head):end]
+
+
 def evidence_of(text: str) -> dict[str, Any] | None:
-    """The first evidence block after the header (agent text comes after it in the prompt)."""
-    at = text.find(EVIDENCE_OPEN)
-    if at < 0:
+    """The evidence block under the prompt's nonce."""
+    nonce = nonce_of(text)
+    content = None if nonce is None else block_of(text, nonce, "evidence")
+    if content is None:
         return None
     try:
-        value, _ = json.JSONDecoder().raw_decode(text, at + len(EVIDENCE_OPEN))
+        value = json.loads(content)
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
@@ -75,6 +97,9 @@ def _compare(op: str, actual: Any, expected: Any) -> bool:
 def holds(predicate: dict[str, Any], evidence: dict[str, Any]) -> bool:
     """Whether ``predicate`` (a parsed ``evidence``) holds on the prompt's evidence."""
     op, target, expected = predicate.get("op"), predicate.get("target"), predicate.get("value")
+    if predicate.get("source") == "dir":
+        dirs = evidence.get("dirs") or {}
+        return isinstance(dirs, dict) and dirs.get(target) is True
     if predicate.get("source") == "file":
         files = evidence.get("files") or {}
         text = files.get(target) if isinstance(files, dict) else None
@@ -111,8 +136,11 @@ def answer(mode: str, text: str) -> str:
             ok = holds(pred, evidence)
             why = "the evidence holds" if ok else "the evidence does not hold"
         else:
-            ok = bool(given)
-            why = f"{'something' if ok else 'nothing'} was given to judge"
+            made = item.get("agent_made")
+            ok = bool(made) and (kind != "vision" or bool(given))
+            why = ("the agent made what the item is about" if ok else
+                   "no images to judge" if made else
+                   "the agent made nothing the item is about")
         verdicts.append({"id": item.get("id"), "satisfied": ok, "reason": f"{why} (scripted judge)"})
     satisfied = sum(1 for v in verdicts if v["satisfied"])
     score = round(10 * satisfied / len(verdicts)) if verdicts else 0

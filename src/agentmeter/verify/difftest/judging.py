@@ -1,11 +1,14 @@
 """The SM judge (spec §5.3): is the candidate's stdout semantically the oracle's?
 
-Asked, on the host through the harness's judge client (metered as evaluation cost), for every
-valid case where the candidate exited 0 and EM failed (every SM variant is decided without a
-judge elsewhere). One call per distinct (oracle stdout, candidate stdout) pair; each stdout is
-cut to ``judge_max_chars`` with a marker. The reply must hold ``{"equivalent": true|false,
-"reason": "..."}``; an unparsable reply is asked again once, then the case's verdict is n/a
-(its class's SM is n/a). A call the gateway cannot complete raises ``VerificationError``.
+Asked, on the host through the harness's judge client (metered as evaluation cost), for every valid
+case where the candidate exited 0 and EM failed (every SM variant is decided without a judge
+elsewhere). One call per distinct (oracle stdout, candidate stdout) pair; each stdout is cut to
+``judge_max_chars`` with a marker. The prompt opens with ``AGENTMETER SM JUDGE v1`` and ``Data
+nonce: <nonce>``; both stdouts are quoted in data blocks (``oracle-stdout``, ``candidate-stdout``)
+under that per-call nonce, and the command line is a JSON string (``verify/quoting.py``): program
+output cannot add a line to the prompt outside its block. The reply must hold ``{"equivalent":
+true|false, "reason": "..."}``; an unparsable reply is asked again once, then the case's verdict is
+n/a (its class's SM is n/a). A call the gateway cannot complete raises ``VerificationError``.
 """
 
 from __future__ import annotations
@@ -16,12 +19,14 @@ import json
 import re
 
 from agentmeter.records import CaseOutcome
+from agentmeter.verify import quoting
 from agentmeter.verify.difftest.compare import with_verdict
 from agentmeter.verify.difftest.config import DifftestConfig
 from agentmeter.verify.judge import JudgeClient, JudgeMessage
 
 #: judge calls in flight at once per trial
 CONCURRENCY = 8
+HEADER = "AGENTMETER SM JUDGE v1"
 
 SYSTEM = (
     "You compare the standard output of two command-line programs run with the same command "
@@ -29,7 +34,7 @@ SYSTEM = (
     "core semantic content and informational payload of the two outputs are equivalent, "
     "completely disregarding superficial stylistic differences (spacing, ordering of "
     "independent items, wording of labels, colour, formatting). Answer with one JSON object "
-    'only: {"equivalent": true or false, "reason": "<one sentence>"}.')
+    'only: {"equivalent": true or false, "reason": "<one sentence>"}.\n')
 
 _OBJECT = re.compile(r"\{.*\}", re.S)
 
@@ -42,10 +47,17 @@ def _cut(text: str, limit: int) -> str:
 
 def prompt(o: CaseOutcome, cfg: DifftestConfig) -> list[JudgeMessage]:
     limit = cfg.judge_max_chars
-    user = (f"Command class: {o.cls}\nCommand: {o.command}\n\n"
-            f"<oracle_stdout>\n{_cut(o.oracle_stdout, limit)}\n</oracle_stdout>\n\n"
-            f"<candidate_stdout>\n{_cut(o.candidate_stdout, limit)}\n</candidate_stdout>")
-    return [JudgeMessage(role="system", content=(SYSTEM,)),
+    oracle, candidate = _cut(o.oracle_stdout, limit), _cut(o.candidate_stdout, limit)
+    command = quoting.escape(o.command)
+    nonce = quoting.nonce_for([oracle, candidate, command, o.cls])
+    user = "\n".join([
+        HEADER, f"Data nonce: {nonce}", f"Command class: {quoting.escape(o.cls)}",
+        f"Command (a JSON string): {command}", "",
+        "The reference program's standard output:",
+        quoting.block(nonce, "oracle-stdout", oracle), "",
+        "The reimplementation's standard output:",
+        quoting.block(nonce, "candidate-stdout", candidate)]) + "\n"
+    return [JudgeMessage(role="system", content=(SYSTEM + quoting.untrusted_notice(nonce),)),
             JudgeMessage(role="user", content=(user,))]
 
 

@@ -10,6 +10,7 @@ before ``/tests`` exists in the sandbox; links that leave it are not followed) a
 
 from __future__ import annotations
 
+import filecmp
 import fnmatch
 import json
 import re
@@ -48,10 +49,16 @@ def verdict(item: RubricItem, satisfied: bool, reason: str) -> ItemVerdict:
 
 
 class Deliverables:
-    """The host copy of the agent's working directory (``root``), or why there is none."""
+    """The host copy of the agent's working directory (``root``), or why there is none.
 
-    def __init__(self, root: Path | None, problem: str | None = None) -> None:
-        self.root, self.problem = root, problem
+    ``seeds``: the directories the task itself put in the working directory (its steps'
+    ``workdir/``, e.g. AgencyBench's released assets): an entry identical to a seed's (a file with
+    the same bytes, a directory that is there too) was not made by the agent
+    (:meth:`agent_made`)."""
+
+    def __init__(self, root: Path | None, problem: str | None = None,
+                 seeds: tuple[Path, ...] = ()) -> None:
+        self.root, self.problem, self.seeds = root, problem, seeds
 
     def _inside(self, rel: str) -> Path | None:
         if self.root is None:
@@ -80,6 +87,35 @@ class Deliverables:
             if self._inside(rel) is not None and p.is_file():
                 out.append(rel)
         return out
+
+    def directories(self) -> list[str]:
+        """Every directory, relative, sorted (links not followed)."""
+        if self.root is None:
+            return []
+        return [p.relative_to(self.root).as_posix() for p in sorted(self.root.rglob("*"))
+                if p.is_dir() and not p.is_symlink()]
+
+    def is_dir(self, rel: str) -> bool:
+        path = self._inside(rel)
+        return path is not None and path.is_dir()
+
+    def _seeded(self, rel: str, directory: bool) -> bool:
+        for seed in self.seeds:
+            other = seed / rel
+            if directory and other.is_dir():
+                return True
+            mine = self._inside(rel)
+            if not directory and mine is not None and other.is_file() and \
+                    filecmp.cmp(mine, other, shallow=False):
+                return True
+        return False
+
+    def agent_made(self) -> list[str]:
+        """Files and directories (``name/``) the agent made or changed: not as a seed has
+        them."""
+        out = [f"{d}/" for d in self.directories() if not self._seeded(d, True)]
+        out += [f for f in self.files() if not self._seeded(f, False)]
+        return sorted(out)
 
     def glob(self, patterns: list[str], *, hidden: bool = True) -> list[str]:
         """Files matching any of ``patterns`` (fnmatch on the relative path; ``**/`` also

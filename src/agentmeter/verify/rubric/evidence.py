@@ -1,9 +1,10 @@
 """A judged item's ``evidence``: a concrete, machine-readable hint about what satisfies it.
 
-Two forms (one predicate per item)::
+Three forms (one predicate per item)::
 
     capture:<label>[.key|[n]|.length]... <op> <value>   op: == != > >= < <= contains exists
     file:<path> <op> [<value>]                            op: contains matches exists
+    dir:<path> <op>                                       op: exists (a directory, not a file)
 
 ``<value>`` is JSON when it parses as JSON, else the rest of the line as text (``contains`` and
 ``matches`` take text; ``file: … contains`` is case-insensitive). The judge sees the hint as
@@ -20,15 +21,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-Source = Literal["capture", "file"]
+Source = Literal["capture", "file", "dir"]
 
-_FORM = re.compile(r"^(capture|file):(\S+)\s+(==|!=|>=|<=|>|<|contains|matches|exists)(?:\s+(.*))?$",
+_FORM = re.compile(r"^(capture|file|dir):(\S+)\s+(==|!=|>=|<=|>|<|contains|matches|exists)(?:\s+(.*))?$",
                    re.S)
 _ACCESSOR = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]")
 _LABEL = re.compile(r"^[A-Za-z0-9_-]+")
 _OPS: dict[str, tuple[str, ...]] = {
     "capture": ("==", "!=", ">", ">=", "<", "<=", "contains", "exists"),
     "file": ("contains", "matches", "exists"),
+    "dir": ("exists",),
 }
 
 
@@ -76,8 +78,9 @@ def parse(text: str) -> Predicate:
     """The predicate ``text`` states (raises EvidenceError naming the problem)."""
     m = _FORM.match(text.strip())
     if m is None:
-        raise EvidenceError(f"{text!r} is not 'capture:<label> <op> <value>' or "
-                            "'file:<path> contains|matches|exists [<value>]'")
+        raise EvidenceError(f"{text!r} is not 'capture:<label> <op> <value>', "
+                            "'file:<path> contains|matches|exists [<value>]' or "
+                            "'dir:<path> exists'")
     source, target, op, rest = m.group(1), m.group(2), m.group(3), m.group(4)
     if op not in _OPS[source]:
         raise EvidenceError(f"{source}: evidence takes {', '.join(_OPS[source])}, not {op!r}")
@@ -97,6 +100,9 @@ def parse(text: str) -> Predicate:
             raise EvidenceError(f"{target!r}: after the label, only .key, [n] and .length")
         target = head.group(0)
     elif target.startswith("/") or ".." in target.split("/"):
-        raise EvidenceError(f"{target!r}: a file is a path relative to the working directory")
-    return Predicate(source="capture" if source == "capture" else "file", target=target,
+        raise EvidenceError(f"{target!r}: a {source} is a path relative to the working directory")
+    else:
+        target = target.rstrip("/") or target
+    kind: Source = "capture" if source == "capture" else "dir" if source == "dir" else "file"
+    return Predicate(source=kind, target=target,
                      path=tuple(path), op=op, value=_value(rest, op))

@@ -4,13 +4,18 @@ One call per judge kind and round, all its items in one prompt. The system promp
 role (AgencyBench App. A.2: "Senior Code Compliance Auditor" / "Visual Grounding and UI/UX
 Verification Specialist", their protocol and 0-10 bands) with the released evaluators' anchors
 (10/8/6/4/2/0) and, for the vision judge, the released stacking aesthetic penalties. The user
-prompt's first line is ``AGENTMETER RUBRIC JUDGE v1``; it holds the task's instruction, the items
-(with their ``evidence`` hints), a machine-readable evidence block (``<evidence_json>``: parsed
-predicates, capture labels, the files evidence names, what deliverables and images were given:
-what the offline scripted judge evaluates), the deterministic checks' results, the deliverables
-(text judge: the ``inputs`` files, else every non-hidden file; binary files by size) or the
-images (vision judge: the capture's screenshots and ``inputs`` images; videos by name and size)
-and the capture diagnostics.
+prompt's first line is ``AGENTMETER RUBRIC JUDGE v1``, its fourth ``Data nonce: <nonce>``.
+Outside data blocks (the harness's facts): the task's instruction, the items (with their
+``evidence`` hints), which deterministic checks passed, the media counts. Inside data blocks
+under the per-call nonce (``verify/quoting.py``; the system prompt says their content is
+untrusted): the checks' reasons (they quote program output), the working directory's listing
+(directories ``name/`` and files, one JSON string a line), the machine-readable ``evidence``
+block (parsed predicates, capture labels, the files and directories evidence names, per item
+the entries the agent made or changed (not as the task seeded them), what deliverables and
+images were given: what the offline scripted judge evaluates), the deliverables (text judge: the
+``inputs`` files, else every non-hidden file, one block each with its path escaped on the first
+line; binary files by size), the capture diagnostics and the media names. The vision judge gets
+the capture's screenshots and ``inputs`` images as images.
 
 The reply must hold one JSON object ``{"items": [{"id", "satisfied", "reason"}], "score",
 "confidence", "reason"}``: the whole reply, else its outermost ``{…}``. Coercions (spec §3.2):
@@ -23,19 +28,21 @@ again once, then raises VerificationError: an evaluation fault, never a zero.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agentmeter.verify import quoting
 from agentmeter.verify.judge import JudgeClient, JudgeImage, JudgeMessage
 from agentmeter.verify.protocol import VerificationError
 from agentmeter.verify.rubric.checks import Deliverables, ItemVerdict
 from agentmeter.verify.rubric.config import RubricItem, Scoring
 
 HEADER = "AGENTMETER RUBRIC JUDGE v1"
-EVIDENCE_OPEN, EVIDENCE_CLOSE = "<evidence_json>", "</evidence_json>"
+NONCE_LINE = "Data nonce: "
 JudgeKind = Literal["text", "vision"]
 PASS_SCORE = 6
 
@@ -45,6 +52,9 @@ DELIVERABLE_CHARS = 150_000
 TEXT_DIAGNOSTICS_CHARS = 20_000
 VISION_DIAGNOSTICS_CHARS = 4_000  # the released vision judge's cut
 LABEL_CHARS = 20_000
+#: the most working-directory entries listed, and agent-made entries per item in the evidence
+LISTING_ENTRIES = 2_000
+MADE_ENTRIES = 200
 IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
                ".webp": "image/webp", ".gif": "image/gif"}
 
@@ -124,10 +134,6 @@ def _dump(value: Any, limit: int | None = None) -> str:
     return text
 
 
-def _indent(text: str) -> str:
-    return "\n".join("    " + line for line in text.splitlines())
-
-
 def _text(data: bytes, limit: int) -> str | None:
     """``data`` as UTF-8 text (a character cut by the read limit dropped), None if binary."""
     try:
@@ -138,7 +144,10 @@ def _text(data: bytes, limit: int) -> str | None:
         return None
 
 
-def _deliverables(files: Deliverables, items: list[RubricItem]) -> tuple[str, list[str]]:
+def _deliverables(nonce: str, files: Deliverables, items: list[RubricItem]
+                  ) -> tuple[list[str], list[str]]:
+    """The deliverables' data blocks (text judge: text files whole up to the budgets, binary
+    files by size) and the names given."""
     patterns = [p for i in items for p in i.inputs]
     names = files.glob(patterns, hidden=bool(patterns))
     parts: list[str] = []
@@ -150,20 +159,28 @@ def _deliverables(files: Deliverables, items: list[RubricItem]) -> tuple[str, li
             continue
         text = _text(data, FILE_CHARS * 4)
         if text is None:
-            parts.append(f"[[workspace]] {rel} (binary asset, {files.size(rel)} bytes)")
+            parts.append(quoting.block(nonce, "binary-file", f"({files.size(rel)} bytes)",
+                                       path=rel))
             given.append(rel)
             continue
         if len(text) > FILE_CHARS:
             text = text[:FILE_CHARS] + f"\n...[truncated: {files.size(rel)} bytes in all]"
         if len(text) > budget:
-            parts.append(f"[[workspace]] {rel} (omitted: the prompt's budget is spent)")
+            parts.append(quoting.block(nonce, "omitted-file", "(the prompt's budget is spent)",
+                                       path=rel))
             continue
         budget -= len(text)
-        parts.append(f"[[workspace]] {rel}\n{_indent(text)}")
+        parts.append(quoting.block(nonce, "deliverable", text, path=rel))
         given.append(rel)
-    if files.root is None:
-        parts.append(f"(the working directory could not be read: {files.problem})")
-    return "\n".join(parts) or "(no deliverables)", given
+    return parts, given
+
+
+def _listing(files: Deliverables) -> str:
+    """Every directory (``name/``) and file of the working directory, one JSON string a line."""
+    rows = [f"{d}/" for d in files.directories()] + files.files()
+    shown = sorted(rows)[:LISTING_ENTRIES]
+    more = len(rows) - len(shown)
+    return "\n".join(quoting.escape(r) for r in shown) + (f"\n...[{more} more]" if more else "")
 
 
 def _labels(diagnostics: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -176,60 +193,105 @@ def _labels(diagnostics: dict[str, Any] | None) -> dict[str, Any] | None:
             for k, v in labels.items()}
 
 
-def evidence_block(kind: JudgeKind, items: list[RubricItem], inputs: JudgeInputs,
-                   given: list[str], images: list[str]) -> str:
+def _matching(entries: list[str], patterns: list[str]) -> list[str]:
+    if not patterns:
+        return entries
+    alts = {q for pat in patterns for p in (pat, pat.replace("**/", ""))
+            for q in (p, p.rstrip("/") + "/")}
+    return [e for e in entries if any(fnmatch.fnmatchcase(e, a) or e.startswith(a.rstrip("*"))
+                                      and a.endswith("/") for a in alts)]
+
+
+def evidence(kind: JudgeKind, items: list[RubricItem], inputs: JudgeInputs,
+             given: list[str], images: list[str]) -> dict[str, Any]:
+    """The machine-readable evidence (what the scripted judge evaluates)."""
     files: dict[str, str | None] = {}
+    dirs: dict[str, bool] = {}
     for item in items:
         p = item.predicate
         if p is not None and p.source == "file" and p.target not in files:
             data = inputs.deliverables.read(p.target, FILE_CHARS)
             files[p.target] = None if data is None else data.decode("utf-8", errors="replace")
-    evidence = {
+        if p is not None and p.source == "dir":
+            dirs[p.target] = inputs.deliverables.is_dir(p.target)
+    made = inputs.deliverables.agent_made()
+    return {
         "judge": kind,
         "items": [{"id": i.id, "evidence": None if i.predicate is None
-                   else i.predicate.model_dump(mode="json")} for i in items],
+                   else i.predicate.model_dump(mode="json"),
+                   "agent_made": _matching(made, i.inputs)[:MADE_ENTRIES]} for i in items],
         "capture_labels": _labels(inputs.diagnostics),
         "files": files,
+        "dirs": dirs,
         "deliverables": given,
         "images": images,
     }
-    # '<' escaped: nothing inside the block can close it (agent text included)
-    return f"{EVIDENCE_OPEN}{_dump(evidence).replace('<', chr(92) + 'u003c')}{EVIDENCE_CLOSE}"
 
 
 def prompt(kind: JudgeKind, items: list[RubricItem], inputs: JudgeInputs) -> list[JudgeMessage]:
-    """The judge's messages (images after the text of the user message)."""
-    lines = [HEADER, f"Task ID: {inputs.task_id}", f"Judge: {kind}", "",
+    """The judge's messages (images after the text of the user message). Everything the agent
+    made is quoted in data blocks under one per-call nonce (``verify/quoting.py``)."""
+    given: list[str] = []
+    patterns = [p for i in items for p in i.inputs]
+    deliverable_names = (inputs.deliverables.glob(patterns, hidden=bool(patterns))
+                         if kind == "text" else [])
+    images = [n for n, _ in inputs.screenshot_names]
+    reasons = {c.id: c.reason for c in inputs.checks}
+    listing = _listing(inputs.deliverables)
+    media = [n for n, _ in inputs.screenshot_names] + [n for n, _ in inputs.videos]
+    diag = None
+    if inputs.diagnostics is not None:
+        diag = _dump(inputs.diagnostics, TEXT_DIAGNOSTICS_CHARS if kind == "text"
+                     else VISION_DIAGNOSTICS_CHARS)
+    # the nonce is drawn once everything quoted is known: no quoted text contains it
+    quoted = [listing, _dump(reasons), diag or "", *media, *deliverable_names]
+    for rel in deliverable_names:
+        data = inputs.deliverables.read(rel, FILE_CHARS * 4)
+        if data is not None:
+            quoted.append(data.decode("utf-8", errors="replace"))
+    ev0 = evidence(kind, items, inputs, [], [])
+    quoted.append(_dump(ev0))
+    nonce = quoting.nonce_for(quoted)
+    body: list[str] = []
+    if kind == "text":
+        parts, given = _deliverables(nonce, inputs.deliverables, items)
+        body += ["## Deliverables (each file in its own data block)",
+                 *(parts or ["(no deliverables)"])]
+    if inputs.deliverables.root is None:
+        body.append(f"(the working directory could not be read: {inputs.deliverables.problem})")
+    if diag is not None:
+        body += ["", "## Browser capture diagnostics", quoting.block(nonce, "diagnostics", diag)]
+    ev = evidence(kind, items, inputs, given, images if kind == "vision" else [])
+    lines = [HEADER, f"Task ID: {inputs.task_id}", f"Judge: {kind}", f"Data nonce: {nonce}",
+             quoting.untrusted_notice(nonce), "",
              "## Task (the instruction the agent was given)", inputs.instruction.strip(), "",
              "## Rubric items to judge"]
     for n, i in enumerate(items, 1):
         hint = f"\n   Evidence to look for: {i.evidence}" if i.evidence else ""
         lines.append(f"{n}. [{i.id}] {i.description} (weight {i.weight:g}){hint}")
-    given: list[str] = []
-    body: list[str] = []
-    if kind == "text":
-        text, given = _deliverables(inputs.deliverables, items)
-        body += ["## Deliverable excerpts", text]
-        if inputs.diagnostics is not None:
-            body += ["", "## Browser capture diagnostics",
-                     _dump(inputs.diagnostics, TEXT_DIAGNOSTICS_CHARS)]
-    elif inputs.diagnostics is not None:
-        body += ["## Browser capture diagnostics",
-                 _dump(inputs.diagnostics, VISION_DIAGNOSTICS_CHARS)]
-    images = [n for n, _ in inputs.screenshot_names]
-    shots = ", ".join(f"{n} ({s} bytes)" for n, s in inputs.screenshot_names) or "none"
-    videos = ", ".join(f"{n} ({s} bytes)" for n, s in inputs.videos) or "none"
-    media = [f"Screenshots (attached, in order): {shots}", f"Videos (not attached): {videos}"]
-    checks = [f"- [{c.id}] {c.description}: {'satisfied' if c.satisfied else 'NOT satisfied'} "
-              f"({c.reason})" for c in inputs.checks]
-    lines += ["", "## Evidence (machine-readable)",
-              evidence_block(kind, items, inputs, given, images if kind == "vision" else []),
-              "", "## Deterministic checks already decided by the harness (context only)",
-              *(checks or ["(none)"]), "", *body, "", "## Media", *media, "", "## Answer", ANSWER]
+    checks = [f"- [{c.id}] {c.description}: {'satisfied' if c.satisfied else 'NOT satisfied'}"
+              for c in inputs.checks]
+    shots = f"{len(inputs.screenshot_names)} attached in order" if images else "none"
+    lines += ["", "## Deterministic checks already decided by the harness (context only)",
+              *(checks or ["(none)"])]
+    if checks:
+        lines += ["Their output (JSON: item id -> the check's reason, quoting program output):",
+                  quoting.block(nonce, "check-output", _dump(reasons))]
+    lines += ["", "## Working directory: every directory (name/) and file, one JSON string a line",
+              quoting.block(nonce, "listing", listing), "",
+              "## Evidence (machine-readable; quotes agent-made content)",
+              quoting.block(nonce, "evidence", _dump(ev)),
+              "", *body, "", "## Media",
+              f"Screenshots: {shots}; videos: {len(inputs.videos)} (not attached). Their names "
+              "and sizes:",
+              quoting.block(nonce, "media", _dump(
+                  {"screenshots": inputs.screenshot_names, "videos": inputs.videos})),
+              "", "## Answer", ANSWER]
     content: list[str | JudgeImage] = ["\n".join(lines) + "\n"]
     if kind == "vision":
         content += inputs.screenshots
-    return [JudgeMessage(role="system", content=(SYSTEM[kind],)),
+    system = f"{SYSTEM[kind]}\n{quoting.untrusted_notice(nonce)}"
+    return [JudgeMessage(role="system", content=(system,)),
             JudgeMessage(role="user", content=tuple(content))]
 
 

@@ -72,7 +72,17 @@ def rubric_of(task: Task) -> tuple[Rubric, Path | None]:
         raise VerificationError(str(e)) from e
 
 
-async def copy_deliverables(sandbox: Sandbox, workdir: str, dest: Path) -> Deliverables:
+def seeds_of(task: Task) -> tuple[Path, ...]:
+    """What the task itself puts in the working directory: a scenario's steps' ``workdir/``
+    (all of them: a file a later step seeds is not the agent's either), else the task's own."""
+    if task.scenario is not None and task.path.parent.is_dir():
+        return tuple(sorted(d / "workdir" for d in task.path.parent.iterdir()
+                            if (d / "workdir").is_dir()))
+    return () if task.step_workdir is None else (task.step_workdir,)
+
+
+async def copy_deliverables(sandbox: Sandbox, workdir: str, dest: Path,
+                            seeds: tuple[Path, ...] = ()) -> Deliverables:
     try:
         await sandbox.copy_out(workdir, dest, exclude=DELIVERABLES_EXCLUDE,
                                max_bytes=DELIVERABLES_MAX_BYTES)
@@ -80,7 +90,7 @@ async def copy_deliverables(sandbox: Sandbox, workdir: str, dest: Path) -> Deliv
         return Deliverables(None, f"{workdir} holds more than {DELIVERABLES_MAX_BYTES >> 20} MiB")
     except SandboxError as e:
         return Deliverables(None, str(e)[:300])
-    return Deliverables(dest)
+    return Deliverables(dest, seeds=seeds)
 
 
 def _prompt_json(messages: list[JudgeMessage]) -> str:
@@ -136,7 +146,8 @@ class _Run:
         items = self.rubric.items
         workdir = self.task.workdir or self.sandbox.workdir
         if self.plan is not None or any(i.check != "command" for i in items):
-            self.files = await copy_deliverables(self.sandbox, workdir, self.scratch / "workdir")
+            self.files = await copy_deliverables(self.sandbox, workdir, self.scratch / "workdir",
+                                                 seeds_of(self.task))
         await unstage_verifier(self.task, self.sandbox)
         await self._commands(workdir)
         for item in items:

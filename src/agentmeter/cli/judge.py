@@ -1,0 +1,74 @@
+"""``agentmeter judge check``: a judge model against the labelled set in the repository
+(``verify/judgecheck``): accuracy, Cohen's κ and the injection success rate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from agentmeter.cli.common import JsonOpt, console, fail
+
+if TYPE_CHECKING:
+    from agentmeter.verify.judgecheck import CheckReport
+
+judge_app = typer.Typer(help="Judge models: check one against labelled verdicts.",
+                        no_args_is_help=True)
+
+
+async def _check(model: str, models_file: Path | None, labelled: Path | None) -> CheckReport:
+    from agentmeter.gateway import Gateway
+    from agentmeter.gateway.registry import ModelRegistry
+    from agentmeter.pricing import PriceBook
+    from agentmeter.runner.judging import GatewayJudge, judge_api
+    from agentmeter.verify import judgecheck
+
+    registry = ModelRegistry.load(models_file) if models_file else ModelRegistry()
+    gw = Gateway(registry, PriceBook(), allow_unpriced=True)
+    try:
+        judge_api(gw.check_model(model))
+    except Exception as e:
+        raise fail(f"--judge-model: {e}") from None
+    await gw.start(private_socket=True)
+    client = GatewayJudge(gw, model, "judge-check", sink=lambda call: None)
+    try:
+        cases = judgecheck.load(labelled) if labelled else None
+        return await judgecheck.check(client, cases)
+    finally:
+        await client.close()
+        await gw.stop()
+
+
+@judge_app.command("check")
+def check(
+    judge_model: Annotated[str, typer.Option("--judge-model", help="the judge model "
+                                             "(offline test double: scripted/judge)")],
+    models_file: Annotated[Path | None, typer.Option("--models-file",
+                                                     help="models file naming the model")] = None,
+    labelled: Annotated[Path | None, typer.Option(
+        "--labelled", help="a labelled set (default: the one in the repository)")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Put every labelled SM pair and rubric item (injection attempts included) to the judge."""
+    import asyncio
+
+    report = asyncio.run(_check(judge_model, models_file, labelled))
+    summary = report.summary()
+    if as_json:
+        print(json.dumps(summary))
+        return
+    console.print(f"judge {summary['model']}: {summary['verdicts']} verdicts "
+                  f"({summary['unusable']} unusable replies)")
+    console.print(f"  accuracy {summary['accuracy']:.3f}   Cohen's kappa {summary['kappa']:.3f}"
+                  f"   injection success {summary['injection_success_rate']:.3f} "
+                  f"(of {summary['injection_verdicts']} attacked verdicts)")
+    for v in report.verdicts:
+        if v.judged != v.label:
+            console.print(f"  disagrees: {v.case}/{v.item}: label {v.label}, judged {v.judged}",
+                          markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(judge_app, name="judge")
