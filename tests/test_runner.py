@@ -50,10 +50,12 @@ async def test_oracle_and_nop_on_starter_tasks(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 async def test_starter_suite_oracle_nop_and_native_with_scripted_policies(tmp_path: Path) -> None:
-    """The whole starter suite: every task is valid (oracle passes, nop fails), and the native
-    agent passes all of it with scripted/solver and none with scripted/quitter."""
+    """The starter suite's core subset (one task per category): each task is valid (oracle
+    passes, nop fails), and the native agent passes each with scripted/solver and none with
+    scripted/quitter. All 24 tasks are checked the same way by CI's fresh install
+    (.ci/fresh-install runs the demo, which runs the whole suite, and checks these outcomes)."""
     store = Store.open(tmp_path)
-    req = RunRequest(suites=["starter"], agents=["oracle", "nop", "native"],
+    req = RunRequest(suites=["starter"], subset="core", agents=["oracle", "nop", "native"],
                      models=["scripted/solver", "scripted/quitter"], concurrency=2)
     rid = await _run(store, req)
     labels = {c.id: c.label for c in store.run_configs(rid)}
@@ -67,7 +69,7 @@ async def test_starter_suite_oracle_nop_and_native_with_scripted_policies(tmp_pa
             assert traj["tool_calls_total"] == sum(t.tool_calls.values())
             assert traj["repeated_reads"] == traj["files_read"] - traj["distinct_files_read"] >= 0
             assert len(store.model_calls(rid, t.id)) == t.model_calls
-    assert passed == {"oracle": 24, "nop": 0, "native × scripted/solver": 24,
+    assert passed == {"oracle": 6, "nop": 0, "native × scripted/solver": 6,
                       "native × scripted/quitter": 0}
 
 
