@@ -138,8 +138,8 @@ class StepRunner(TrialRunner):
         self._save()
 
     async def _prepare(self, sandbox: Sandbox) -> None:
-        """The step's files merged into the working directory (its setup.sh run as root, from
-        the host's copy), and its verifier staged where the agent cannot see it."""
+        """The step's files merged into the working directory (its setup.sh run as root, by
+        path, then removed), and its verifier staged where the agent cannot see it."""
         task = self.task
         try:
             if task.step_workdir is not None:
@@ -147,8 +147,11 @@ class StepRunner(TrialRunner):
                 await sandbox.copy_in(task.step_workdir, workdir, user=AGENT_USER)
                 setup = task.step_workdir / "setup.sh"
                 if setup.is_file():
-                    r = await sandbox.exec(["bash", "-s"], stdin=setup.read_bytes(), user="root",
-                                           cwd=workdir, timeout=task.verifier_timeout_s)
+                    # by path, as Harbor runs it: "$0" is the script (it may ``rm -- "$0"``);
+                    # the copy just uploaded, before any process of this step's agent exists
+                    r = await sandbox.exec(["bash", f"{workdir.rstrip('/')}/setup.sh"],
+                                           user="root", cwd=workdir,
+                                           timeout=task.verifier_timeout_s)
                     await sandbox.exec(["rm", "-f", f"{workdir}/setup.sh"], user="root")
                     if r.exit_code != 0:
                         raise InfraError(f"step setup {setup}: exit {r.exit_code}: "

@@ -203,7 +203,7 @@ class Task(BaseModel):
 
     # metadata
     tier: Tier | None = None
-    difficulty: Difficulty | None = None
+    difficulty: str | None = None  # Terminal-Bench: Difficulty; Harbor: free-form
     category: str | None = None
     source: str | None = None
     tags: tuple[str, ...] = ()

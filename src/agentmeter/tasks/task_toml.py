@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agentmeter.tasks.errors import TaskError, TaskProblem, problems_from_validation
-from agentmeter.tasks.models import BaseName, Difficulty, Tier
+from agentmeter.tasks.models import BaseName, Tier
 from agentmeter.verify.difftest.config import DifftestConfig
 from agentmeter.verify.registry import verifier_kinds
 
@@ -66,7 +66,7 @@ class _MetadataSection(BaseModel):
 
     author_name: str | None = None
     author_email: str | None = None
-    difficulty: Difficulty | None = None
+    difficulty: str | None = None  # free-form in Harbor ('middle', 'trivial', …)
     category: str | None = None
     tags: list[str] = Field(default_factory=list)
     tier: Tier | None = None

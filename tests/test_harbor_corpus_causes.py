@@ -1,0 +1,137 @@
+"""Causes found running Harbor's own example tasks (../shared/corpora/harbor-examples), each
+tested on a small copy of the shape of the corpus task that showed it (named in each test)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agentmeter.cli import app
+from agentmeter.sandbox.dockerfile import image_emulation, parse_dockerfile
+from agentmeter.sandbox.local import LocalBackend
+from agentmeter.sandbox.spec import LayerSpec, SandboxSpec
+from agentmeter.tasks.native import load_native_task
+from agentmeter.tasks.suite import load_suite
+
+REWARD = ('if {cond}; then echo 1 > /logs/verifier/reward.txt; '
+          'else echo 0 > /logs/verifier/reward.txt; fi\n')
+
+
+def _task(root: Path, name: str, *, toml: str = "", dockerfile: str = "FROM ubuntu:24.04\n",
+          solve: str = "true", cond: str = "true", files: dict[str, str] | None = None) -> Path:
+    d = root / name
+    for sub in ("environment", "tests", "solution"):
+        (d / sub).mkdir(parents=True, exist_ok=True)
+    (d / "task.toml").write_text('schema_version = "1.1"\n' + toml)
+    (d / "instruction.md").write_text(f"{name}: do what solution/solve.sh does.\n")
+    (d / "environment" / "Dockerfile").write_text(dockerfile)
+    (d / "solution" / "solve.sh").write_text(f"#!/bin/bash\nset -e\n{solve}\n")
+    (d / "tests" / "test.sh").write_text("#!/bin/bash\nmkdir -p /logs/verifier\n"
+                                         + REWARD.format(cond=cond))
+    for rel, text in (files or {}).items():
+        (d / rel).parent.mkdir(parents=True, exist_ok=True)
+        (d / rel).write_text(text)
+    return d
+
+
+# -- item 11: wrong refusals at load -------------------------------------------------------
+
+
+def test_free_form_difficulty_loads(tmp_path: Path) -> None:
+    """Harbor's [metadata] is free-form: 'middle' (the other public Harbor benchmark) loads."""
+    d = _task(tmp_path, "middle", toml='[metadata]\ndifficulty = "middle"\n')
+    task = load_native_task(d)
+    assert task.difficulty == "middle" and task.tier is None
+    assert load_native_task(_task(tmp_path, "e", toml='[metadata]\ndifficulty = "easy"\n')).tier == "easy"
+
+
+def test_compose_overriding_only_main_is_one_container(tmp_path: Path) -> None:
+    """hello-mcp's docker-compose.yaml minus its sidecar: a file that only overrides Harbor's
+    ``main`` service loads (noticed); sidecars are still refused, naming them."""
+    single = _task(tmp_path, "single", files={"environment/docker-compose.yaml":
+                                              "services:\n  main:\n    environment:\n"
+                                              "      - A=1\n"})
+    task = load_native_task(single)
+    assert any("services.main.environment" in n for n in task.loader_notes), task.loader_notes
+    multi = _task(tmp_path, "multi", files={"environment/docker-compose.yaml":
+                                            "services:\n  main: {}\n  mcp-server:\n"
+                                            "    build: {context: ./mcp-server}\n"})
+    suite = load_suite(tmp_path)
+    assert [t.id for t in suite.tasks] == ["single"]
+    problems = " ".join(str(p) for s in suite.skipped for p in s.problems)
+    assert "mcp-server" in problems and multi.name in {s.id for s in suite.skipped}
+
+
+# -- items 3 and 4: the Dockerfile as docker builds it --------------------------------------
+
+
+def test_env_path_expands_the_image_path() -> None:
+    """``ENV PATH="/x:$PATH"`` (the other benchmark's tasks): $PATH is the base image's."""
+    parsed = parse_dockerfile('FROM ubuntu:24.04\nENV PATH="/opt/x/bin:$PATH"\n'
+                              'FROM ubuntu:24.04 AS two\nENV PATH=/y:$PATH\n', "Dockerfile")
+    envs = [s.env["PATH"] for s in parsed.all_stages()]
+    assert envs == ["/opt/x/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                    "/y:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+
+
+async def test_env_path_then_run_on_local(local_backend: LocalBackend, tmp_path: Path) -> None:
+    """The step after ``ENV PATH=…:$PATH`` finds mkdir (was: execvp mkdir: No such file)."""
+    text = (f'FROM ubuntu:24.04\nENV PATH="/opt/{time.time_ns()}/bin:$PATH"\n'
+            "RUN mkdir -p /opt/made && echo ok > /opt/made/f\n")
+    layer = LayerSpec(kind="dockerfile", source=text, origin="p/Dockerfile", context=tmp_path)
+    sb = await local_backend.start(SandboxSpec(layers=(layer,)))
+    try:
+        r = await sb.exec(["sh", "-c", "cat /opt/made/f && echo $PATH"], user="root")
+        assert r.stdout.split() == ["ok", text.split('"')[1].replace("$PATH", "")
+                                    + "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+    finally:
+        await sb.stop()
+
+
+def test_python_stand_in_has_no_pep668_lock() -> None:
+    """hello-healthcheck and network-policy-matrix (FROM python:3.1x-slim): the stand-in's
+    ``pip install`` must not meet Debian's externally-managed lock, as in the real image."""
+    for image in ("python:3.13-slim", "python:3.12-slim"):
+        run = image_emulation(image)
+        assert run is not None and "EXTERNALLY-MANAGED" in run.split("&&")[-1]
+    assert "EXTERNALLY-MANAGED" not in (image_emulation("node:22") or "")
+
+
+# -- item 8: a step's setup.sh runs by path --------------------------------------------------
+
+
+def _multi_step(root: Path) -> Path:
+    """hello-multi-step-advanced's shape: step 2's workdir/setup.sh ends with ``rm -- "$0"``."""
+    d = root / "steps-setup"
+    (d / "environment").mkdir(parents=True)
+    (d / "environment" / "Dockerfile").write_text("FROM ubuntu:24.04\nWORKDIR /app\n")
+    (d / "task.toml").write_text(
+        'version = "1.0"\n[[steps]]\nname = "one"\n[[steps]]\nname = "two"\n')
+    for step, solve, cond in (
+            ("one", "echo a > /app/a.txt", "[ -f /app/a.txt ]"),
+            ("two", "echo b > /app/b.txt",
+             "[ -f /app/b.txt ] && [ -f /app/marker ] && [ ! -e /app/setup.sh ]")):
+        s = d / "steps" / step
+        for sub in ("tests", "solution"):
+            (s / sub).mkdir(parents=True)
+        (s / "instruction.md").write_text(f"step {step}\n")
+        (s / "solution" / "solve.sh").write_text(f"#!/bin/bash\n{solve}\n")
+        (s / "tests" / "test.sh").write_text("#!/bin/bash\nmkdir -p /logs/verifier\n"
+                                             + REWARD.format(cond=cond))
+    (d / "steps" / "two" / "workdir").mkdir()
+    (d / "steps" / "two" / "workdir" / "setup.sh").write_text(
+        '#!/bin/bash\nset -euo pipefail\ntouch /app/marker\nrm -- "$0"\n')
+    return d
+
+
+@pytest.mark.slow
+def test_step_setup_sh_runs_by_path(tmp_path: Path) -> None:
+    _multi_step(tmp_path / "suite")
+    res = CliRunner().invoke(app, ["tasks", "check", str(tmp_path / "suite"), "--json",
+                                   "--store", str(tmp_path / "runs")])
+    out = json.loads(res.stdout)
+    assert out["broken"] == [] and out["trivial"] == [], out
