@@ -14,6 +14,7 @@ from agentmeter.cli import app
 from agentmeter.sandbox.dockerfile import image_emulation, parse_dockerfile
 from agentmeter.sandbox.local import LocalBackend
 from agentmeter.sandbox.spec import LayerSpec, SandboxSpec
+from agentmeter.tasks.errors import TaskError
 from agentmeter.tasks.native import load_native_task
 from agentmeter.tasks.suite import load_suite
 
@@ -135,3 +136,111 @@ def test_step_setup_sh_runs_by_path(tmp_path: Path) -> None:
                                    "--store", str(tmp_path / "runs")])
     out = json.loads(res.stdout)
     assert out["broken"] == [] and out["trivial"] == [], out
+
+
+# -- items 5, 6, 9: verifier environments and networks of multi-step tasks -------------------
+
+
+def _steps_task(root: Path, toml: str, steps: dict[str, str],
+                files: dict[str, str] | None = None) -> Path:
+    """A multi-step task: ``steps`` maps a step name to its solve.sh body."""
+    d = root / "scenario"
+    (d / "environment").mkdir(parents=True)
+    (d / "environment" / "Dockerfile").write_text(
+        "FROM ubuntu:24.04\nRUN echo agent-env > /agent-env-marker\n")
+    (d / "tests").mkdir()
+    (d / "task.toml").write_text('schema_version = "1.3"\n' + toml)
+    for name, solve in steps.items():
+        s = d / "steps" / name
+        (s / "solution").mkdir(parents=True)
+        (s / "instruction.md").write_text(f"step {name}\n")
+        (s / "solution" / "solve.sh").write_text(f"#!/bin/bash\n{solve}\n")
+    for rel, text in (files or {}).items():
+        (d / rel).parent.mkdir(parents=True, exist_ok=True)
+        (d / rel).write_text(text)
+    return d
+
+
+#: verifier-mode-matrix/multistep-top-shared-mixed's shape: a shared step, then a step with its
+#: own [steps.verifier.environment] built from the task's tests/Dockerfile
+TOP_SHARED_MIXED = '''
+[verifier]
+environment_mode = "shared"
+[environment]
+network_mode = "no-network"
+[[steps]]
+name = "shared-inherited"
+[[steps]]
+name = "separate-step-env"
+artifacts = ["/tmp/sep.txt"]
+[steps.verifier.environment]
+network_mode = "no-network"
+'''
+SEPARATE_TEST = ("#!/bin/bash\nmkdir -p /logs/verifier\n"
+                 + REWARD.format(cond='[ "$(cat /tmp/sep.txt)" = sep ] && '
+                                      '[ ! -e /agent-env-marker ] && [ -e /verifier-marker ]'))
+SHARED_TEST = ("#!/bin/bash\nmkdir -p /logs/verifier\n"
+               + REWARD.format(cond="[ -e /tmp/shared.txt ] && [ -e /agent-env-marker ]"))
+
+
+def _top_shared_mixed(root: Path) -> Path:
+    return _steps_task(root, TOP_SHARED_MIXED,
+                       {"shared-inherited": "echo s > /tmp/shared.txt",
+                        "separate-step-env": "echo sep > /tmp/sep.txt"},
+                       {"steps/shared-inherited/tests/test.sh": SHARED_TEST,
+                        "tests/test.sh": SEPARATE_TEST,
+                        "tests/Dockerfile": "FROM ubuntu:24.04\n"
+                                            "RUN echo v > /verifier-marker\n"})
+
+
+def test_step_separate_verifier_loads(tmp_path: Path) -> None:
+    """Which steps verify apart, from what, with which network (items 5 and 6)."""
+    d = _top_shared_mixed(tmp_path)
+    tasks = {t.id: t for t in load_suite(d.parent).tasks}
+    shared, separate = tasks["scenario.shared-inherited"], tasks["scenario.separate-step-env"]
+    assert shared.separate_verifier is None
+    sep = separate.separate_verifier
+    assert sep is not None and sep.dockerfile == d / "tests" / "Dockerfile"
+    assert not sep.allow_internet and sep.allowed_hosts == ()
+    assert [a.source for a in separate.artifacts] == ["/tmp/sep.txt"]
+    assert not any("separate-step-env" in n or "artifacts" in n for n in separate.loader_notes)
+
+
+def test_separate_verifier_network_from_its_environment(tmp_path: Path) -> None:
+    """network-policy-matrix's e-ve / v-ve-diff: [verifier.environment] network_mode is the
+    separate verifier's baseline; an allowlist stays an allowlist (was: no network)."""
+    d = _task(tmp_path, "e-ve", toml='[environment]\nnetwork_mode = "no-network"\n'
+                                     '[verifier.environment]\nnetwork_mode = "public"\n')
+    sep = load_native_task(d).separate_verifier
+    assert sep is not None and sep.allow_internet
+    d = _task(tmp_path, "v-ve", toml='[verifier]\nnetwork_mode = "allowlist"\n'
+                                     'allowed_hosts = ["Example.com."]\n'
+                                     '[verifier.environment]\nnetwork_mode = "public"\n')
+    sep = load_native_task(d).separate_verifier
+    assert sep is not None and not sep.allow_internet and sep.allowed_hosts == ("example.com",)
+
+
+def test_step_network_keys_are_honoured(tmp_path: Path) -> None:
+    """network-policy-matrix's e-sa-same and sa-sv-diff: a step's network_mode is Harbor's key,
+    not an unknown one: the same as the sandbox's runs, a different one is refused by key."""
+    same = _steps_task(tmp_path / "a", '[environment]\nnetwork_mode = "no-network"\n'
+                       '[[steps]]\nname = "one"\n[steps.agent]\nnetwork_mode = "no-network"\n',
+                       {"one": "true"}, {"tests/test.sh": "#!/bin/bash\n"})
+    (task,) = load_suite(same.parent).tasks
+    assert not any("network_mode" in n for n in task.loader_notes), task.loader_notes
+    _steps_task(tmp_path / "b", '[environment]\nnetwork_mode = "public"\n'
+                '[[steps]]\nname = "one"\n[steps.agent]\nnetwork_mode = "no-network"\n',
+                {"one": "true"}, {"tests/test.sh": "#!/bin/bash\n"})
+    with pytest.raises(TaskError, match=r"steps\[0\]\.agent\.network_mode: step 'one'"):
+        load_suite(tmp_path / "b")
+
+
+@pytest.mark.slow
+def test_step_separate_verifier_runs_apart(tmp_path: Path) -> None:
+    """The separate step verifies in its own sandbox (tests/Dockerfile's marker, no agent
+    environment marker, the step's artifact restored); the shared step in the agent's."""
+    _top_shared_mixed(tmp_path / "suite")
+    res = CliRunner().invoke(app, ["tasks", "check", str(tmp_path / "suite"), "--json",
+                                   "--store", str(tmp_path / "runs")])
+    out = json.loads(res.stdout)
+    assert out["ran"] == 2 and out["broken"] == [] and out["trivial"] == [], out

@@ -92,7 +92,7 @@ class StepRunner(TrialRunner):
                 except SandboxError as e:
                     raise InfraError(f"ending the agent's processes: {e}") from e
                 await self._save_diff(sandbox, snapshot, prefix)  # the agent's processes gone
-                verdict = await self._verify(sandbox, self.next_seq, prefix)
+                verdict = await self._verify_step(sandbox, prefix)
                 assert timings.verification is not None
                 timings.verification += time.monotonic() - t0
                 timings.agent_command = (timings.agent_command or 0.0) + runs[-1].command_s
@@ -127,6 +127,19 @@ class StepRunner(TrialRunner):
         rec.extra["session_continuity"] = session.continued
         self._close(meters, timings)
         return rec
+
+    async def _verify_step(self, sandbox: Sandbox, prefix: str) -> Verdict:
+        """The step's verdict: in the scenario's sandbox, or (a separate verifier, Harbor's
+        ``environment_mode = "separate"`` at the step or the task) in a fresh sandbox of its own
+        holding only what was collected, Harbor's order: the artifacts first."""
+        if self.task.separate_verifier is None:
+            return await self._verify(sandbox, self.next_seq, prefix)
+        await self._collect_artifacts(sandbox)
+        box = await self._verifier_sandbox()
+        try:
+            return await self._verify(box, self.next_seq, prefix)
+        finally:
+            await _finish_despite_cancellation(box.stop())
 
     def _close(self, meters: list[TrialMeter], timings: PhaseTimings) -> None:
         rec = self.rec

@@ -57,6 +57,7 @@ from agentmeter.tasks.task_toml import (
     read_task_toml,
     separate_verifier,
     size_to_mb,
+    verifier_network,
 )
 from agentmeter.verify.difftest.config import CasesError, DifftestConfig, read_cases
 from agentmeter.verify.mounts import TESTS_MOUNT
@@ -102,12 +103,12 @@ def _separate(config: TaskToml, directory: Path) -> SeparateVerifier | None:
         return None
     venv = config.verifier.environment
     dockerfile = directory / "tests" / "Dockerfile"
-    mode, _ = phase_network(config, config.verifier)
+    mode, hosts = verifier_network(config, config.verifier, venv)
     return SeparateVerifier(
         dockerfile=dockerfile if dockerfile.is_file() else None,
         docker_image=venv.docker_image if venv is not None else None,
         origin=f"{directory / TASK_TOML}: verifier.environment",
-        allow_internet=mode == "public")
+        allow_internet=mode == "public", allowed_hosts=hosts if mode == "allowlist" else ())
 
 
 def instruction_problems(instruction_file: Path) -> tuple[str, list[TaskProblem]]:
