@@ -244,3 +244,25 @@ def test_step_separate_verifier_runs_apart(tmp_path: Path) -> None:
                                    "--store", str(tmp_path / "runs")])
     out = json.loads(res.stdout)
     assert out["ran"] == 2 and out["broken"] == [] and out["trivial"] == [], out
+
+
+# -- item 7: the image's ENTRYPOINT runs ------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_entrypoint_service_meets_the_healthcheck(tmp_path: Path) -> None:
+    """hello-healthcheck's shape: ENTRYPOINT starts a service (after a delay) that the
+    healthcheck and the solution reach on localhost; it was never started."""
+    entry = ("#!/bin/bash\n(sleep 1 && mkdir -p /srv && echo ok > /srv/state && "
+             "while true; do sleep 1; done) &\nexec \"$@\"\n")
+    _task(tmp_path / "suite", "healthcheck",
+          toml='[environment.healthcheck]\ncommand = "test -f /srv/state"\ninterval_sec = 1\n'
+               'start_period_sec = 3\nstart_interval_sec = 1\nretries = 2\n',
+          dockerfile="FROM ubuntu:24.04\nWORKDIR /app\nCOPY entrypoint.sh /entrypoint.sh\n"
+                     "RUN chmod +x /entrypoint.sh\nENTRYPOINT [\"/entrypoint.sh\"]\n",
+          solve="cat /srv/state > /app/result.txt", cond="grep -q ok /app/result.txt",
+          files={"environment/entrypoint.sh": entry})
+    res = CliRunner().invoke(app, ["tasks", "check", str(tmp_path / "suite"), "--json",
+                                   "--store", str(tmp_path / "runs")])
+    out = json.loads(res.stdout)
+    assert out["ran"] == 1 and out["broken"] == [] and out["trivial"] == [], out

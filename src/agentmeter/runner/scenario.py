@@ -41,7 +41,7 @@ from agentmeter.runner.trial import (
     sandbox_spec,
 )
 from agentmeter.sandbox.protocol import Sandbox
-from agentmeter.sandbox.spec import AGENT_GID, AGENT_UID, AGENT_USER, SandboxError
+from agentmeter.sandbox.spec import AGENT_GID, AGENT_UID, AGENT_USER, ExecResult, SandboxError
 from agentmeter.tasks.models import Task
 from agentmeter.verify.command import TESTS_MOUNT
 from agentmeter.verify.protocol import Verdict, VerificationError
@@ -244,10 +244,12 @@ class ScenarioRunner:
         assert scenario is not None
         done: list[TrialRecord] = []
         sandbox: Sandbox | None = None
+        service: asyncio.Task[ExecResult] | None = None  # the image's ENTRYPOINT
         try:
             try:
                 sandbox = await self.ctx.backend.start(sandbox_spec(first, self.agent,
                                                                     self.ctx.gateway))
+                service = hooks.start_entrypoint(sandbox, first)
                 await sandbox.exec(["chown", "-R", f"{AGENT_UID}:{AGENT_GID}", sandbox.workdir],
                                    user="root")
                 await sandbox.exec(["install", "-d", "-m", "0777", hooks.ARTIFACTS_DIR], user="root")
@@ -273,6 +275,7 @@ class ScenarioRunner:
                     halted = SKIPPED.format(position=i + 1, task=task.id, why=why)
             return done
         finally:
+            await _finish_despite_cancellation(hooks.stop_entrypoint(service))
             if sandbox is not None:
                 await _finish_despite_cancellation(sandbox.stop())
 

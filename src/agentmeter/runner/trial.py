@@ -39,6 +39,7 @@ from agentmeter.sandbox.spec import (
     AGENT_UID,
     AGENT_USER,
     BaseImage,
+    ExecResult,
     ExposedSocket,
     LayerSpec,
     SandboxError,
@@ -191,6 +192,7 @@ class TrialRunner:
         timings = PhaseTimings()
         rec.extra["network"] = network_label(self.task)
         sandbox: Sandbox | None = None
+        service: asyncio.Task[ExecResult] | None = None  # the image's ENTRYPOINT
         meter: TrialMeter | None = None
         token_open = False
         try:
@@ -203,6 +205,7 @@ class TrialRunner:
                 await sandbox.exec(["install", "-d", "-m", "0777", hooks.ARTIFACTS_DIR], user="root")
                 # before the agent runs: hidden from it, and a disk it fills cannot stop it
                 await make_verifier(self.task.verifier_kind).stage(self.task, sandbox)
+                service = hooks.start_entrypoint(sandbox, self.task)
                 if self.task.healthcheck is not None:
                     await hooks.healthcheck(sandbox, self.task.healthcheck)
             except SandboxError as e:
@@ -237,6 +240,7 @@ class TrialRunner:
                 rec.extra["collect_problems"] = hook_problems
             await self._collect_artifacts(sandbox)
             if self.task.separate_verifier is not None:  # a fresh sandbox: runner/separate.py
+                await hooks.stop_entrypoint(service)
                 agent_box, sandbox = sandbox, None
                 await agent_box.stop()
                 sandbox = await self._verifier_sandbox()
@@ -258,6 +262,7 @@ class TrialRunner:
                 self._apply_meter(meter)
             rec.timings = timings
             self._save()  # first: a second cancellation must not leave the try 'running'
+            await _finish_despite_cancellation(hooks.stop_entrypoint(service))
             if sandbox is not None:
                 box, sandbox = sandbox, None
                 await _finish_despite_cancellation(box.stop())
@@ -268,6 +273,7 @@ class TrialRunner:
         finally:
             if token_open and self.ctx.gateway is not None:
                 meter = self.ctx.gateway.close_trial(rec.id)
+            await hooks.stop_entrypoint(service)
             if sandbox is not None:
                 await sandbox.stop()
         if meter is not None:
