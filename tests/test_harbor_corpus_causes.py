@@ -111,7 +111,7 @@ def _multi_step(root: Path) -> Path:
     (d / "environment").mkdir(parents=True)
     (d / "environment" / "Dockerfile").write_text("FROM ubuntu:24.04\nWORKDIR /app\n")
     (d / "task.toml").write_text(
-        'version = "1.0"\n[[steps]]\nname = "one"\n[[steps]]\nname = "two"\n')
+        'version = "1.0"\nfuture_key = 1\n[[steps]]\nname = "one"\n[[steps]]\nname = "two"\n')
     for step, solve, cond in (
             ("one", "echo a > /app/a.txt", "[ -f /app/a.txt ]"),
             ("two", "echo b > /app/b.txt",
@@ -136,6 +136,8 @@ def test_step_setup_sh_runs_by_path(tmp_path: Path) -> None:
                                    "--store", str(tmp_path / "runs")])
     out = json.loads(res.stdout)
     assert out["broken"] == [] and out["trivial"] == [], out
+    # item 12: --json keeps the loader's notices
+    assert any("future_key: unknown key" in n for n in out["notices"]), out
 
 
 # -- items 5, 6, 9: verifier environments and networks of multi-step tasks -------------------
@@ -266,3 +268,23 @@ def test_entrypoint_service_meets_the_healthcheck(tmp_path: Path) -> None:
                                    "--store", str(tmp_path / "runs")])
     out = json.loads(res.stdout)
     assert out["ran"] == 1 and out["broken"] == [] and out["trivial"] == [], out
+
+
+# -- item 12: what is reported ----------------------------------------------------------------
+
+
+def test_docker_image_task_is_not_told_its_dockerfile_is_missing(tmp_path: Path) -> None:
+    """islo-network-policy-demo: refused for its networks, but it names a docker_image: no
+    'needs a Dockerfile' among its problems."""
+    d = tmp_path / "islo"
+    (d / "environment").mkdir(parents=True)
+    (d / "tests").mkdir()
+    (d / "tests" / "test.sh").write_text("#!/bin/bash\n")
+    (d / "instruction.md").write_text("x\n")
+    (d / "task.toml").write_text('[agent]\nnetwork_mode = "allowlist"\nallowed_hosts = ["a.b"]\n'
+                                 '[environment]\nnetwork_mode = "public"\n'
+                                 'docker_image = "ubuntu:24.04"\n')
+    with pytest.raises(TaskError) as exc:
+        load_native_task(d)
+    text = str(exc.value)
+    assert "verifier.network_mode" in text and "Dockerfile" not in text, text

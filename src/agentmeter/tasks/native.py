@@ -184,7 +184,7 @@ def environment_files(directory: Path, config: TaskToml | None,
     dockerfile = env_dir / "Dockerfile"
     setup_script = env_dir / "setup.sh"
     has_dockerfile, has_setup = dockerfile.is_file(), setup_script.is_file()
-    docker_image = config.environment.docker_image if config else None
+    docker_image = config.environment.docker_image if config else _raw_docker_image(directory)
     if has_dockerfile and has_setup:
         problems.append(TaskProblem(env_dir, "has both a Dockerfile and setup.sh; keep one"))
     if not (has_dockerfile or has_setup or docker_image):
@@ -193,6 +193,19 @@ def environment_files(directory: Path, config: TaskToml | None,
             f"{TASK_TOML})"))
     problems += compose_problems(env_dir)[0]
     return dockerfile if has_dockerfile else None, setup_script if has_setup else None
+
+
+def _raw_docker_image(directory: Path) -> object:
+    """``environment.docker_image`` of a task.toml that did not validate (its other problems are
+    reported; a task naming an image is not also told it lacks a Dockerfile)."""
+    import tomllib
+
+    try:
+        data = tomllib.loads((directory / TASK_TOML).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    env = data.get("environment")
+    return env.get("docker_image") if isinstance(env, dict) else None
 
 
 COMPOSE_NAMES = ("docker-compose.yaml", "docker-compose.yml")
