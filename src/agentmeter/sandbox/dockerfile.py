@@ -21,8 +21,8 @@ something to a task's environment:
   tar archive (plain, gzip, bzip2, xz) unpacks it. ``ADD`` of a URL is refused on the local
   backend (:func:`local_refusals`).
 - ``CMD``, ``ENTRYPOINT``, ``LABEL``, ``MAINTAINER``, ``EXPOSE``, ``VOLUME``, ``HEALTHCHECK``,
-  ``STOPSIGNAL``, ``ONBUILD`` are recorded in :class:`ImageMetadata` and change nothing: the
-  harness starts its own processes in the sandbox.
+  ``STOPSIGNAL``, ``ONBUILD`` are recorded in :class:`ImageMetadata` and change nothing in the
+  build; a trial starts the final stage's ENTRYPOINT with its sandbox (``runner/hooks.py``).
 
 Errors name the file and line.
 """
