@@ -288,3 +288,15 @@ def test_docker_image_task_is_not_told_its_dockerfile_is_missing(tmp_path: Path)
         load_native_task(d)
     text = str(exc.value)
     assert "verifier.network_mode" in text and "Dockerfile" not in text, text
+
+
+@pytest.mark.slow
+def test_oracle_crash_says_why(tmp_path: Path) -> None:
+    """An oracle whose solve.sh fails is 'failed' with the reason (was: no reason at all)."""
+    _task(tmp_path / "suite", "crash", solve="echo 'curl: (6) Could not resolve host' >&2; exit 6",
+          cond="false")
+    res = CliRunner().invoke(app, ["tasks", "check", str(tmp_path / "suite"), "--json",
+                                   "--store", str(tmp_path / "runs")])
+    out = json.loads(res.stdout)
+    assert out["reasons"]["crash"].startswith("oracle failed (reward 0.0): solve.sh exited 6: "
+                                              "curl: (6) Could not resolve host"), out

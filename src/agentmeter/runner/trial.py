@@ -503,6 +503,8 @@ class TrialRunner:
             rec.error = run.error
         else:
             rec.status = TrialStatus.FAILED
+            if self.agent.name == "oracle" and run.exit_code and run.final_message:
+                rec.error = run.final_message  # the reference solution crashed: say how
         if verdict.problem and not rec.error:
             rec.error = verdict.problem
         if rec.status in (TrialStatus.FAILED, TrialStatus.AGENT_ERROR):
