@@ -300,3 +300,14 @@ def test_oracle_crash_says_why(tmp_path: Path) -> None:
     out = json.loads(res.stdout)
     assert out["reasons"]["crash"].startswith("oracle failed (reward 0.0): solve.sh exited 6: "
                                               "curl: (6) Could not resolve host"), out
+
+
+def test_nested_suite_is_not_a_failed_task(tmp_path: Path) -> None:
+    """harbor-examples/network-policy-matrix and verifier-mode-matrix: a folder of tasks inside
+    the suite is not a task that failed to load (Harbor skips it); a stray folder still is."""
+    _task(tmp_path / "suite", "top")
+    _task(tmp_path / "suite" / "matrix", "inner")
+    (tmp_path / "suite" / "docs").mkdir()
+    suite = load_suite(tmp_path / "suite")
+    assert [t.id for t in suite.tasks] == ["top"]
+    assert [k.id for k in suite.skipped] == ["docs"]
