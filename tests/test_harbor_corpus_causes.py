@@ -311,3 +311,29 @@ def test_nested_suite_is_not_a_failed_task(tmp_path: Path) -> None:
     suite = load_suite(tmp_path / "suite")
     assert [t.id for t in suite.tasks] == ["top"]
     assert [k.id for k in suite.skipped] == ["docs"]
+
+
+# -- item 10: a Terminal-Bench verifier's PATH is the image's ---------------------------------
+
+
+@pytest.mark.slow
+def test_terminal_bench_verifier_keeps_the_image_path(tmp_path: Path) -> None:
+    """A task.yaml whose Dockerfile puts its tool on ``ENV PATH`` (the Terminal-Bench v1 adapted
+    sets): run-tests.sh finds it (was: a fixed PATH without it)."""
+    d = tmp_path / "suite" / "tb-path"
+    (d / "tests").mkdir(parents=True)
+    (d / "task.yaml").write_text("instruction: Write ok into /app/answer.\ndifficulty: easy\n"
+                                 "parser_name: swebench\nmax_agent_timeout_sec: 60\n"
+                                 "max_test_timeout_sec: 30\n")
+    (d / "Dockerfile").write_text(
+        "FROM debian:trixie\nWORKDIR /app\nRUN mkdir -p /opt/tool/bin && printf "
+        "'#!/bin/sh\\ncat /app/answer\\n' > /opt/tool/bin/readanswer && chmod 755 "
+        "/opt/tool/bin/readanswer\nENV PATH=/opt/tool/bin:$PATH\n")
+    (d / "run-tests.sh").write_text(
+        "#!/bin/bash\nif [ \"$(readanswer 2>&1)\" = ok ]; then v=PASSED; else v=FAILED; fi\n"
+        "echo 'SWEBench results starts here'\necho $v\necho 'SWEBench results ends here'\n")
+    (d / "solution.sh").write_text("#!/bin/bash\necho ok > /app/answer\n")
+    res = CliRunner().invoke(app, ["tasks", "check", str(tmp_path / "suite"), "--json",
+                                   "--store", str(tmp_path / "runs")])
+    out = json.loads(res.stdout)
+    assert out["ran"] == 1 and out["broken"] == [] and out["trivial"] == [], out
