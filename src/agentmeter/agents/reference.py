@@ -60,7 +60,10 @@ class OracleAgent:
         log = ctx.logs_dir / "oracle.log"
         log.write_text(f"$ {task.solution_command}\n--- stdout\n{r.stdout}\n--- stderr\n{r.stderr}\n"
                        f"--- exit {r.exit_code}{' (timed out)' if r.timed_out else ''}\n")
+        last = [ln for ln in (r.stderr or r.stdout).splitlines() if ln.strip()]
+        said = f"solve.sh exited {r.exit_code}: {last[-1][:300] if last else '(no output)'}"
         return AgentRun(exit_code=r.exit_code, timed_out=r.timed_out, command_s=r.duration_s,
+                        final_message=said if r.exit_code else None,
                         artifacts={"oracle.log": (log, "agent_log")})
 
 

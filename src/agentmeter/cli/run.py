@@ -102,11 +102,16 @@ def execute_run(prepared: PreparedRun, store_dir: Path | None, run_id: str | Non
     return store, run_id, progress
 
 
+def loader_notices(prepared: PreparedRun) -> list[str]:
+    """Every task's loader notes, each once (``--json`` carries them as ``"notices"``)."""
+    return list(dict.fromkeys(n for t in prepared.tasks for n in t.loader_notes))
+
+
 def report_loading(prepared: PreparedRun, as_json: bool) -> None:
     """Before a run: each task's loader notes once, and the tasks that were skipped, why."""
     if as_json:
         return
-    for note in dict.fromkeys(n for t in prepared.tasks for n in t.loader_notes):
+    for note in loader_notices(prepared):
         err.print(f"[dim]note: {escape(note)}[/dim]")
     if prepared.skipped:
         total = len(prepared.tasks) + len(prepared.skipped)
@@ -126,7 +131,8 @@ def exit_on_build_failures(progress: RunProgress) -> None:
 
 
 def print_results(store: Store, run_id: str, as_json: bool,
-                  skipped: list[SkippedTask] | None = None) -> None:
+                  skipped: list[SkippedTask] | None = None,
+                  notices: list[str] | None = None) -> None:
     from agentmeter.report.summary import summarize, summary_table
 
     rows = summarize(store, run_id)
@@ -134,7 +140,8 @@ def print_results(store: Store, run_id: str, as_json: bool,
         print(json.dumps({"run_id": run_id, "configs": [
             {**r.model_dump(mode="json"), "pass_rate": r.pass_rate} for r in rows],
             "skipped": [{"task": k.id, "path": str(k.path), "problems": list(k.problems)}
-                        for k in skipped or []]}, indent=1))
+                        for k in skipped or []],
+            "notices": notices or []}, indent=1))
         return
     console.print(summary_table(rows, f"run {run_id}"))
     console.print(f"[dim]store: {store.run_dir(run_id)}  ·  details: agentmeter show {run_id}[/dim]")
@@ -203,7 +210,7 @@ def run_cmd(
         raise fail(str(e)) from None
     report_loading(prepared, as_json)
     st, rid, progress = execute_run(prepared, store, run_id, as_json)
-    print_results(st, rid, as_json, prepared.skipped)
+    print_results(st, rid, as_json, prepared.skipped, loader_notices(prepared))
     exit_on_build_failures(progress)
 
 
@@ -235,7 +242,7 @@ def resume(run_id: str, store: StoreOpt = None, concurrency: int | None = None,
         raise fail(str(e)) from None
     report_loading(prepared, as_json)
     st, rid, progress = execute_run(prepared, store, run_id, as_json)
-    print_results(st, rid, as_json, prepared.skipped)
+    print_results(st, rid, as_json, prepared.skipped, loader_notices(prepared))
     exit_on_build_failures(progress)
 
 

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from agentmeter.cli.common import AllowHostNetworkOpt, JsonOpt, StoreOpt, console, fail
-from agentmeter.cli.run import execute_run, report_loading
+from agentmeter.cli.run import execute_run, loader_notices, report_loading
 
 if TYPE_CHECKING:
     from agentmeter.importers.agencybench import PromptMode
@@ -98,7 +98,8 @@ def tasks_check(path: Annotated[str, typer.Argument(help="suite/task dir or buil
                           "broken": broken, "trivial": trivial,
                           "skipped": [{"task": k.id, "path": str(k.path),
                                        "problems": list(k.problems)} for k in skipped],
-                          "reasons": {k: _first_line(verdicts[k]["oracle"]) for k in broken}}))
+                          "reasons": {k: _first_line(verdicts[k]["oracle"]) for k in broken},
+                          "notices": loader_notices(prepared)}))
     else:
         for k in broken:
             console.print(f"[red]broken[/red] {k}: {escape(_first_line(verdicts[k]['oracle']))}")

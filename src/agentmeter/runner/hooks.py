@@ -1,17 +1,56 @@
-"""A task's own commands around the agent: Harbor's environment healthcheck (before the agent)
-and ``[[verifier.collect]]`` hooks (after it, before artifacts are collected)."""
+"""A task's own commands around the agent: the image's ENTRYPOINT (started with the sandbox, as
+Harbor's container runs it), Harbor's environment healthcheck (before the agent) and
+``[[verifier.collect]]`` hooks (after it, before artifacts are collected)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 from agentmeter.sandbox.protocol import Sandbox
-from agentmeter.sandbox.spec import SandboxError
-from agentmeter.tasks.models import CollectHook, Healthcheck
+from agentmeter.sandbox.spec import ExecResult, LayerBuildError, SandboxError
+from agentmeter.tasks.models import CollectHook, Healthcheck, Task
 
 #: Harbor's conventional artifacts directory: always collected, writable by every user
 ARTIFACTS_DIR = "/logs/artifacts"
+
+
+#: the command Harbor's compose gives the main service: the ENTRYPOINT gets it as arguments
+KEEP_ALIVE = ("sh", "-c", "sleep infinity")
+
+
+def entrypoint(task: Task) -> list[str] | None:
+    """The ENTRYPOINT of the task's Dockerfile (final stage), if it has one."""
+    if task.dockerfile is None:
+        return None
+    from agentmeter.sandbox.dockerfile import parse_dockerfile
+
+    try:
+        parsed = parse_dockerfile(task.dockerfile.read_text(), str(task.dockerfile))
+    except (LayerBuildError, OSError, UnicodeDecodeError):
+        return None  # the build says what is wrong
+    stages = parsed.all_stages()
+    return stages[-1].metadata.entrypoint or None if stages else None
+
+
+def start_entrypoint(sandbox: Sandbox, task: Task) -> asyncio.Task[ExecResult] | None:
+    """Start the image's ENTRYPOINT in the background, as root, with Harbor's keep-alive
+    command as its arguments (a service the task's healthcheck waits for: hello-healthcheck).
+    The caller cancels the returned task before it stops the sandbox."""
+    argv = entrypoint(task)
+    if argv is None:
+        return None
+    return asyncio.ensure_future(sandbox.exec([*argv, *KEEP_ALIVE], user="root",
+                                              output_limit=64_000))
+
+
+async def stop_entrypoint(job: asyncio.Task[ExecResult] | None) -> None:
+    if job is None:
+        return
+    job.cancel()
+    with contextlib.suppress(asyncio.CancelledError, SandboxError):
+        await job
 
 
 def _tail(text: str) -> str:

@@ -41,7 +41,7 @@ from agentmeter.runner.trial import (
     sandbox_spec,
 )
 from agentmeter.sandbox.protocol import Sandbox
-from agentmeter.sandbox.spec import AGENT_GID, AGENT_UID, AGENT_USER, SandboxError
+from agentmeter.sandbox.spec import AGENT_GID, AGENT_UID, AGENT_USER, ExecResult, SandboxError
 from agentmeter.tasks.models import Task
 from agentmeter.verify.command import TESTS_MOUNT
 from agentmeter.verify.protocol import Verdict, VerificationError
@@ -92,7 +92,7 @@ class StepRunner(TrialRunner):
                 except SandboxError as e:
                     raise InfraError(f"ending the agent's processes: {e}") from e
                 await self._save_diff(sandbox, snapshot, prefix)  # the agent's processes gone
-                verdict = await self._verify(sandbox, self.next_seq, prefix)
+                verdict = await self._verify_step(sandbox, prefix)
                 assert timings.verification is not None
                 timings.verification += time.monotonic() - t0
                 timings.agent_command = (timings.agent_command or 0.0) + runs[-1].command_s
@@ -128,6 +128,19 @@ class StepRunner(TrialRunner):
         self._close(meters, timings)
         return rec
 
+    async def _verify_step(self, sandbox: Sandbox, prefix: str) -> Verdict:
+        """The step's verdict: in the scenario's sandbox, or (a separate verifier, Harbor's
+        ``environment_mode = "separate"`` at the step or the task) in a fresh sandbox of its own
+        holding only what was collected, Harbor's order: the artifacts first."""
+        if self.task.separate_verifier is None:
+            return await self._verify(sandbox, self.next_seq, prefix)
+        await self._collect_artifacts(sandbox)
+        box = await self._verifier_sandbox()
+        try:
+            return await self._verify(box, self.next_seq, prefix)
+        finally:
+            await _finish_despite_cancellation(box.stop())
+
     def _close(self, meters: list[TrialMeter], timings: PhaseTimings) -> None:
         rec = self.rec
         if meters:
@@ -138,8 +151,8 @@ class StepRunner(TrialRunner):
         self._save()
 
     async def _prepare(self, sandbox: Sandbox) -> None:
-        """The step's files merged into the working directory (its setup.sh run as root, from
-        the host's copy), and its verifier staged where the agent cannot see it."""
+        """The step's files merged into the working directory (its setup.sh run as root, by
+        path, then removed), and its verifier staged where the agent cannot see it."""
         task = self.task
         try:
             if task.step_workdir is not None:
@@ -147,8 +160,11 @@ class StepRunner(TrialRunner):
                 await sandbox.copy_in(task.step_workdir, workdir, user=AGENT_USER)
                 setup = task.step_workdir / "setup.sh"
                 if setup.is_file():
-                    r = await sandbox.exec(["bash", "-s"], stdin=setup.read_bytes(), user="root",
-                                           cwd=workdir, timeout=task.verifier_timeout_s)
+                    # by path, as Harbor runs it: "$0" is the script (it may ``rm -- "$0"``);
+                    # the copy just uploaded, before any process of this step's agent exists
+                    r = await sandbox.exec(["bash", f"{workdir.rstrip('/')}/setup.sh"],
+                                           user="root", cwd=workdir,
+                                           timeout=task.verifier_timeout_s)
                     await sandbox.exec(["rm", "-f", f"{workdir}/setup.sh"], user="root")
                     if r.exit_code != 0:
                         raise InfraError(f"step setup {setup}: exit {r.exit_code}: "
@@ -228,10 +244,12 @@ class ScenarioRunner:
         assert scenario is not None
         done: list[TrialRecord] = []
         sandbox: Sandbox | None = None
+        service: asyncio.Task[ExecResult] | None = None  # the image's ENTRYPOINT
         try:
             try:
                 sandbox = await self.ctx.backend.start(sandbox_spec(first, self.agent,
                                                                     self.ctx.gateway))
+                service = hooks.start_entrypoint(sandbox, first)
                 await sandbox.exec(["chown", "-R", f"{AGENT_UID}:{AGENT_GID}", sandbox.workdir],
                                    user="root")
                 await sandbox.exec(["install", "-d", "-m", "0777", hooks.ARTIFACTS_DIR], user="root")
@@ -257,6 +275,7 @@ class ScenarioRunner:
                     halted = SKIPPED.format(position=i + 1, task=task.id, why=why)
             return done
         finally:
+            await _finish_despite_cancellation(hooks.stop_entrypoint(service))
             if sandbox is not None:
                 await _finish_despite_cancellation(sandbox.stop())
 

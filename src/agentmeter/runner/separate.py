@@ -38,7 +38,10 @@ def verifier_spec(task: Task, environment: list[LayerSpec], image: BaseImage | N
     return SandboxSpec(base=task.base, image=image, mounts=agent_spec.mounts,
                        layers=tuple(environment), workdir=task.workdir,
                        env=dict(task.environment_env), user=AGENT_USER, limits=agent_spec.limits,
-                       network="full" if sep.allow_internet else "none", net_extras=True)
+                       network="full" if sep.allow_internet else
+                       "allowlist" if sep.allowed_hosts else "none",
+                       allowed_hosts=() if sep.allow_internet else sep.allowed_hosts,
+                       allow_host_network=task.host_network, net_extras=True)
 
 
 def collected(task: Task, artifacts_dir: Path) -> list[tuple[Path, str]]:

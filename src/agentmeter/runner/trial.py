@@ -39,6 +39,7 @@ from agentmeter.sandbox.spec import (
     AGENT_UID,
     AGENT_USER,
     BaseImage,
+    ExecResult,
     ExposedSocket,
     LayerSpec,
     SandboxError,
@@ -207,6 +208,7 @@ class TrialRunner:
         timings = PhaseTimings()
         rec.extra["network"] = network_label(self.task)
         sandbox: Sandbox | None = None
+        service: asyncio.Task[ExecResult] | None = None  # the image's ENTRYPOINT
         meter: TrialMeter | None = None
         token_open = False
         try:
@@ -219,6 +221,7 @@ class TrialRunner:
                 await sandbox.exec(["install", "-d", "-m", "0777", hooks.ARTIFACTS_DIR], user="root")
                 # before the agent runs: hidden from it, and a disk it fills cannot stop it
                 await make_verifier(self.task.verifier_kind).stage(self.task, sandbox)
+                service = hooks.start_entrypoint(sandbox, self.task)
                 if self.task.healthcheck is not None:
                     await hooks.healthcheck(sandbox, self.task.healthcheck)
             except SandboxError as e:
@@ -253,6 +256,7 @@ class TrialRunner:
                 rec.extra["collect_problems"] = hook_problems
             await self._collect_artifacts(sandbox)
             if self.task.separate_verifier is not None:  # a fresh sandbox: runner/separate.py
+                await hooks.stop_entrypoint(service)
                 agent_box, sandbox = sandbox, None
                 await agent_box.stop()
                 sandbox = await self._verifier_sandbox()
@@ -274,6 +278,7 @@ class TrialRunner:
                 self._apply_meter(meter)
             rec.timings = timings
             self._save()  # first: a second cancellation must not leave the try 'running'
+            await _finish_despite_cancellation(hooks.stop_entrypoint(service))
             if sandbox is not None:
                 box, sandbox = sandbox, None
                 await _finish_despite_cancellation(box.stop())
@@ -284,6 +289,7 @@ class TrialRunner:
         finally:
             if token_open and self.ctx.gateway is not None:
                 meter = self.ctx.gateway.close_trial(rec.id)
+            await hooks.stop_entrypoint(service)
             if sandbox is not None:
                 await sandbox.stop()
         if meter is not None:
@@ -513,6 +519,8 @@ class TrialRunner:
             rec.error = run.error
         else:
             rec.status = TrialStatus.FAILED
+            if self.agent.name == "oracle" and run.exit_code and run.final_message:
+                rec.error = run.final_message  # the reference solution crashed: say how
         if verdict.problem and not rec.error:
             rec.error = verdict.problem
         if rec.status in (TrialStatus.FAILED, TrialStatus.AGENT_ERROR):

@@ -21,8 +21,8 @@ something to a task's environment:
   tar archive (plain, gzip, bzip2, xz) unpacks it. ``ADD`` of a URL is refused on the local
   backend (:func:`local_refusals`).
 - ``CMD``, ``ENTRYPOINT``, ``LABEL``, ``MAINTAINER``, ``EXPOSE``, ``VOLUME``, ``HEALTHCHECK``,
-  ``STOPSIGNAL``, ``ONBUILD`` are recorded in :class:`ImageMetadata` and change nothing: the
-  harness starts its own processes in the sandbox.
+  ``STOPSIGNAL``, ``ONBUILD`` are recorded in :class:`ImageMetadata` and change nothing in the
+  build; a trial starts the final stage's ENTRYPOINT with its sandbox (``runner/hooks.py``).
 
 Errors name the file and line.
 """
@@ -183,8 +183,10 @@ def image_emulation(from_image: str) -> str | None:
         packages = _EMULATED_IMAGES["python"]
     if packages is None:
         return None
+    # the official images' Python is not Debian's: no PEP 668 lock, so ``pip install`` works
+    unlock = " && rm -f /usr/lib/python3*/EXTERNALLY-MANAGED" if "python3" in packages else ""
     return (f"apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "
-            f"--no-install-recommends {packages} && rm -rf /var/lib/apt/lists/*")
+            f"--no-install-recommends {packages} && rm -rf /var/lib/apt/lists/*{unlock}")
 
 
 def emulation_steps(image: str, line: int) -> list[DockerStep]:

@@ -30,6 +30,8 @@ from agentmeter.sandbox.dockerfile_text import (
 )
 from agentmeter.sandbox.spec import LayerBuildError
 
+#: the PATH every base image here has (Debian's, docker's default; dockerd.py's base sets it)
+IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _STAGE_NAME = re.compile(r"^[a-z][a-z0-9._-]*$")
 _BARE_HEREDOC = re.compile(r"^<<-?([\"']?)[A-Za-z_][A-Za-z0-9_.-]*\1$")
 
@@ -136,7 +138,9 @@ class StageParser:
         self.stages.append(stage)
         if name is not None:
             self.names[name] = stage
-        self.vars = dict(stage.env)
+        # a fresh stage sees its base image's ENV: PATH (what ``$PATH`` expands to in
+        # ``ENV PATH=/x:$PATH``, as docker expands it from the image's config)
+        self.vars = {"PATH": IMAGE_PATH, **stage.env}
         if parent is None:
             stage.steps += emulation_steps(image, self.line)
 

@@ -84,6 +84,8 @@ class SeparateVerifier(BaseModel):
     origin: str = Field(description="the file and key that asked for it, for messages")
     #: the verifier phase's network (one sandbox per phase here, so it may differ from the agent's)
     allow_internet: bool = False
+    #: an allowlist verifier network: the hosts its proxy admits (``allow_internet`` False)
+    allowed_hosts: tuple[str, ...] = ()
 
 
 class Budgets(BaseModel):
@@ -203,7 +205,7 @@ class Task(BaseModel):
 
     # metadata
     tier: Tier | None = None
-    difficulty: Difficulty | None = None
+    difficulty: str | None = None  # Terminal-Bench: Difficulty; Harbor: free-form
     category: str | None = None
     source: str | None = None
     tags: tuple[str, ...] = ()

@@ -57,6 +57,7 @@ from agentmeter.tasks.task_toml import (
     read_task_toml,
     separate_verifier,
     size_to_mb,
+    verifier_network,
 )
 from agentmeter.verify.difftest.config import CasesError, DifftestConfig, read_cases
 from agentmeter.verify.mounts import TESTS_MOUNT
@@ -102,12 +103,12 @@ def _separate(config: TaskToml, directory: Path) -> SeparateVerifier | None:
         return None
     venv = config.verifier.environment
     dockerfile = directory / "tests" / "Dockerfile"
-    mode, _ = phase_network(config, config.verifier)
+    mode, hosts = verifier_network(config, config.verifier, venv)
     return SeparateVerifier(
         dockerfile=dockerfile if dockerfile.is_file() else None,
         docker_image=venv.docker_image if venv is not None else None,
         origin=f"{directory / TASK_TOML}: verifier.environment",
-        allow_internet=mode == "public")
+        allow_internet=mode == "public", allowed_hosts=hosts if mode == "allowlist" else ())
 
 
 def instruction_problems(instruction_file: Path) -> tuple[str, list[TaskProblem]]:
@@ -183,19 +184,70 @@ def environment_files(directory: Path, config: TaskToml | None,
     dockerfile = env_dir / "Dockerfile"
     setup_script = env_dir / "setup.sh"
     has_dockerfile, has_setup = dockerfile.is_file(), setup_script.is_file()
-    docker_image = config.environment.docker_image if config else None
+    docker_image = config.environment.docker_image if config else _raw_docker_image(directory)
     if has_dockerfile and has_setup:
         problems.append(TaskProblem(env_dir, "has both a Dockerfile and setup.sh; keep one"))
     if not (has_dockerfile or has_setup or docker_image):
         problems.append(TaskProblem(
             env_dir, "missing: needs a Dockerfile or setup.sh (or environment.docker_image in "
             f"{TASK_TOML})"))
-    for compose in ("docker-compose.yaml", "docker-compose.yml"):
-        if (env_dir / compose).exists():
-            problems.append(TaskProblem(env_dir / compose,
-                                        "multi-container environments are not supported"))
-
+    problems += compose_problems(env_dir)[0]
     return dockerfile if has_dockerfile else None, setup_script if has_setup else None
+
+
+def _raw_docker_image(directory: Path) -> object:
+    """``environment.docker_image`` of a task.toml that did not validate (its other problems are
+    reported; a task naming an image is not also told it lacks a Dockerfile)."""
+    import tomllib
+
+    try:
+        data = tomllib.loads((directory / TASK_TOML).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    env = data.get("environment")
+    return env.get("docker_image") if isinstance(env, dict) else None
+
+
+COMPOSE_NAMES = ("docker-compose.yaml", "docker-compose.yml")
+
+
+def compose_problems(env_dir: Path) -> tuple[list[TaskProblem], list[str]]:
+    """A Harbor ``environment/docker-compose.yaml`` is merged on top of Harbor's own config for
+    the ``main`` service: a file that only overrides ``main`` is one container (its keys are
+    noticed as ignored); other services (sidecars) are refused, naming them."""
+    from agentmeter.tasks.terminal_bench import _read_yaml
+
+    problems: list[TaskProblem] = []
+    notes: list[str] = []
+    for name in COMPOSE_NAMES:
+        file = env_dir / name
+        if not file.is_file():
+            continue
+        try:
+            data = _read_yaml(file)
+        except TaskError as exc:
+            problems += exc.problems
+            continue
+        services = data.get("services") if isinstance(data, dict) else None
+        if services is None:
+            services = {}
+        if not isinstance(services, dict):
+            problems.append(TaskProblem(file, "expected a mapping of services", "services"))
+            continue
+        others = [str(k) for k in services if k != "main"]
+        if others:
+            problems.append(TaskProblem(
+                file, f"multi-container environments are not supported (services besides "
+                f"'main': {', '.join(others)})", "services"))
+            continue
+        main = services.get("main")
+        keys = sorted(str(k) for k in main) if isinstance(main, dict) else []
+        other_top = sorted(str(k) for k in data if k not in ("services", "version")) \
+            if isinstance(data, dict) else []
+        if keys or other_top:
+            notes.append(f"{file}: ignored: {', '.join([f'services.main.{k}' for k in keys] + other_top)}"
+                         " (one container, built from the task's environment)")
+    return problems, notes
 
 
 def rubric_problems(tests_dir: Path) -> list[TaskProblem]:
@@ -213,8 +265,8 @@ def build_task(directory: Path, config: TaskToml, instruction: str, dockerfile: 
                 setup_script: Path | None, solution_dir: Path | None) -> Task:
     meta, env, agent, verifier = config.metadata, config.environment, config.agent, config.verifier
     tier: Tier | None = meta.tier
-    if tier is None and meta.difficulty in TIERS:
-        tier = meta.difficulty
+    if tier is None:
+        tier = next((t for t in TIERS if t == meta.difficulty), None)
     mode, hosts = phase_network(config, agent)
     package = config.task
     tags = meta.tags or (package.keywords if package else [])
@@ -272,6 +324,7 @@ def build_task(directory: Path, config: TaskToml, instruction: str, dockerfile: 
         collect=_collect(config),
         separate_verifier=_separate(config, directory),
         metadata_extra=dict(meta.model_extra or {}),
-        loader_notes=tuple(ignored_notices(config, directory / TASK_TOML)),
+        loader_notes=(*ignored_notices(config, directory / TASK_TOML),
+                      *compose_problems(directory / "environment")[1]),
         digest=task_digest(directory),
     )

@@ -23,9 +23,16 @@ import tomllib
 from pathlib import Path
 
 from agentmeter.tasks.errors import TaskError, TaskProblem
-from agentmeter.tasks.models import SOLUTION_MOUNT, ScenarioConfig, Task, task_digest
+from agentmeter.tasks.models import (
+    SOLUTION_MOUNT,
+    ScenarioConfig,
+    SeparateVerifier,
+    Task,
+    task_digest,
+)
 from agentmeter.tasks.native import (
     INSTRUCTION_MD,
+    _artifacts,
     build_task,
     environment_files,
     instruction_problems,
@@ -37,6 +44,8 @@ from agentmeter.tasks.task_toml import (
     TaskToml,
     kind_pass_threshold,
     read_task_toml,
+    step_separate,
+    verifier_network,
 )
 
 STEPS_DIR = "steps"
@@ -82,6 +91,30 @@ def load_scenario(directory: Path) -> list[Task]:
     return tasks
 
 
+def _step_separate(directory: Path, config: TaskToml, step: StepEntry,
+                   index: int) -> SeparateVerifier | None:
+    """A step's verifier environment as Harbor resolves it: the step's ``environment_mode``,
+    else separate when the step has a ``[steps.verifier.environment]``, else the task's. A
+    separate one is built from the step's ``tests/Dockerfile``, else the task's, else the step's
+    (or task's) ``docker_image``, else a copy of the task's environment; its network is the
+    step verifier's, else its environment's, else the task verifier's."""
+    sv = step.verifier
+    if not step_separate(config, step):
+        return None
+    venv = sv.environment or config.verifier.environment
+    dockerfile = next((d for d in (directory / STEPS_DIR / step.name / "tests" / "Dockerfile",
+                                   directory / "tests" / "Dockerfile") if d.is_file()), None)
+    phase = sv if (sv.network_mode or sv.allowed_hosts) else config.verifier
+    net_mode, hosts = verifier_network(config, phase, venv)
+    where = f"steps[{index}].verifier.environment" if sv.environment is not None \
+        else "verifier.environment"
+    return SeparateVerifier(dockerfile=dockerfile,
+                            docker_image=venv.docker_image if venv is not None else None,
+                            origin=f"{directory / TASK_TOML}: {where}",
+                            allow_internet=net_mode == "public",
+                            allowed_hosts=hosts if net_mode == "allowlist" else ())
+
+
 def _load_step(directory: Path, config: TaskToml, step: StepEntry, index: int,
                scenario: ScenarioConfig, dockerfile: Path | None, setup_script: Path | None,
                digest: str) -> Task:
@@ -108,6 +141,7 @@ def _load_step(directory: Path, config: TaskToml, step: StepEntry, index: int,
             else kind_pass_threshold(kind)
     min_reward = step.min_reward
     workdir = step_dir / "workdir"
+    step_artifacts = _artifacts(TaskToml.model_validate({"artifacts": step.artifacts}))
     return base.model_copy(update={
         "id": scenario.steps[index],
         "path": step_dir,
@@ -125,5 +159,7 @@ def _load_step(directory: Path, config: TaskToml, step: StepEntry, index: int,
                        else min_reward),
         "contributes_to_reward": step.contributes_to_reward,
         "step_workdir": workdir if workdir.is_dir() else None,
+        "separate_verifier": _step_separate(directory, config, step, index),
+        "artifacts": (*base.artifacts, *step_artifacts),
         "digest": digest,
     })

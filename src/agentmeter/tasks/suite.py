@@ -19,6 +19,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentmeter.records import TaskRecord
+from agentmeter.sandbox.notices import notice
 from agentmeter.tasks.errors import TaskError, TaskProblem, problems_from_validation
 from agentmeter.tasks.models import Task, TaskFormat
 from agentmeter.tasks.native import load_native_task
@@ -192,6 +193,14 @@ def _candidate_dirs(directory: Path) -> list[Path]:
                   if p.is_dir() and not p.name.startswith((".", "_")))
 
 
+def _is_nested_suite(directory: Path) -> bool:
+    """A folder with no task file of its own whose sub-folders hold tasks."""
+    if (directory / TASK_TOML).exists() or (directory / TASK_YAML).exists():
+        return False
+    return any((d / TASK_TOML).is_file() or (d / TASK_YAML).is_file()
+               for d in _candidate_dirs(directory))
+
+
 def _load_suite_dir(directory: Path, builtin: bool, strict: bool) -> Suite:
     problems: list[TaskProblem] = []
     skipped: list[SkippedTask] = []
@@ -204,6 +213,10 @@ def _load_suite_dir(directory: Path, builtin: bool, strict: bool) -> Suite:
             problems.extend(exc.problems)
     tasks: list[Task] = []
     for sub in _candidate_dirs(directory):
+        if _is_nested_suite(sub):  # Harbor skips a folder of tasks inside a folder of tasks
+            notice(f"{sub}: a directory of tasks, not a task: not run (give it as a suite of "
+                   "its own to run its tasks)")
+            continue
         try:
             tasks.extend(load_task_dir(sub))
         except TaskError as exc:

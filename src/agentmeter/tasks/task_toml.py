@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agentmeter.tasks.errors import TaskError, TaskProblem, problems_from_validation
-from agentmeter.tasks.models import BaseName, Difficulty, Tier
+from agentmeter.tasks.models import BaseName, Tier
 from agentmeter.verify.difftest.config import DifftestConfig
 from agentmeter.verify.registry import default_pass_threshold, kind_problem
 
@@ -66,7 +66,7 @@ class _MetadataSection(BaseModel):
 
     author_name: str | None = None
     author_email: str | None = None
-    difficulty: Difficulty | None = None
+    difficulty: str | None = None  # free-form in Harbor ('middle', 'trivial', …)
     category: str | None = None
     tags: list[str] = Field(default_factory=list)
     tier: Tier | None = None
@@ -160,12 +160,12 @@ class _ArtifactEntry(_Section):
     service: str | None = None
 
 
-class _StepAgentSection(_Section):
+class _StepAgentSection(_PhaseNetwork):
     timeout_sec: float | None = Field(default=None, gt=0)
     user: str | int | None = None
 
 
-class _StepVerifierSection(_Section):
+class _StepVerifierSection(_PhaseNetwork):
     timeout_sec: float | None = Field(default=None, gt=0)
     env: dict[str, str] = Field(default_factory=dict)
     user: str | int | None = None
@@ -294,10 +294,8 @@ def ignored_notices(config: TaskToml, file: Path) -> list[str]:
         notes.append(f"{file}: multi_step_reward_mode: Harbor's pre-1.3 key, dropped as Harbor "
                      "drops it (use multi_step_reward_strategy)")
     for i, step in enumerate(config.steps or []):
-        for key, value in (("healthcheck", step.healthcheck), ("artifacts", step.artifacts),
-                           ("verifier.collect", step.verifier.collect),
-                           ("verifier.environment", step.verifier.environment),
-                           ("verifier.environment_mode", step.verifier.environment_mode)):
+        for key, value in (("healthcheck", step.healthcheck),
+                           ("verifier.collect", step.verifier.collect)):
             if value:
                 notes.append(f"{file}: steps[{i}].{key}: ignored (a scenario's steps share one "
                              "sandbox and the task's verifier settings)")
@@ -331,6 +329,26 @@ def phase_network(config: TaskToml, phase: _PhaseNetwork) -> Network:
     if base is None:
         base = "public" if env.allow_internet else "no-network"
     return base, _hosts(env.allowed_hosts) if base == "allowlist" else ()
+
+
+def verifier_network(config: TaskToml, phase: _PhaseNetwork,
+                     venv: _EnvironmentSection | None) -> Network:
+    """A separate verifier's network, as Harbor resolves it: the phase's own ``network_mode``,
+    else its environment's (``[verifier.environment]``: ``network_mode``, else ``allowed_hosts``
+    ⇒ allowlist, else ``allow_internet``), else the task's ``[environment]`` baseline."""
+    mode = _mode(phase)
+    if mode is None and venv is not None:
+        base = _mode(venv)
+        if base is None and venv.allow_internet is not None:
+            base = "public" if venv.allow_internet else "no-network"
+        if base is not None:
+            hosts = phase.allowed_hosts or venv.allowed_hosts or config.environment.allowed_hosts
+            return base, _hosts(hosts) if base == "allowlist" else ()
+    if mode is None:
+        return phase_network(config, phase)
+    hosts = phase.allowed_hosts or (venv.allowed_hosts if venv else []) \
+        or config.environment.allowed_hosts
+    return mode, _hosts(hosts) if mode == "allowlist" else ()
 
 
 ROOT_USERS = {"root", "0"}
@@ -456,12 +474,52 @@ def _step_problems(config: TaskToml, file: Path) -> list[TaskProblem]:
         unknown_kind = None if kind is None else kind_problem(kind)
         if unknown_kind is not None:
             problems.append(TaskProblem(file, unknown_kind, f"steps[{i}].verifier.kind"))
+        problems += _step_network_problems(config, step, i, file)
         user = step.agent.user
         if user is not None and str(user) not in AGENT_USERS:
             problems.append(TaskProblem(file, "agents run as the unprivileged user 'agent' "
                                         "(uid 1000) in every step", f"steps[{i}].agent.user"))
     if config.difftest is not None:
         problems.append(TaskProblem(file, "a CLI-generation task has one step", "difftest"))
+    return problems
+
+
+def step_separate(config: TaskToml, step: StepEntry) -> bool:
+    """Whether a step's verifier runs in an environment of its own (Harbor's resolution: the
+    step's ``environment_mode``, else a ``[steps.verifier.environment]``, else the task's)."""
+    mode = step.verifier.environment_mode
+    if mode is not None:
+        return mode == "separate"
+    return step.verifier.environment is not None or separate_verifier(config)
+
+
+def _net_name(net: Network) -> str:
+    return net[0] + (f" {list(net[1])}" if net[1] else "")
+
+
+def _step_network_problems(config: TaskToml, step: StepEntry, i: int,
+                           file: Path) -> list[TaskProblem]:
+    """A step's agent (and shared verifier) network: honoured when it is the scenario's sandbox
+    network, which cannot change between steps here; else the task is refused, naming the key."""
+    problems: list[TaskProblem] = []
+    agent_net = phase_network(config, config.agent)
+    step_agent = phase_network(config, step.agent) if _mode(step.agent) else agent_net
+    why = ("the steps of a scenario share one sandbox whose network policy cannot change after "
+           "it starts, so the task is not run (as Harbor refuses it on providers without "
+           "dynamic network policies)")
+    if step_agent != agent_net:
+        problems.append(TaskProblem(file, f"step {step.name!r}: its agent's network "
+                                    f"({_net_name(step_agent)}) differs from the task's "
+                                    f"({_net_name(agent_net)}): {why}",
+                                    f"steps[{i}].agent.network_mode"))
+    if not step_separate(config, step):
+        verifier = step.verifier if _mode(step.verifier) else config.verifier
+        step_verifier = phase_network(config, verifier)
+        if step_verifier != agent_net:
+            problems.append(TaskProblem(file, f"step {step.name!r}: its verifier's network "
+                                        f"({_net_name(step_verifier)}) differs from the agent's "
+                                        f"({_net_name(agent_net)}): {why}",
+                                        f"steps[{i}].verifier.network_mode"))
     return problems
 
 

@@ -100,9 +100,14 @@ def toolkit_mount() -> Mount:
     return Mount(source=toolkit_dir(), target=MOUNT_POINT, read_only=True)
 
 
-def verifier_env() -> dict[str, str]:
+IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def verifier_env(image_path: str | None = None) -> dict[str, str]:
+    """The verifier's environment: the harness's tools first on PATH, then the image's PATH
+    (its ``ENV PATH``; Docker's default when it sets none)."""
     return {
-        "PATH": f"{MOUNT_POINT}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "PATH": f"{MOUNT_POINT}/bin:{image_path or IMAGE_PATH}",
         "PYTHONPATH": f"{MOUNT_POINT}/site",
         "PYTHONDONTWRITEBYTECODE": "1",
         "PIP_NO_INDEX": "1",

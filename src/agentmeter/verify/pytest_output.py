@@ -165,6 +165,10 @@ class PytestOutputVerifier:
         return score_pytest_output(result.stdout, result)
 
     async def verify(self, task: Task, sandbox: Sandbox, ctx: VerifierContext) -> Verdict:
-        run = await run_test_command(task, sandbox, ctx, env=offline_pytest.verifier_env(),
+        # the image's PATH (its ENV PATH), behind the harness's tools
+        image_path = (await sandbox.exec(["printenv", "PATH"], user="root",
+                                         timeout=30)).stdout.strip()
+        run = await run_test_command(task, sandbox, ctx,
+                                     env=offline_pytest.verifier_env(image_path or None),
                                      prepare=offline_pytest.PREPARE_HOME)
         return verdict_of(task, ctx, run, self.score(run.result))
