@@ -11,9 +11,10 @@ price_key = "dashscope/qwen3-coder-plus"
 upstream_model = "qwen3-coder-plus"   # sent upstream; defaults to the name after 'provider/'
 ```
 
-Without a file, ``provider/model`` names resolve through the built-in providers below, and
+Without a file, ``provider/model`` names resolve through the built-in providers below,
 ``scripted/<policy>`` (all four APIs) or ``scripted-chat/<policy>`` (Chat Completions only) name
-the in-process scripted model.
+the in-process scripted model, and ``local/<model>`` a GGUF that the gateway serves itself with a
+llama.cpp server it starts (gateway/localmodels.py).
 """
 
 from __future__ import annotations
@@ -46,6 +47,13 @@ class UpstreamModel(BaseModel):
     @property
     def scripted(self) -> bool:
         return self.base_url == "scripted"
+
+    @property
+    def local(self) -> bool:
+        """A ``local/<model>``: served by a llama.cpp server that the gateway starts."""
+        from agentmeter.gateway.localmodels import LOCAL_BASE_URL
+
+        return self.base_url == LOCAL_BASE_URL
 
     @property
     def wire_apis(self) -> tuple[WireApi, ...]:
@@ -91,6 +99,8 @@ BUILTIN_PROVIDERS: dict[str, Provider] = {
     "llamacpp": Provider(base_url="http://127.0.0.1:8080/v1"),
     "ollama": Provider(base_url="http://127.0.0.1:11434/v1"),
 }
+#: servers a user starts (unpriced unless a snapshot prices them); ``local/`` models are started
+#: by agentmeter itself (gateway/localmodels.py) and priced at zero
 _LOCAL = {"vllm", "llamacpp", "ollama"}
 
 
@@ -138,12 +148,29 @@ class ModelRegistry:
                                          if prefix == "scripted" else ())
             return UpstreamModel(name=name, base_url="scripted", wire_api="chat",
                                  extra_wire_apis=apis, price_key=name)
+        if prefix == "local":
+            return _local_model(name, rest)
         provider = BUILTIN_PROVIDERS.get(prefix)
         if provider is None:
             raise ModelConfigError(
                 f"unknown model {name!r}: provider {prefix!r} is not built in "
-                f"({', '.join(sorted(BUILTIN_PROVIDERS))}); add it to a models file")
+                f"({', '.join(sorted([*BUILTIN_PROVIDERS, 'local']))}); add it to a models file")
         return UpstreamModel(name=name, base_url=provider.base_url, wire_api=provider.wire_api,
                              extra_wire_apis=provider.extra_wire_apis, key_env=provider.key_env,
                              price_key=None if prefix in _LOCAL else
                              f"{provider.price_prefix or prefix}/{rest}")
+
+
+def _local_model(name: str, rest: str) -> UpstreamModel:
+    """``local/<model>``: installed (package or own GGUF) and with its server installed."""
+    from agentmeter.gateway import localmodels
+
+    if not localmodels.NAME_PATTERN.match(rest):
+        raise ModelConfigError(f"unknown model {name!r}: a local model's name is letters, digits, "
+                               "'.', '_' and '-'")
+    try:
+        localmodels.find(rest)
+    except localmodels.LocalModelError as e:
+        raise ModelConfigError(str(e)) from e
+    return UpstreamModel(name=name, base_url=localmodels.LOCAL_BASE_URL, wire_api="chat",
+                         price_key=name, upstream_model=rest)
