@@ -213,6 +213,7 @@ def gguf_path(model: LocalModel) -> Path:
                     while block := f.read(1 << 20):
                         digest.update(block)
                         out.write(block)
+        os.chmod(tmp, 0o644)
         if entry.sha256 and digest.hexdigest() != entry.sha256:
             raise LocalModelError(f"{model.name}: the assembled GGUF's sha256 is "
                                   f"{digest.hexdigest()}, not {entry.sha256}")
