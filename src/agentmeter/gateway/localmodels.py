@@ -328,6 +328,7 @@ class LocalServers:
     def __init__(self) -> None:
         self.servers: dict[str, LocalServer] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._stopped = False
 
     async def ensure(self, name: str) -> LocalServer:
         """The running server of ``local/<name>``, started on first use."""
@@ -338,12 +339,18 @@ class LocalServers:
                 return server
             if server is not None:  # it died: start it again
                 await server.stop()
+            if self._stopped:
+                raise LocalModelError(f"local/{name}: the gateway is stopping")
             server = LocalServer(await asyncio.to_thread(find, name))
             await server.start()
+            if self._stopped:  # stopped while this one started: it must not outlive the gateway
+                await server.stop()
+                raise LocalModelError(f"local/{name}: the gateway is stopping")
             self.servers[name] = server
             return server
 
     async def stop(self) -> None:
+        self._stopped = True
         servers, self.servers = list(self.servers.values()), {}
         for server in servers:
             await server.stop()

@@ -106,6 +106,8 @@ class Gateway:
         """Listen on a Unix socket and/or TCP (``port=0`` picks a free port: see ``.port``).
         ``private_socket``: the socket in a new private directory (``sockdir``), removed by
         ``stop`` or, after a SIGKILL, by the next gateway that starts."""
+        if self._local.servers == {}:  # a gateway started again serves its local models again
+            self._local = LocalServers()
         if private_socket:
             self._own_socket_dir = sockdir.make()
             unix_socket = self._own_socket_dir / "gw.sock"
