@@ -126,7 +126,8 @@ async def test_streaming_and_not_metered_as_the_server_counted(gateway: Gateway)
     assert (call.usage.input, call.usage.output) == _server_usage(json.loads(raw))
     assert call.cost_usd == 0.0 and not call.stream
 
-    # asked for, the server's own usage chunk reaches the client as the server sent it
+    # llama-cpp-python's server (0.3.36) sends no usage in a stream, even when asked: the
+    # gateway meters the call as n/a (never 0), and it is no error of the call
     status, raw = await _chat(gateway, "stream", {
         "messages": msgs, "max_tokens": 8, "temperature": 0, "stream": True,
         "stream_options": {"include_usage": True}})
@@ -135,9 +136,10 @@ async def test_streaming_and_not_metered_as_the_server_counted(gateway: Gateway)
     [call] = meter.calls
     assert call.stream and call.error is None
     counted = _stream_usage(raw)
-    assert counted is not None, f"the server's stream carries no usage: {raw[-400:]!r}"
-    assert (call.usage.input, call.usage.output) == counted
-    assert call.cost_usd == 0.0
+    if counted is None:
+        assert (call.usage.input, call.usage.output, call.cost_usd) == (None, None, None)
+    else:
+        assert (call.usage.input, call.usage.output) == counted and call.cost_usd == 0.0
 
 
 async def test_malformed_tool_call_arguments_are_the_models_not_the_harness(
@@ -160,6 +162,7 @@ async def test_malformed_tool_call_arguments_are_the_models_not_the_harness(
     [call] = meter.calls
     assert call.error is None and call.usage.output is not None
     reply = parse_reply("chat", json.loads(raw))
-    assert reply.tool_calls, json.loads(raw)
-    assert reply.tool_calls[0].name == "run_shell"
-    assert reply.tool_calls[0].problem is not None  # 4 tokens cannot close the JSON
+    calls = reply.message.tool_calls
+    assert calls, json.loads(raw)
+    assert calls[0].name == "run_shell"
+    assert calls[0].parse_error is not None  # 4 tokens cannot close the JSON
