@@ -10,7 +10,19 @@ from typing import Annotated
 
 import typer
 
-from agentmeter.cli import analysis, data, difftest, gateway, judge, plugins, report, run, setup, tasks
+from agentmeter.cli import (
+    analysis,
+    data,
+    difftest,
+    gateway,
+    judge,
+    models,
+    plugins,
+    report,
+    run,
+    setup,
+    tasks,
+)
 
 app = typer.Typer(help="Evaluate deployed agent configurations (model × agent) on local tasks "
                   "in sandboxes, measuring success and cost together.", no_args_is_help=True)
@@ -30,7 +42,7 @@ def _root(version: Annotated[bool, typer.Option("--version", callback=_version, 
     """Evaluate deployed agent configurations (model × agent) on local tasks in sandboxes."""
 
 
-for group in (run, tasks, setup, analysis, gateway, data, report, difftest, judge, plugins):
+for group in (run, tasks, setup, analysis, gateway, models, data, report, difftest, judge, plugins):
     group.register(app)
 
 

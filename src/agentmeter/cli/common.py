@@ -32,8 +32,11 @@ AllowHostNetworkOpt = Annotated[bool, typer.Option(
 
 
 def fail(message: str) -> typer.Exit:
-    """Print ``message`` as an error; raise the returned Exit (status 2)."""
-    err.print(f"[red]error:[/red] {message}")
+    """Print ``message`` as an error (as it is: ``[...]`` in it is text, not markup); raise the
+    returned Exit (status 2)."""
+    from rich.markup import escape
+
+    err.print(f"[red]error:[/red] {escape(message)}")
     return typer.Exit(2)
 
 

@@ -25,6 +25,7 @@ def gateway_serve(
     import asyncio
     import signal
 
+    from agentmeter.gateway.localmodels import LocalModelError
     from agentmeter.gateway.metering import Budget
     from agentmeter.gateway.registry import ModelConfigError
     from agentmeter.gateway.server import Gateway
@@ -59,7 +60,8 @@ def gateway_serve(
 
     try:
         asyncio.run(main())
-    except (ModelConfigError, PricingError) as e:  # e.g. --max-usd for an unpriced model
+    except (ModelConfigError, PricingError, LocalModelError) as e:  # e.g. --max-usd for an
+        # unpriced model, a local model whose server did not start
         raise fail(str(e)) from None
     except OSError as e:
         raise fail(f"cannot listen on {host}:{port}: {e.strerror or e}") from None

@@ -11,16 +11,18 @@ price_key = "dashscope/qwen3-coder-plus"
 upstream_model = "qwen3-coder-plus"   # sent upstream; defaults to the name after 'provider/'
 ```
 
-Without a file, ``provider/model`` names resolve through the built-in providers below, and
+Without a file, ``provider/model`` names resolve through the built-in providers below,
 ``scripted/<policy>`` (all four APIs) or ``scripted-chat/<policy>`` (Chat Completions only) name
-the in-process scripted model.
+the in-process scripted model, and ``local/<model>`` a GGUF that the gateway serves itself with a
+llama.cpp server it starts (gateway/localmodels.py).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agentmeter.gateway.scripted.policy import Policy, PolicyError
 from agentmeter.records import ModelSpec, WireApi
@@ -50,6 +52,21 @@ class UpstreamModel(BaseModel):
     @property
     def scripted(self) -> bool:
         return self.base_url == "scripted"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _served_here_is_local(cls, data: Any) -> Any:
+        """A model the gateway serves itself (``base_url = "local"``) is a local server."""
+        if isinstance(data, dict) and data.get("base_url") == "local" and "local" not in data:
+            return {**data, "local": True}
+        return data
+
+    @property
+    def served_here(self) -> bool:
+        """A ``local/<model>``: served by a llama.cpp server that the gateway starts."""
+        from agentmeter.gateway.localmodels import LOCAL_BASE_URL
+
+        return self.base_url == LOCAL_BASE_URL
 
     @property
     def wire_apis(self) -> tuple[WireApi, ...]:
@@ -96,6 +113,8 @@ BUILTIN_PROVIDERS: dict[str, Provider] = {
     "llamacpp": Provider(base_url="http://127.0.0.1:8080/v1", local=True),
     "ollama": Provider(base_url="http://127.0.0.1:11434/v1", local=True),
 }
+#: servers a user starts (unpriced unless a snapshot prices them); ``local/`` models are started
+#: by agentmeter itself (gateway/localmodels.py) and priced at zero
 _LOCAL = {"vllm", "llamacpp", "ollama"}
 
 
@@ -143,13 +162,30 @@ class ModelRegistry:
                                          if prefix == "scripted" else ())
             return UpstreamModel(name=name, base_url="scripted", wire_api="chat",
                                  extra_wire_apis=apis, price_key=name)
+        if prefix == "local":
+            return _local_model(name, rest)
         provider = BUILTIN_PROVIDERS.get(prefix)
         if provider is None:
             raise ModelConfigError(
                 f"unknown model {name!r}: provider {prefix!r} is not built in "
-                f"({', '.join(sorted(BUILTIN_PROVIDERS))}); add it to a models file")
+                f"({', '.join(sorted([*BUILTIN_PROVIDERS, 'local']))}); add it to a models file")
         return UpstreamModel(name=name, base_url=provider.base_url, wire_api=provider.wire_api,
                              extra_wire_apis=provider.extra_wire_apis, key_env=provider.key_env,
                              local=provider.local,
                              price_key=None if prefix in _LOCAL else
                              f"{provider.price_prefix or prefix}/{rest}")
+
+
+def _local_model(name: str, rest: str) -> UpstreamModel:
+    """``local/<model>``: installed (package or own GGUF) and with its server installed."""
+    from agentmeter.gateway import localmodels
+
+    if not localmodels.NAME_PATTERN.match(rest):
+        raise ModelConfigError(f"unknown model {name!r}: a local model's name is letters, digits, "
+                               "'.', '_' and '-'")
+    try:
+        localmodels.find(rest)
+    except localmodels.LocalModelError as e:
+        raise ModelConfigError(str(e)) from e
+    return UpstreamModel(name=name, base_url=localmodels.LOCAL_BASE_URL, wire_api="chat",
+                         price_key=name, upstream_model=rest, local=True)

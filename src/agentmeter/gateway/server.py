@@ -7,6 +7,7 @@ import contextlib
 import os
 import secrets
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from agentmeter.gateway.calls import (
     worst_case,
 )
 from agentmeter.gateway.errors import error_bytes
+from agentmeter.gateway.localmodels import LocalModelError, LocalServers
 from agentmeter.gateway.metering import (
     Budget,
     CallPurpose,
@@ -95,6 +97,7 @@ class Gateway:
         self._tokens: dict[str, TrialState] = {}  # by token
         self._upstreams: dict[str, Upstream] = {}
         self._scripted = ScriptedModel()
+        self._local = LocalServers()  # local/<model>: llama.cpp servers this gateway started
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
         self._writer = CallWriter()
@@ -112,6 +115,8 @@ class Gateway:
         """Listen on a Unix socket and/or TCP (``port=0`` picks a free port: see ``.port``).
         ``private_socket``: the socket in a new private directory (``sockdir``), removed by
         ``stop`` or, after a SIGKILL, by the next gateway that starts."""
+        if self._local.servers == {}:  # a gateway started again serves its local models again
+            self._local = LocalServers()
         if private_socket:
             self._own_socket_dir = sockdir.make()
             unix_socket = self._own_socket_dir / "gw.sock"
@@ -186,6 +191,7 @@ class Gateway:
             self._session = None
         await self._writer.close()
         self._upstreams.clear()
+        await self._local.stop()
         if self.unix_socket is not None and self.unix_socket.exists():
             self.unix_socket.unlink()
         if self._own_socket_dir is not None:
@@ -260,17 +266,33 @@ class Gateway:
         except KeyError:
             raise GatewayError(f"no open trial {trial_id!r}") from None
 
-    def _upstream(self, um: UpstreamModel) -> tuple[Upstream, str | None]:
+    async def start_local_models(self, models: Iterable[str]) -> None:
+        """Start the llama.cpp server of each ``local/`` model among ``models`` now (else on
+        its first call), so that a run fails before its trials when one cannot start; the
+        servers stop with the gateway. Raises LocalModelError."""
+        for name in dict.fromkeys(models):
+            um = self.models.resolve(name)
+            if um.served_here:
+                await self._local.ensure(um.model_id)
+
+    @property
+    def local_servers(self) -> LocalServers:
+        return self._local
+
+    def _upstream(self, um: UpstreamModel, base_url: str | None = None) -> tuple[Upstream, str | None]:
+        """``base_url``: where a local model's server runs now (a restarted one moves)."""
         key = os.environ.get(um.key_env) if um.key_env else None
-        up = self._upstreams.get(um.name)
+        cache_key = um.name if base_url is None else f"{um.name} {base_url}"
+        up = self._upstreams.get(cache_key)
         if up is None:
             if um.scripted:
                 up = ScriptedUpstream(um, self._scripted)
             else:
                 if self._session is None:
                     raise GatewayError("the gateway is not started")
-                up = HttpUpstream(um, key, self._session, self.retry)
-            self._upstreams[um.name] = up
+                target = um if base_url is None else um.model_copy(update={"base_url": base_url})
+                up = HttpUpstream(target, key, self._session, self.retry)
+            self._upstreams[cache_key] = up
         return up, key
 
     # -- HTTP --------------------------------------------------------------------------------
@@ -351,8 +373,9 @@ class Gateway:
                                f"translation from {client_api} to it is not supported")
         call = Call(trial, client_api, upstream_api, body, len(raw), stream_route=stream, sse=sse)
         try:
-            upstream, key = self._upstream(um)
-        except GatewayError as e:
+            base_url = (await self._local.ensure(um.model_id)).base_url if um.served_here else None
+            upstream, key = self._upstream(um, base_url)
+        except (GatewayError, LocalModelError) as e:
             return self._error(client_api, 503, str(e))
         env = CallEnv(self.prices, upstream, key, self.record_bodies_dir, self._writer,
                       self.limits.write_timeout_s, self.keepalive_s)

@@ -24,6 +24,7 @@ async def serve(model: str, *, host: str, port: int, models: ModelRegistry, pric
     token = gw.open_trial(session, model, budget=budget)  # a bad model fails before listening
     try:
         await gw.start(host=host, port=port)
+        await gw.start_local_models([model])  # local/<model>: its server, before the URL is shown
     except BaseException:
         await gw.stop()
         raise

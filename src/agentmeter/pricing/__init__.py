@@ -18,7 +18,12 @@ if TYPE_CHECKING:
         cost,
         unpriced_cache,
     )
-    from agentmeter.pricing.snapshot import PricingError, PricingSnapshot, scripted_snapshot
+    from agentmeter.pricing.snapshot import (
+        PricingError,
+        PricingSnapshot,
+        local_snapshot,
+        scripted_snapshot,
+    )
 
 #: name -> the module that defines it
 _LAZY: dict[str, str] = {name: module for module, names in {
@@ -27,7 +32,8 @@ _LAZY: dict[str, str] = {name: module for module, names in {
         "CACHE_FALLBACKS", "CacheFallback", "ModelRates", "cache_fallback_used", "charge_bound",
         "cost", "unpriced_cache",
     ),
-    "agentmeter.pricing.snapshot": ("PricingError", "PricingSnapshot", "scripted_snapshot"),
+    "agentmeter.pricing.snapshot": ("PricingError", "PricingSnapshot", "local_snapshot",
+                                    "scripted_snapshot"),
 }.items() for name in names}
 
 if not TYPE_CHECKING:
@@ -36,4 +42,4 @@ if not TYPE_CHECKING:
 
 __all__ = ["CACHE_FALLBACKS", "CacheFallback", "ModelRates", "cache_fallback_used",
            "charge_bound", "unpriced_cache", "PriceBook", "PriceQuote", "PricingError", "PricingSnapshot",
-           "UnpricedModelError", "cost", "scripted_snapshot"]
+           "UnpricedModelError", "cost", "local_snapshot", "scripted_snapshot"]

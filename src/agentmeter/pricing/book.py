@@ -1,6 +1,7 @@
 """PriceBook: which rates apply to a price key, and what a usage record costs in USD.
 
-Lookup order: the pricing snapshots given (later ones win), then genai-prices' bundled table.
+Lookup order: the pricing snapshots given (later ones win), then the shipped ones (the scripted
+model's fake prices, ``local/*`` at zero), then genai-prices' bundled table.
 Price keys are ``provider/model`` (``openai/gpt-5``), ``provider:model`` or a bare model name.
 """
 
@@ -14,7 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from agentmeter.pricing.formula import MILLION, CacheFallback, ModelRates, charge_bound, cost
-from agentmeter.pricing.snapshot import PricingError, PricingSnapshot, scripted_snapshot
+from agentmeter.pricing.snapshot import (
+    PricingError,
+    PricingSnapshot,
+    local_snapshot,
+    scripted_snapshot,
+)
 from agentmeter.records import TokenUsage
 
 #: our provider names → genai-prices provider ids
@@ -85,7 +91,8 @@ class PriceBook:
     def __init__(self, snapshots: Sequence[PricingSnapshot] = (), *,
                  use_genai_prices: bool = True, include_scripted: bool = True,
                  cache_price_fallback: CacheFallback | None = None) -> None:
-        self.snapshots = ([scripted_snapshot()] if include_scripted else []) + list(snapshots)
+        self.snapshots = (([scripted_snapshot()] if include_scripted else []) + [local_snapshot()]
+                          + list(snapshots))
         self.use_genai_prices = use_genai_prices
         self.cache_price_fallback = cache_price_fallback
 

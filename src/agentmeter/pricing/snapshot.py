@@ -68,3 +68,8 @@ SHIPPED_DIR = Path(__file__).parent / "snapshots"
 def scripted_snapshot() -> PricingSnapshot:
     """The fixed, fake price of the scripted test double."""
     return PricingSnapshot.load(SHIPPED_DIR / "scripted-fake.toml")
+
+
+def local_snapshot() -> PricingSnapshot:
+    """The zero price of ``local/*`` models (served on this machine: no API fees)."""
+    return PricingSnapshot.load(SHIPPED_DIR / "local-zero.toml")

@@ -240,6 +240,23 @@ def _local_problems(tasks: list[Task]) -> dict[str, str]:
     return problems
 
 
+async def start_local_models(gateway: Gateway, prepared: PreparedRun) -> None:
+    """The run's ``local/`` models (agents' and the judge's) served before its trials start:
+    one llama.cpp server each, shared by all trials and judges, stopped with the gateway."""
+    from agentmeter.gateway.localmodels import LocalModelError
+
+    names = [c.record.model.name for c in prepared.configs if c.agent.uses_model]
+    if prepared.request.judge_model is not None:
+        names.append(prepared.request.judge_model)
+    try:
+        await gateway.start_local_models(names)
+    except BaseException as e:  # a server that did start is stopped too (also on Ctrl-C)
+        await gateway.stop()
+        if isinstance(e, LocalModelError):
+            raise RunSetupError(str(e)) from e
+        raise
+
+
 def models_and_prices(request: RunRequest) -> tuple[ModelRegistry, PriceBook]:
     try:
         registry = ModelRegistry.load(Path(request.models_file)) if request.models_file else ModelRegistry()
@@ -307,6 +324,7 @@ class Executor:
             gateway = Gateway(registry, prices, record_bodies_dir=bodies,
                               allow_unpriced=req.allow_unpriced, limits=GATEWAY_LIMITS)
             await gateway.start(private_socket=True, host="127.0.0.1", port=0)
+            await start_local_models(gateway, prepared)
         ctx = TrialContext(store=store, run_id=run_id, backend=self.backend, gateway=gateway,
                            judge_model=req.judge_model)
         plan = build_plan(prepared.configs, prepared.tasks, req.attempts)
