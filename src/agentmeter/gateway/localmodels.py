@@ -43,6 +43,13 @@ NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 START_TIMEOUT_S = 180.0
 #: the context window a server is started with, unless the model has its own
 DEFAULT_N_CTX = 8192
+#: the server's entry point: llama_cpp.server, after asking the kernel to end it when the process
+#: that started it dies (PR_SET_PDEATHSIG; a harness killed without clean-up leaves no server)
+_SERVER_MAIN = ("import ctypes, os, runpy, signal, sys\n"
+                "ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)\n"
+                "if os.getppid() == 1:\n    sys.exit(0)\n"
+                "sys.argv = ['llama_cpp.server', *sys.argv[1:]]\n"
+                "runpy.run_module('llama_cpp.server', run_name='__main__', alter_sys=True)\n")
 
 
 class LocalModelError(RuntimeError):
@@ -254,7 +261,7 @@ class LocalServer:
         return self.proc.pid if self.proc is not None else None
 
     def command(self, gguf: Path, port: int) -> list[str]:
-        return [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf),
+        return [sys.executable, "-c", _SERVER_MAIN, "--model", str(gguf),
                 "--model_alias", self.model.name, "--host", "127.0.0.1", "--port", str(port),
                 "--n_ctx", str(self.n_ctx), "--n_threads", str(self.threads),
                 "--n_threads_batch", str(self.threads)]
