@@ -19,6 +19,7 @@ import importlib
 import os
 import re
 import sys
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -162,3 +163,18 @@ def exists(kind: str, name: str) -> bool:
         load_import_path(name, kind)
         return True
     return name in entry_point_names(kind)
+
+
+def name_problem(kind: str, name: str, builtin: Collection[str],
+                 known: Callable[[], Iterable[str]], form: str) -> str | None:
+    """Why ``name`` names no built-in ``kind`` and no plug-in of it (None: it does), e.g.
+    ``unknown verifier kind 'x' (known: a, b; or package.module:Class)``; ``form`` is how an
+    import path of that kind is written; ``known`` lists every name (called for the message)."""
+    if name in builtin:
+        return None
+    try:
+        if exists(kind, name):
+            return None
+    except PluginError as e:
+        return str(e)
+    return f"unknown {kind} {name!r} (known: {', '.join(known())}; or {form})"

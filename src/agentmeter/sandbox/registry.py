@@ -52,15 +52,8 @@ def backend_names() -> list[str]:
 
 def backend_problem(name: str) -> str | None:
     """Why ``name`` names no backend (None: it does); an entry point is not imported."""
-    if name in _BACKENDS:
-        return None
-    try:
-        if plugins.exists("sandbox backend", name):
-            return None
-    except plugins.PluginError as e:
-        return str(e)
-    return (f"unknown sandbox backend {name!r} (known: {', '.join(backend_names())}; or "
-            "package.module:factory)")
+    return plugins.name_problem("sandbox backend", name, _BACKENDS, backend_names,
+                                "package.module:factory")
 
 
 def make_backend(name: str, log: BuildLog = None) -> SandboxBackend:

@@ -63,15 +63,8 @@ class UnknownVerifierError(ValueError):
 def kind_problem(kind: str) -> str | None:
     """Why ``kind`` names no verifier kind (None: it does). A plug-in entry point is not
     imported; an import path is (the only way to know it is there)."""
-    if kind in _FACTORIES:
-        return None
-    try:
-        if plugins.exists("verifier kind", kind):
-            return None
-    except plugins.PluginError as e:
-        return str(e)
-    return (f"unknown verifier kind {kind!r} (known: {', '.join(verifier_kinds())}; "
-            "or package.module:Class)")
+    return plugins.name_problem("verifier kind", kind, _FACTORIES, verifier_kinds,
+                                "package.module:Class")
 
 
 def default_pass_threshold(kind: str) -> float | None:
