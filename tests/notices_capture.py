@@ -1,11 +1,11 @@
-"""Capturing the notices (agentmeter.sandbox.notices) said inside a block, each said afresh."""
+"""Capturing the notices (agentmeter.notices) said inside a block, each said afresh."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from agentmeter.sandbox import notices
+from agentmeter import notices
 
 
 @contextmanager

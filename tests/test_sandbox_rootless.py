@@ -20,7 +20,7 @@ import agentmeter
 CHILD = r'''
 import asyncio, json, os, socket, tempfile, time
 from pathlib import Path
-from agentmeter.sandbox import notices
+from agentmeter import notices
 from agentmeter.sandbox.local import LocalBackend
 from agentmeter.sandbox.spec import ExposedSocket, Limits, SandboxSpec
 

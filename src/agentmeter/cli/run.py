@@ -37,9 +37,9 @@ def execute_run(prepared: PreparedRun, store_dir: Path | None, run_id: str | Non
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+    from agentmeter import notices
     from agentmeter.records import TrialStatus
     from agentmeter.runner.session import RunSetupError, check_run_id, make_backend, run
-    from agentmeter.sandbox import notices
 
     started = time.monotonic()
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -66,7 +66,7 @@ def execute_run(prepared: PreparedRun, store_dir: Path | None, run_id: str | Non
         def log(line: str) -> None:
             bar.console.print(f"[dim]{line}[/dim]")
 
-        # notices (sandbox/notices.py: a FROM built on the Debian base, …) print above the bar
+        # notices (notices.py: a FROM built on the Debian base, …) print above the bar
         notices.set_sink(None if as_json else
                          lambda text: bar.console.print(f"[yellow]note:[/yellow] {escape(text)}"))
 

@@ -10,7 +10,7 @@ import signal
 import time
 from pathlib import Path
 
-from agentmeter.sandbox.notices import notice
+from agentmeter.notices import notice
 from agentmeter.sandbox.spec import Limits
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")

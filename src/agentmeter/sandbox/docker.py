@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+from agentmeter.notices import notice
 from agentmeter.paths import cache_dir
 from agentmeter.sandbox import copyout, dockerdisk, droppings, fsnames, images, seccomp
 from agentmeter.sandbox.archive import COPY_OUT_MAX_BYTES, READ_FILE_MAX_BYTES
@@ -56,7 +57,6 @@ from agentmeter.sandbox.fsdiff import (
 )
 from agentmeter.sandbox.hosttools import static_busybox
 from agentmeter.sandbox.netsetup import SandboxNetwork, fence_host, start_network
-from agentmeter.sandbox.notices import notice
 from agentmeter.sandbox.output import CappedBuffer, collect_output, wait_drained
 from agentmeter.sandbox.protocol import DEFAULT_IGNORE, OutputCallback
 from agentmeter.sandbox.spec import (

@@ -27,6 +27,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentmeter.notices import notice
 from agentmeter.sandbox import oci
 from agentmeter.sandbox.dockerd import (
     base_digest,
@@ -35,7 +36,6 @@ from agentmeter.sandbox.dockerd import (
     image_exists,
     layer_tag,
 )
-from agentmeter.sandbox.notices import notice
 from agentmeter.sandbox.spec import (
     AGENT_GID,
     AGENT_UID,

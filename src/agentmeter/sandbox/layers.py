@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
+from agentmeter.notices import notice
 from agentmeter.paths import cache_dir
 from agentmeter.sandbox import droppings, idmap, oci, rootfs
 from agentmeter.sandbox.buildcopy import copy_step
@@ -53,7 +54,6 @@ from agentmeter.sandbox.dockerfile import (
     parse_dockerfile,
 )
 from agentmeter.sandbox.images import ADAPT_FORMAT, ADAPT_SCRIPT, adapt_error
-from agentmeter.sandbox.notices import notice
 from agentmeter.sandbox.output import strip_ansi
 from agentmeter.sandbox.spec import (
     AGENT_USER,

@@ -49,6 +49,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from agentmeter.notices import notice
 from agentmeter.sandbox import cgroups, copyout, droppings, idmap, local_dirs, rootfs, seccomp
 from agentmeter.sandbox.archive import COPY_OUT_MAX_BYTES, READ_FILE_MAX_BYTES
 from agentmeter.sandbox.bridge import BridgeProcess, start_bridge
@@ -63,7 +64,6 @@ from agentmeter.sandbox.hosttools import (
 from agentmeter.sandbox.layers import LayerMeta, LocalLayerCache
 from agentmeter.sandbox.masks import KEYRING_WRAPPER, SessionNoticeFilter, proc_masks
 from agentmeter.sandbox.netsetup import SandboxNetwork, fence_host, start_network
-from agentmeter.sandbox.notices import notice
 from agentmeter.sandbox.output import CappedBuffer, collect_output, wait_drained
 from agentmeter.sandbox.pasta import Pasta, resolv_conf, start_pasta
 from agentmeter.sandbox.protocol import DEFAULT_IGNORE, OutputCallback

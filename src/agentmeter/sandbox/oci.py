@@ -27,11 +27,11 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentmeter.notices import notice
 from agentmeter.paths import cache_dir
 from agentmeter.sandbox import idmap
 from agentmeter.sandbox.dockerfile import image_emulation
 from agentmeter.sandbox.hosttools import OCI_TOOLS, ensure_tools
-from agentmeter.sandbox.notices import notice
 from agentmeter.sandbox.rootfs import DEBIAN_RELEASE, file_lock
 from agentmeter.sandbox.spec import SandboxError
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agentmeter.notices import notice
 from agentmeter.records import TaskRecord
-from agentmeter.sandbox.notices import notice
 from agentmeter.tasks.errors import TaskError, TaskProblem, problems_from_validation
 from agentmeter.tasks.models import Task, TaskFormat
 from agentmeter.tasks.native import load_native_task
