@@ -27,9 +27,10 @@ import pytest
 from registry_fixtures import registry_fixture  # noqa: F401
 from taskgen import make_task
 
+from agentmeter import notices
 from agentmeter.records import TrialStatus
 from agentmeter.runner.session import RunRequest, prepare, run
-from agentmeter.sandbox import idmap, notices, oci, rootfs
+from agentmeter.sandbox import idmap, oci, rootfs
 from agentmeter.sandbox.docker import DockerBackend
 from agentmeter.sandbox.hosttools import ensure_tools
 from agentmeter.sandbox.local import LocalBackend

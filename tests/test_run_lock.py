@@ -95,7 +95,8 @@ def test_concurrent_resume_of_a_live_run_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("args", "message"), [
     (["--run-id", "../x"], "--run-id '../x': use letters, digits"),
     (["--run-id", "a/b"], "--run-id 'a/b': use letters, digits"),
-    (["--backend", "nope"], "unknown sandbox backend 'nope' (known: docker, local)"),
+    (["--backend", "nope"],
+     "unknown sandbox backend 'nope' (known: docker, local; or package.module:factory)"),
     (["-c", "0"], "--concurrency: input should be greater than or equal to 1 (got 0)"),
     (["--attempts", "0"], "--attempts: input should be greater than or equal to 1 (got 0)"),
 ])

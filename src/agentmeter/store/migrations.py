@@ -205,6 +205,9 @@ def current_version(conn: sa.Connection) -> int:
                           "(not a store written by agentmeter)")
     version = versions[0]
     if version <= SCHEMA_VERSION:
+        # the tables again, after the version: another process may have committed a migration
+        # since the first listing (tables only grow, so a listing taken after is never short)
+        names = set(sa.inspect(conn).get_table_names())
         missing = sorted(set(_TABLES_AT[version]) - names)
         if missing:
             raise SchemaError(f"schema version {version} but its tables {missing} are missing "
