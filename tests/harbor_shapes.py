@@ -1,8 +1,10 @@
 """Task directories of each shape Harbor's and Terminal-Bench's own examples take (written for
 agentmeter's tests, not copied from either repository): ``write_shapes(root)`` writes them and
-returns what each should do offline: ``"pass"`` (the oracle passes, nop fails), ``"skip"`` (it
-asks for what agentmeter cannot honour: skipped with its reason) or ``"network"`` (it needs the
-internet it did not ask for: the oracle fails and says the network was missing)."""
+returns what each should do offline (a run with ``--network-default none``: they state no
+network, so Harbor's default, public, is theirs otherwise): ``"pass"`` (the oracle passes, nop
+fails), ``"skip"`` (it asks for what agentmeter cannot honour: skipped with its reason) or
+``"network"`` (it needs the internet it did not ask for: the oracle fails and says the network
+was missing)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Small generated tasks for runner tests (native layout)."""
+"""Small generated tasks for runner tests (native layout). They state no network
+(``allow_internet = false``, which an appended ``allowed_hosts`` or ``network_mode`` overrides):
+a task that states none gets the run's network default, public."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ timeout_sec = {agent_timeout}
 timeout_sec = 30.0
 [environment]
 build_timeout_sec = 300.0
+allow_internet = false
 """
 
 
@@ -42,6 +45,7 @@ SCENARIO_TOML = """schema_version = "1.1"
 category = "{category}"
 [environment]
 workdir = "/app"
+allow_internet = false
 [verifier]
 timeout_sec = 30.0
 {scenario}

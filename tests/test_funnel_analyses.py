@@ -216,6 +216,7 @@ def test_difftest_new_scaffolds_a_task_that_loads(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     task = load_for_synthesis(tmp_path / "suite" / "greet-task")  # as `synth` loads it
     assert task.difftest is not None and task.difftest.cli_name == "greet"
+    assert not task.allow_internet and not task.network_default  # states its network
     docker = (tmp_path / "suite" / "greet-task" / "environment" / "Dockerfile").read_text()
     assert "PIP_FIND_LINKS=/opt/wheelhouse" in docker and "useradd -u 1001" in docker
     assert "/opt/oracle/bin/greet" in docker and "COPY oracle/" in docker

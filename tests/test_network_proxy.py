@@ -292,7 +292,7 @@ async def test_trial_states_its_network_and_why_it_failed(tmp_path: Path) -> Non
     store = Store.open(tmp_path / "runs")
     rid, _ = await run(store, prepare(RunRequest(suites=[str(suite)], agents=["oracle"])))
     (trial,) = store.latest_completed_trials(rid)
-    assert trial.extra["network"] == "no-network"
+    assert trial.extra["network"] == "no-network" and trial.extra["network_source"] == "task"
     assert trial.status is TrialStatus.FAILED
     assert (trial.error or "").startswith("failed: the tests needed the network ('"), trial.error
     assert 'network_mode = "no-network"' in (trial.error or "")

@@ -49,6 +49,7 @@ timeout_sec = 60.0
 {verifier_extra}
 [environment]
 build_timeout_sec = 300.0
+network_mode = "no-network"
 """
 DOCKERFILE = "FROM debian:trixie\nWORKDIR /app\n"
 

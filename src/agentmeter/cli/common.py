@@ -29,6 +29,11 @@ AllowHostNetworkOpt = Annotated[bool, typer.Option(
     "--allow-host-network", help="let an exact allowed_hosts entry (127.0.0.1:8080, localhost, "
     "10.0.0.5) reach this host's own or an internal address; without it a task listing one is "
     "refused, and '*', wildcards and public networks never reach them")]
+NetworkDefaultOpt = Annotated[str, typer.Option(
+    "--network-default", metavar="none|public",
+    help="the network of tasks that state none (Harbor's task.toml without network_mode, "
+    "allowed_hosts or allow_internet; Terminal-Bench tasks): public (Harbor's default, through "
+    "the harness's proxy, never this host) or none; a task that states its network keeps it")]
 
 
 def fail(message: str) -> typer.Exit:

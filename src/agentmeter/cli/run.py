@@ -11,7 +11,16 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from agentmeter.cli.common import AllowHostNetworkOpt, JsonOpt, StoreOpt, console, err, fail, open_store
+from agentmeter.cli.common import (
+    AllowHostNetworkOpt,
+    JsonOpt,
+    NetworkDefaultOpt,
+    StoreOpt,
+    console,
+    err,
+    fail,
+    open_store,
+)
 
 if TYPE_CHECKING:
     from agentmeter.records import TrialRecord
@@ -176,6 +185,7 @@ def run_cmd(
         "--strict", help="refuse the run when any task fails to load (default: skip such "
         "tasks, list each with its reason, run the rest)")] = False,
     allow_host_network: AllowHostNetworkOpt = False,
+    network_default: NetworkDefaultOpt = "public",
     executor: ExecutorOpt = "local", ray_address: RayAddressOpt = "auto",
     store: StoreOpt = None, as_json: JsonOpt = False,
 ) -> None:
@@ -203,7 +213,8 @@ def run_cmd(
                          models_file=models_file, prices=prices or [],
                          allow_unpriced=allow_unpriced, record_bodies=record_bodies,
                          judge_model=judge_model, strict=strict,
-                         allow_host_network=allow_host_network, executor=executor,
+                         allow_host_network=allow_host_network,
+                         network_default=network_default, executor=executor,
                          ray_address=ray_address)
         prepared = prepare(req)
     except (RunSetupError, ValueError) as e:

@@ -11,7 +11,14 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from agentmeter.cli.common import AllowHostNetworkOpt, JsonOpt, StoreOpt, console, fail
+from agentmeter.cli.common import (
+    AllowHostNetworkOpt,
+    JsonOpt,
+    NetworkDefaultOpt,
+    StoreOpt,
+    console,
+    fail,
+)
 from agentmeter.cli.run import execute_run, loader_notices, report_loading
 
 if TYPE_CHECKING:
@@ -68,16 +75,18 @@ def tasks_check(path: Annotated[str, typer.Argument(help="suite/task dir or buil
                 strict: Annotated[bool, typer.Option(
                     "--strict", help="refuse to check anything when a task fails to load")] = False,
                 allow_host_network: AllowHostNetworkOpt = False,
+                network_default: NetworkDefaultOpt = "public",
                 as_json: JsonOpt = False) -> None:
     """Run oracle and nop on every task: report broken tasks (oracle fails), trivial ones
     (nop passes) and those that cannot run (they fail to load: each with its reason)."""
     from agentmeter.records import TrialStatus
-    from agentmeter.runner.session import RunRequest, RunSetupError, prepare
+    from agentmeter.runner.session import RunSetupError, make_request, prepare
 
     try:
-        prepared = prepare(RunRequest(suites=[path], agents=["oracle", "nop"], backend=backend,
-                                      concurrency=concurrency, strict=strict,
-                                      allow_host_network=allow_host_network))
+        prepared = prepare(make_request(suites=[path], agents=["oracle", "nop"], backend=backend,
+                                        concurrency=concurrency, strict=strict,
+                                        allow_host_network=allow_host_network,
+                                        network_default=network_default))
     except RunSetupError as e:
         raise fail(str(e)) from None
     report_loading(prepared, as_json)

@@ -245,8 +245,8 @@ def task_toml(sc: Scenario, rules: list[str], mode: PromptMode) -> str:
         "prompt_rules = [" + ", ".join(f'"{r}"' for r in rules) + "]", "",
         "[environment]", f'workdir = "{WORKDIR}"',
     ]
-    if online:
-        lines.append("allow_internet = true")
+    # stated either way: a task that states no network is public (Harbor's default)
+    lines.append(f"allow_internet = {'true' if online else 'false'}")
     lines += ["", "[verifier]", 'kind = "rubric"', "timeout_sec = 300.0", "",
               "[scenario]", "max_attempts = 2",
               f"halt_on_fail = {'true' if sc.id in HALT_ON_FAIL else 'false'}",

@@ -1,4 +1,5 @@
-"""A trial's network, stated: its label (``extra["network"]``) and, when a command failed for
+"""A trial's network, stated: its label (``extra["network"]``), where it came from
+(``extra["network_source"]``) and, when a command failed for
 lack of network, a status message that says so instead of the failure it led to."""
 
 from __future__ import annotations
@@ -22,13 +23,30 @@ _SIGNS = re.compile(
 _LOG_TAIL = 256 << 10
 
 
+def _label(allow_internet: bool, allowed_hosts: tuple[str, ...]) -> str:
+    if allow_internet:
+        return "public"
+    if allowed_hosts:
+        return "allowlist: " + ", ".join(allowed_hosts)
+    return "no-network"
+
+
 def network_label(task: Task) -> str:
     """``no-network``, ``public`` or ``allowlist: a.com, b.org`` (Harbor's network_mode names)."""
-    if task.allow_internet:
-        return "public"
-    if task.allowed_hosts:
-        return "allowlist: " + ", ".join(task.allowed_hosts)
-    return "no-network"
+    return _label(task.allow_internet, task.allowed_hosts)
+
+
+def verifier_network_label(task: Task) -> str | None:
+    """A separate verifier's network (``extra["verifier_network"]``), as :func:`network_label`
+    names it; None when the verifier runs in the agent's sandbox."""
+    sep = task.separate_verifier
+    return None if sep is None else _label(sep.allow_internet, sep.allowed_hosts)
+
+
+def network_source(task: Task) -> str:
+    """Where the trial's network came from (``extra["network_source"]``): ``task`` (it states
+    its network) or ``run default`` (it states none: the run's ``--network-default``)."""
+    return "run default" if task.network_default else "task"
 
 
 def _sign(text: str | None) -> str | None:
@@ -63,6 +81,8 @@ def network_failure(task: Task, error: str | None, agent_error: str | None,
     if task.allowed_hosts:
         has = ("reaches only its allowed hosts (network_mode = \"allowlist\": "
                + ", ".join(task.allowed_hosts) + ")")
+    elif task.network_default:
+        has = "has no network (the task states none and the run says --network-default none)"
     else:
         has = 'has no network (network_mode = "no-network")'
     message = f"failed: {who} needed the network ({sign!r}), but this task's sandbox {has}"

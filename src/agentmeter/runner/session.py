@@ -34,6 +34,9 @@ from agentmeter.tasks.models import Task
 from agentmeter.tasks.suite import SkippedTask, load_suites
 from agentmeter.tomlfile import read_toml, validate_toml
 
+#: ``--network-default``: the network of tasks that state none
+NetworkDefault = Literal["none", "public"]
+
 
 class RunRequest(BaseModel):
     """What to run. Stored with the run so ``resume`` can rebuild the same plan."""
@@ -61,6 +64,10 @@ class RunRequest(BaseModel):
     #: exact allowed_hosts entries may reach the host's own or internal addresses
     #: (``--allow-host-network``); without it a task listing one is refused when it loads
     allow_host_network: bool = False
+    #: the network of a task that states none (``--network-default``): ``public`` (Harbor's
+    #: default, through the harness's proxy, never the host) or ``none``; a task that states its
+    #: network keeps it
+    network_default: NetworkDefault = "public"
     #: where trials run: this machine (``runner/executor.py``) or a Ray cluster's nodes
     #: (``runner/ray_executor.py``; the store must then be PostgreSQL)
     executor: Literal["local", "ray"] = "local"
@@ -123,6 +130,7 @@ def prepare(request: RunRequest) -> PreparedRun:
     except (TaskError, KeyError, ValueError) as e:
         raise RunSetupError(str(e)) from e
     skipped = [] if request.task_ids else suite.skipped_in(request.subset)
+    tasks = with_network_default(tasks, request.network_default)
     tasks, refused = _host_network(tasks, request.allow_host_network)
     if refused and request.strict:
         raise RunSetupError("\n".join(refused.values()))
@@ -196,6 +204,23 @@ def _check_model(gw: Gateway, model: str, request: RunRequest) -> UpstreamModel:
     um = gw.models.resolve(model)
     gw.prices.require([um.price_key], allow_unpriced=request.allow_unpriced)
     return um
+
+
+def with_network_default(tasks: list[Task], default: NetworkDefault) -> list[Task]:
+    """The tasks with the run's network default given to those that state no network (their
+    agent sandbox's, and a separate verifier's); a task that states its network keeps it."""
+    public = default == "public"
+    out = []
+    for t in tasks:
+        update: dict[str, Any] = {}
+        if t.network_default:
+            update.update(allow_internet=public, allowed_hosts=(), allowed_hosts_origin=None)
+        sep = t.separate_verifier
+        if sep is not None and sep.network_default:
+            update["separate_verifier"] = sep.model_copy(
+                update={"allow_internet": public, "allowed_hosts": ()})
+        out.append(t.model_copy(update=update) if update else t)
+    return out
 
 
 def _host_network(tasks: list[Task], allowed: bool) -> tuple[list[Task], dict[str, str]]:

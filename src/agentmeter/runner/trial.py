@@ -31,7 +31,12 @@ from agentmeter.records import (
 )
 from agentmeter.runner import hooks, separate
 from agentmeter.runner.judging import GatewayJudge, evaluation_extra, merge_meters
-from agentmeter.runner.network import network_failure, network_label
+from agentmeter.runner.network import (
+    network_failure,
+    network_label,
+    network_source,
+    verifier_network_label,
+)
 from agentmeter.sandbox import fsnames
 from agentmeter.sandbox.protocol import Sandbox, SandboxBackend
 from agentmeter.sandbox.spec import (
@@ -207,6 +212,9 @@ class TrialRunner:
         self._save()
         timings = PhaseTimings()
         rec.extra["network"] = network_label(self.task)
+        rec.extra["network_source"] = network_source(self.task)
+        if (verifier_net := verifier_network_label(self.task)) is not None:
+            rec.extra["verifier_network"] = verifier_net
         sandbox: Sandbox | None = None
         service: asyncio.Task[ExecResult] | None = None  # the image's ENTRYPOINT
         meter: TrialMeter | None = None

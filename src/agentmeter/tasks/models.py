@@ -86,6 +86,8 @@ class SeparateVerifier(BaseModel):
     allow_internet: bool = False
     #: an allowlist verifier network: the hosts its proxy admits (``allow_internet`` False)
     allowed_hosts: tuple[str, ...] = ()
+    #: the task states no network for the verifier: the run's network default applies
+    network_default: bool = False
 
 
 class Budgets(BaseModel):
@@ -157,6 +159,9 @@ class Task(BaseModel):
     allowed_hosts: tuple[str, ...] = ()
     #: the file and key that named allowed_hosts, for messages
     allowed_hosts_origin: str | None = None
+    #: the task states no network: it has the run's ``--network-default`` (runner/session.py),
+    #: Harbor's default (public) unless the run says ``none``
+    network_default: bool = False
     #: exact allowed_hosts entries may reach the host's own or internal addresses: set by a run
     #: with --allow-host-network (runner/session.py), never by a task
     host_network: bool = False

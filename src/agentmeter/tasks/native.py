@@ -52,12 +52,14 @@ from agentmeter.tasks.task_toml import (
     TASK_TOML,
     TaskToml,
     ignored_notices,
+    network_stated,
     pass_threshold,
     phase_network,
     read_task_toml,
     separate_verifier,
     size_to_mb,
     verifier_network,
+    verifier_network_stated,
 )
 from agentmeter.verify.difftest.config import CasesError, DifftestConfig, read_cases
 from agentmeter.verify.mounts import TESTS_MOUNT
@@ -108,7 +110,8 @@ def _separate(config: TaskToml, directory: Path) -> SeparateVerifier | None:
         dockerfile=dockerfile if dockerfile.is_file() else None,
         docker_image=venv.docker_image if venv is not None else None,
         origin=f"{directory / TASK_TOML}: verifier.environment",
-        allow_internet=mode == "public", allowed_hosts=hosts if mode == "allowlist" else ())
+        allow_internet=mode == "public", allowed_hosts=hosts if mode == "allowlist" else (),
+        network_default=not verifier_network_stated(config, config.verifier, venv))
 
 
 def instruction_problems(instruction_file: Path) -> tuple[str, list[TaskProblem]]:
@@ -294,6 +297,7 @@ def build_task(directory: Path, config: TaskToml, instruction: str, dockerfile: 
         allowed_hosts_origin=(f"{directory / TASK_TOML}: "
                               f"{'agent' if agent.allowed_hosts else 'environment'}.allowed_hosts"
                               if hosts else None),
+        network_default=not network_stated(config),
         agent_timeout_s=agent.timeout_sec if agent.timeout_sec is not None else 600.0,
         budgets=Budgets(max_tokens=agent.max_tokens, max_usd=agent.max_usd,
                         max_calls=agent.max_calls),

@@ -46,6 +46,7 @@ from agentmeter.tasks.task_toml import (
     read_task_toml,
     step_separate,
     verifier_network,
+    verifier_network_stated,
 )
 
 STEPS_DIR = "steps"
@@ -112,7 +113,8 @@ def _step_separate(directory: Path, config: TaskToml, step: StepEntry,
                             docker_image=venv.docker_image if venv is not None else None,
                             origin=f"{directory / TASK_TOML}: {where}",
                             allow_internet=net_mode == "public",
-                            allowed_hosts=hosts if net_mode == "allowlist" else ())
+                            allowed_hosts=hosts if net_mode == "allowlist" else (),
+                            network_default=not verifier_network_stated(config, phase, venv))
 
 
 def _load_step(directory: Path, config: TaskToml, step: StepEntry, index: int,

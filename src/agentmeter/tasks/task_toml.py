@@ -317,16 +317,43 @@ def _hosts(hosts: list[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(h.strip().lower().rstrip(".") for h in hosts if h.strip()))
 
 
+#: a task that states no network gets Harbor's default, public (a run's ``--network-default
+#: none`` tightens it: runner/session.py); agentmeter's own suites state theirs
+DEFAULT_NETWORK: NetworkMode = "public"
+
+
+def _env_states(env: _EnvironmentSection) -> bool:
+    return _mode(env) is not None or env.allow_internet is not None
+
+
+def network_stated(config: TaskToml) -> bool:
+    """Whether the task states its sandbox's network (``[environment]`` ``network_mode``,
+    ``allowed_hosts`` or ``allow_internet``, ``[agent]``'s or a step agent's ``network_mode`` /
+    ``allowed_hosts``); when it does not, the run's network default applies."""
+    return (_env_states(config.environment) or _mode(config.agent) is not None
+            or any(_mode(step.agent) is not None for step in config.steps or []))
+
+
+def verifier_network_stated(config: TaskToml, phase: _PhaseNetwork,
+                            venv: _EnvironmentSection | None) -> bool:
+    """Whether a separate verifier's network is stated (its phase's, its environment's or the
+    task's ``[environment]``), as :func:`verifier_network` resolves it."""
+    return (_mode(phase) is not None or (venv is not None and _env_states(venv))
+            or _env_states(config.environment))
+
+
 def phase_network(config: TaskToml, phase: _PhaseNetwork) -> Network:
     """A phase's network as Harbor resolves it: the phase's own mode, else the environment's
     baseline (``network_mode``, else ``allowed_hosts`` ⇒ allowlist, else the deprecated
-    ``allow_internet``); agentmeter's default is no network (Harbor's is public)."""
+    ``allow_internet``), else Harbor's default: public (:data:`DEFAULT_NETWORK`)."""
     env = config.environment
     mode = _mode(phase)
     if mode is not None:
         return mode, _hosts(phase.allowed_hosts or env.allowed_hosts) if mode == "allowlist" else ()
     base = _mode(env)
     if base is None:
+        if env.allow_internet is None:
+            return DEFAULT_NETWORK, ()
         base = "public" if env.allow_internet else "no-network"
     return base, _hosts(env.allowed_hosts) if base == "allowlist" else ()
 

@@ -244,8 +244,10 @@ def load_terminal_bench_task(directory: Path) -> Task:
         docker_image=compose.image,
         docker_image_origin=compose.image_origin,
         environment_env=compose.env,
-        # Terminal-Bench containers have network access; the sandbox may still deny it.
+        # Terminal-Bench containers have network access (task.yaml cannot say otherwise): the
+        # run's network default applies, public unless the run says --network-default none
         allow_internet=True,
+        network_default=True,
         agent_timeout_s=config.max_agent_timeout_sec,
         tests_dir=tests_dir,
         extra_test_files=(run_tests,),

@@ -89,6 +89,7 @@ kind = "difftest"
 timeout_sec = 1800.0
 
 [environment]
+network_mode = "no-network"  # stated: a task that states none is public (Harbor's default)
 build_timeout_sec = 1800.0
 cpus = 1
 memory_mb = 2048
