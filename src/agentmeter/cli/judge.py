@@ -14,11 +14,15 @@ from agentmeter.cli.common import JsonOpt, console, fail
 if TYPE_CHECKING:
     from agentmeter.verify.judgecheck import CheckReport
 
+#: ``--call-timeout``: a judge call that takes longer is an unusable verdict
+DEFAULT_CALL_TIMEOUT_S = 180.0
+
 judge_app = typer.Typer(help="Judge models: check one against labelled verdicts.",
                         no_args_is_help=True)
 
 
-async def _check(model: str, models_file: Path | None, labelled: Path | None) -> CheckReport:
+async def _check(model: str, models_file: Path | None, labelled: Path | None,
+                 timeout_s: float) -> CheckReport:
     from agentmeter.gateway import Gateway
     from agentmeter.gateway.registry import ModelRegistry
     from agentmeter.pricing import PriceBook
@@ -32,7 +36,7 @@ async def _check(model: str, models_file: Path | None, labelled: Path | None) ->
     except Exception as e:
         raise fail(f"--judge-model: {e}") from None
     await gw.start(private_socket=True)
-    client = GatewayJudge(gw, model, "judge-check", sink=lambda call: None)
+    client = GatewayJudge(gw, model, "judge-check", sink=lambda call: None, timeout_s=timeout_s)
     try:
         cases = judgecheck.load(labelled) if labelled else None
         return await judgecheck.check(client, cases)
@@ -49,12 +53,15 @@ def check(
                                                      help="models file naming the model")] = None,
     labelled: Annotated[Path | None, typer.Option(
         "--labelled", help="a labelled set (default: the one in the repository)")] = None,
+    call_timeout: Annotated[float, typer.Option(
+        "--call-timeout", min=1.0, help="seconds one judge call may take; a call without a "
+        "reply by then is an unusable verdict")] = DEFAULT_CALL_TIMEOUT_S,
     as_json: JsonOpt = False,
 ) -> None:
     """Put every labelled SM pair and rubric item (injection attempts included) to the judge."""
     import asyncio
 
-    report = asyncio.run(_check(judge_model, models_file, labelled))
+    report = asyncio.run(_check(judge_model, models_file, labelled, call_timeout))
     summary = report.summary()
     if as_json:
         print(json.dumps(summary))
