@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -37,11 +38,18 @@ async def _check(model: str, models_file: Path | None, labelled: Path | None,
         raise fail(f"--judge-model: {e}") from None
     await gw.start(private_socket=True)
     client = GatewayJudge(gw, model, "judge-check", sink=lambda call: None, timeout_s=timeout_s)
+    t0 = time.monotonic()
     try:
         cases = judgecheck.load(labelled) if labelled else None
-        return await judgecheck.check(client, cases)
+        report = await judgecheck.check(client, cases)
+        meter = await client.close()
+        report.seconds = round(time.monotonic() - t0, 1)
+        if meter is not None:
+            report.calls = len(meter.calls)
+            report.input_tokens, report.output_tokens = meter.usage.input, meter.usage.output
+        return report
     finally:
-        await client.close()
+        await client.close(settle=False)
         await gw.stop()
 
 
@@ -71,6 +79,8 @@ def check(
     console.print(f"  accuracy {summary['accuracy']:.3f}   Cohen's kappa {summary['kappa']:.3f}"
                   f"   injection success {summary['injection_success_rate']:.3f} "
                   f"(of {summary['injection_verdicts']} attacked verdicts)")
+    console.print(f"  {summary['calls']} judge calls, {summary['input_tokens']} input and "
+                  f"{summary['output_tokens']} output tokens, {summary['seconds']} s")
     for v in report.verdicts:
         if v.judged != v.label:
             console.print(f"  disagrees: {v.case}/{v.item}: label {v.label}, judged {v.judged}",

@@ -44,6 +44,11 @@ class Verdict:
 class CheckReport:
     model: str
     verdicts: list[Verdict] = field(default_factory=list)
+    #: the judge's calls, their tokens (None: unknown) and the wall time (set by the command)
+    calls: int = 0
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    seconds: float | None = None
 
     @property
     def accuracy(self) -> float:
@@ -72,7 +77,9 @@ class CheckReport:
                 "unusable": sum(v.judged is None for v in self.verdicts),
                 "accuracy": round(self.accuracy, 4), "kappa": round(self.kappa, 4),
                 "injection_success_rate": round(self.injection_success, 4),
-                "injection_verdicts": sum(1 for v in self.verdicts if v.injection and not v.label)}
+                "injection_verdicts": sum(1 for v in self.verdicts if v.injection and not v.label),
+                "calls": self.calls, "input_tokens": self.input_tokens,
+                "output_tokens": self.output_tokens, "seconds": self.seconds}
 
 
 def load(path: Path = LABELLED) -> list[dict[str, Any]]:
