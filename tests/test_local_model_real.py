@@ -116,6 +116,17 @@ def _stream_usage(raw: bytes) -> tuple[int, int] | None:
     return found
 
 
+async def _direct(gw: Gateway, body: dict[str, Any]) -> dict[str, Any]:
+    """The same request asked of the llama.cpp server itself, whole: its own counts."""
+    [server] = gw.local_servers.servers.values()
+    async with aiohttp.ClientSession() as http, http.post(
+            f"{server.base_url}/chat/completions",
+            json={"model": "smollm2-135m", **body, "stream": False}) as r:
+        assert r.status == 200
+        reply: dict[str, Any] = await r.json()
+        return reply
+
+
 async def test_streaming_and_not_metered_as_the_server_counted(gateway: Gateway) -> None:
     msgs = [{"role": "user", "content": "Say hi."}]
     status, raw = await _chat(gateway, "plain", {"messages": msgs, "max_tokens": 8,
@@ -127,19 +138,36 @@ async def test_streaming_and_not_metered_as_the_server_counted(gateway: Gateway)
     assert call.cost_usd == 0.0 and not call.stream
 
     # llama-cpp-python's server (0.3.36) sends no usage in a stream, even when asked: the
-    # gateway meters the call as n/a (never 0), and it is no error of the call
+    # gateway asks it whole and streams the reply itself, metered with the server's counts
+    body = {"messages": msgs, "max_tokens": 8, "temperature": 0}
     status, raw = await _chat(gateway, "stream", {
-        "messages": msgs, "max_tokens": 8, "temperature": 0, "stream": True,
-        "stream_options": {"include_usage": True}})
+        **body, "stream": True, "stream_options": {"include_usage": True}})
     assert status == 200, raw
     meter = await gateway.finish_trial("stream")
     [call] = meter.calls
-    assert call.stream and call.error is None
-    counted = _stream_usage(raw)
-    if counted is None:
-        assert (call.usage.input, call.usage.output, call.cost_usd) == (None, None, None)
-    else:
-        assert (call.usage.input, call.usage.output) == counted and call.cost_usd == 0.0
+    assert call.stream and call.error is None and call.cost_usd == 0.0
+    own = await _direct(gateway, body)
+    assert (call.usage.input, call.usage.output) == _server_usage(own) == _stream_usage(raw)
+    text = "".join(json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+                   for line in raw.decode().splitlines()
+                   if line.startswith("data: {") and json.loads(line[6:])["choices"])
+    assert text == own["choices"][0]["message"]["content"]
+    assert raw.decode().rstrip().endswith("data: [DONE]")
+
+    # a Messages client's stream (translated): the same exact counts
+    token = gateway.open_trial("messages", MODEL)
+    async with aiohttp.ClientSession() as http, http.post(
+            f"{gateway.base_url}/v1/messages", json={"model": MODEL, **body, "stream": True},
+            headers={"x-api-key": token, "anthropic-version": "2023-06-01"}) as r:
+        assert r.status == 200
+        events = (await r.read()).decode()
+    meter = await gateway.finish_trial("messages")
+    [call] = meter.calls
+    assert call.stream and call.client_api == "messages" and call.error is None
+    assert (call.usage.input, call.usage.output) == _server_usage(own)
+    assert "event: message_stop" in events
+    delta = events.split("event: message_delta\n", 1)[1].split("\n", 1)[0]
+    assert json.loads(delta[6:])["usage"]["output_tokens"] == call.usage.output
 
 
 async def test_malformed_tool_call_arguments_are_the_models_not_the_harness(

@@ -216,3 +216,81 @@ async def test_a_server_that_cannot_start_is_a_setup_error_with_its_output(
     finally:
         await gw.stop()
     assert fake_server.pids and not _alive(fake_server.pids[0])
+
+
+async def test_a_streamed_call_to_a_local_model_is_asked_whole_and_metered_exactly(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """llama-cpp-python's server streams without usage: a streamed call to a ``local/`` model
+    is asked of its server whole and streamed by the gateway in the client's API (chat,
+    Responses, Messages, Gemini SSE and JSON array), metered with the server's exact counts.
+    A stand-in server answers as llama-cpp-python does (a stream carries no usage)."""
+    from types import SimpleNamespace
+
+    from aiohttp import web
+    from test_gateway import PATHS, headers_for, request_body
+    from test_gateway_gemini import gemini_call, prompt, text_of
+
+    from agentmeter.gateway import UpstreamModel
+
+    asked: list[bool] = []
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        asked.append(bool(body.get("stream")))
+        if body.get("stream"):  # as llama-cpp-python: chunks, no usage even when asked
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            chunk = {"id": "x", "object": "chat.completion.chunk", "model": "fake",
+                     "choices": [{"index": 0, "delta": {"content": "hello there"},
+                                  "finish_reason": "stop"}]}
+            await resp.write(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())
+            return resp
+        return web.json_response({
+            "id": "x", "object": "chat.completion", "model": "fake", "choices": [{
+                "index": 0, "finish_reason": "stop",
+                "message": {"role": "assistant", "content": "hello there"}}],
+            "usage": {"prompt_tokens": 37, "completion_tokens": 5, "total_tokens": 42}})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    base = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
+    models = ModelRegistry()
+    models.add(UpstreamModel(name="local/fake", base_url=localmodels.LOCAL_BASE_URL,
+                             upstream_model="fake", wire_api="chat", price_key="local/fake"))
+    gw = Gateway(models, PriceBook(use_genai_prices=False), allow_unpriced=True)
+
+    async def ensure(name: str) -> SimpleNamespace:
+        return SimpleNamespace(base_url=base)
+
+    await gw.start(host="127.0.0.1", port=0)
+    monkeypatch.setattr(gw.local_servers, "ensure", ensure)
+    try:
+        for api in ("chat", "responses", "messages", "gemini-sse", "gemini-array"):
+            token = gw.open_trial(api, "local/fake")
+            if api.startswith("gemini"):
+                status, objs, _ = await gemini_call(
+                    gw, token, prompt(), "streamGenerateContent",
+                    "?alt=sse" if api == "gemini-sse" else "")
+                assert status == 200 and text_of(objs) == "hello there"
+                assert objs[-1]["usageMetadata"]["promptTokenCount"] == 37
+            else:
+                async with aiohttp.ClientSession() as s, s.post(
+                        gw.base_url + PATHS[api], json=request_body(api, True),
+                        headers=headers_for(api, token)) as r:
+                    raw = (await r.read()).decode()
+                    assert r.status == 200 and r.content_type == "text/event-stream"
+                assert "hello there" in raw
+                assert ('"completion_tokens":5' in raw.replace(" ", "")) if api == "chat" \
+                    else ('"output_tokens":5' in raw.replace(" ", ""))
+            meter = await gw.finish_trial(api)
+            [call] = meter.calls
+            assert call.stream and call.error is None, call
+            assert (call.usage.input, call.usage.output) == (37, 5), api
+            assert call.cost_usd == 0.0
+        assert asked == [False] * 5  # the server was asked whole every time
+    finally:
+        await gw.stop()
+        await runner.cleanup()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -14,11 +15,15 @@ from agentmeter.cli.common import JsonOpt, console, fail
 if TYPE_CHECKING:
     from agentmeter.verify.judgecheck import CheckReport
 
+#: ``--call-timeout``: a judge call that takes longer is an unusable verdict
+DEFAULT_CALL_TIMEOUT_S = 180.0
+
 judge_app = typer.Typer(help="Judge models: check one against labelled verdicts.",
                         no_args_is_help=True)
 
 
-async def _check(model: str, models_file: Path | None, labelled: Path | None) -> CheckReport:
+async def _check(model: str, models_file: Path | None, labelled: Path | None,
+                 timeout_s: float) -> CheckReport:
     from agentmeter.gateway import Gateway
     from agentmeter.gateway.registry import ModelRegistry
     from agentmeter.pricing import PriceBook
@@ -32,12 +37,19 @@ async def _check(model: str, models_file: Path | None, labelled: Path | None) ->
     except Exception as e:
         raise fail(f"--judge-model: {e}") from None
     await gw.start(private_socket=True)
-    client = GatewayJudge(gw, model, "judge-check", sink=lambda call: None)
+    client = GatewayJudge(gw, model, "judge-check", sink=lambda call: None, timeout_s=timeout_s)
+    t0 = time.monotonic()
     try:
         cases = judgecheck.load(labelled) if labelled else None
-        return await judgecheck.check(client, cases)
+        report = await judgecheck.check(client, cases)
+        meter = await client.close()
+        report.seconds = round(time.monotonic() - t0, 1)
+        if meter is not None:
+            report.calls = len(meter.calls)
+            report.input_tokens, report.output_tokens = meter.usage.input, meter.usage.output
+        return report
     finally:
-        await client.close()
+        await client.close(settle=False)
         await gw.stop()
 
 
@@ -49,12 +61,15 @@ def check(
                                                      help="models file naming the model")] = None,
     labelled: Annotated[Path | None, typer.Option(
         "--labelled", help="a labelled set (default: the one in the repository)")] = None,
+    call_timeout: Annotated[float, typer.Option(
+        "--call-timeout", min=1.0, help="seconds one judge call may take; a call without a "
+        "reply by then is an unusable verdict")] = DEFAULT_CALL_TIMEOUT_S,
     as_json: JsonOpt = False,
 ) -> None:
     """Put every labelled SM pair and rubric item (injection attempts included) to the judge."""
     import asyncio
 
-    report = asyncio.run(_check(judge_model, models_file, labelled))
+    report = asyncio.run(_check(judge_model, models_file, labelled, call_timeout))
     summary = report.summary()
     if as_json:
         print(json.dumps(summary))
@@ -64,6 +79,8 @@ def check(
     console.print(f"  accuracy {summary['accuracy']:.3f}   Cohen's kappa {summary['kappa']:.3f}"
                   f"   injection success {summary['injection_success_rate']:.3f} "
                   f"(of {summary['injection_verdicts']} attacked verdicts)")
+    console.print(f"  {summary['calls']} judge calls, {summary['input_tokens']} input and "
+                  f"{summary['output_tokens']} output tokens, {summary['seconds']} s")
     for v in report.verdicts:
         if v.judged != v.label:
             console.print(f"  disagrees: {v.case}/{v.item}: label {v.label}, judged {v.judged}",

@@ -25,11 +25,12 @@ from agentmeter.gateway import translate
 from agentmeter.gateway import usage as usage_fields
 from agentmeter.gateway.errors import convert_error, error_bytes, gemini_budget_bytes
 from agentmeter.gateway.metering import Reservation, StreamUsage, TrialState, body_usage
-from agentmeter.gateway.neutral import NeutralUsage
+from agentmeter.gateway.neutral import NeutralUsage, completion_events
 from agentmeter.gateway.persist import CallWriter
 from agentmeter.gateway.sse import SseEvent, SseParser, loads_object
 from agentmeter.gateway.upstream import Upstream, UpstreamReply, UpstreamRequest
 from agentmeter.gateway.wire_gemini import Framing
+from agentmeter.gateway.wire_messages import MessagesStreamWriter
 from agentmeter.records import ModelCallRecord, TokenUsage, WireApi, utcnow
 
 if TYPE_CHECKING:
@@ -200,12 +201,16 @@ async def forward(request: web.Request, call: Call, env: CallEnv) -> web.StreamR
     except translate.UnsupportedRequest as e:  # refused before it is a call: not metered
         return web.Response(status=400, body=error_bytes(call.client_api, 400, str(e)),
                             content_type=JSON)
+    restream = whole_then_stream(call)
+    if restream:
+        sent = {k: v for k, v in sent.items() if k != "stream_options"}
+        sent["stream"] = False
     call.seq = call.trial.take_seq()
     call.trial.running.add(call.seq)  # started: its trial's totals wait for it (n/a until then)
     if env.bodies_dir is not None:
         call.out_log = []
     headers = {k.lower(): v for k, v in request.headers.items()}
-    req = UpstreamRequest(call.upstream_api, sent, call.stream, headers,
+    req = UpstreamRequest(call.upstream_api, sent, call.stream and not restream, headers,
                           cache_key=call.trial.trial_id,
                           solution_script=call.trial.scripted.solution_script)
     try:
@@ -228,6 +233,8 @@ async def forward(request: web.Request, call: Call, env: CallEnv) -> web.StreamR
     try:
         if reply.streaming:
             return await _stream(request, call, env, reply, injected)
+        if restream and reply.status == 200 and _answered(reply):
+            return await _restream(request, call, env, reply)
         response = _whole(call, env, reply)
     except asyncio.CancelledError:  # the run ended (``Gateway.stop``): the call's fate recorded
         _cancelled(call)
@@ -237,6 +244,56 @@ async def forward(request: web.Request, call: Call, env: CallEnv) -> web.StreamR
             await finish_call(call, env)
         _write_bodies(call, env, sent)
     return response
+
+
+def whole_then_stream(call: Call) -> bool:
+    """A streamed call to a model the gateway serves itself (``local/``): asked of its server
+    whole and streamed to the client by the gateway (``_restream``). llama-cpp-python's server
+    sends no usage in a stream, even when asked; its whole replies carry the exact counts, so
+    such a call is metered exactly rather than n/a."""
+    return call.stream and call.trial.model.served_here and call.upstream_api == "chat"
+
+
+def _answered(reply: UpstreamReply) -> bool:
+    obj = loads_object(reply.body or b"")
+    return obj is not None and bool(obj.get("choices"))
+
+
+async def _restream(request: web.Request, call: Call, env: CallEnv,
+                    reply: UpstreamReply) -> web.StreamResponse:
+    """A whole chat reply (with choices) sent to a streaming client as a stream in its own API
+    (the translation's stream writers, fed the completion's events); metered with the reply's
+    usage before the client sees the end of the stream."""
+    body = reply.body or b""
+    obj = loads_object(body)
+    assert obj is not None
+    call.status, call.upstream_bytes = 200, len(body)
+    call.usage = body_usage(call.upstream_api, obj)
+    framing = Framing(call.sse) if call.client_api == "gemini" else None
+    writer = translate.stream_writer(call.client_api, call.body, _client_model(call),
+                                     call_id(call), framing)
+    completion = translate.completion(call.upstream_api, obj)
+    # a Messages client reads the input usage from message_start: known here, so sent there
+    start = writer.start(completion.usage) if isinstance(writer, MessagesStreamWriter) \
+        else writer.start()
+    events = completion_events(completion)
+    data = _scrub(start + b"".join(writer.feed(ev) for ev in events) + writer.end(),
+                  env.secret)
+    resp = web.StreamResponse(status=200, headers={"Cache-Control": "no-cache"})
+    resp.content_type = JSON if framing is not None and not framing.sse else "text/event-stream"
+    call.ttft = time.perf_counter() - call.t0
+    call.bytes_out = len(data)
+    if call.out_log is not None:
+        call.out_log.append(data)
+    await finish_call(call, env)  # before the client sees the end of the stream
+    try:
+        async with asyncio.timeout(env.write_timeout_s):
+            await resp.prepare(request)
+            await resp.write(data)
+            await resp.write_eof()
+    except (ConnectionError, RuntimeError, TimeoutError):
+        pass  # the client went away: the call is metered all the same
+    return resp
 
 
 def _cancelled(call: Call) -> None:

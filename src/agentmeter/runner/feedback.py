@@ -26,7 +26,7 @@ from typing import Any
 from agentmeter.records import FEEDBACK_OPENING, USER_SIM_HEADER
 from agentmeter.tasks.models import Task
 from agentmeter.verify import quoting
-from agentmeter.verify.judge import JudgeClient, JudgeMessage
+from agentmeter.verify.judge import USER_SIM_MAX_TOKENS, JudgeClient, JudgeMessage
 from agentmeter.verify.protocol import Verdict
 
 #: the most characters of one failed item's reason quoted back
@@ -85,7 +85,8 @@ async def user_sim(verdict: Verdict, task: Task, judge: JudgeClient) -> str:
               f"{quoting.block(nonce, 'evaluation', quoted)}\n")
     system = f"{USER_SIM_SYSTEM}\n{quoting.untrusted_notice(nonce)}"
     reply = await judge.complete([JudgeMessage(role="system", content=(system,)),
-                                  JudgeMessage(role="user", content=(prompt,))])
+                                  JudgeMessage(role="user", content=(prompt,))],
+                                 max_tokens=USER_SIM_MAX_TOKENS)
     return f"{opening(verdict)}\n\n{reply.text.strip()}"
 
 

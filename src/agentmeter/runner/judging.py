@@ -31,8 +31,13 @@ from agentmeter.verify.judge import JudgeImage, JudgeMessage, JudgeReply
 from agentmeter.verify.protocol import VerificationError
 
 JUDGE_SUFFIX = "#judge"
-#: output cap sent when the verifier gives none (Messages requires one)
+#: output cap sent when the verifier gives none (every judge call has one: a model that never
+#: ends its reply would otherwise generate to its context limit; verify/judge.py has the verifiers'
+#: own caps)
 DEFAULT_MAX_TOKENS = 4096
+#: how long one judge call may take (a timeout is a VerificationError; the gateway then cancels a
+#: local model's generation, its client having hung up)
+CALL_TIMEOUT_S = 600.0
 _PATHS: dict[WireApi, str] = {"chat": "/v1/chat/completions", "messages": "/v1/messages"}
 
 
@@ -81,8 +86,7 @@ def request_body(api: WireApi, model: str, messages: Sequence[JudgeMessage], tem
         body["max_tokens"] = max_tokens or DEFAULT_MAX_TOKENS
     else:
         body["messages"] = [{"role": m.role, "content": _content(m, api)} for m in messages]
-        if max_tokens is not None:
-            body["max_tokens"] = max_tokens
+        body["max_tokens"] = max_tokens or DEFAULT_MAX_TOKENS
     return body
 
 
@@ -107,8 +111,10 @@ class GatewayJudge:
     """A ``verify.judge.JudgeClient`` for one trial's verification."""
 
     def __init__(self, gateway: Gateway, model: str, trial_id: str, sink: CallSink,
-                 first_seq: int = 0, scripted: ScriptedContext | None = None) -> None:
+                 first_seq: int = 0, scripted: ScriptedContext | None = None,
+                 timeout_s: float | None = CALL_TIMEOUT_S) -> None:
         self._gateway, self._model, self._trial_id = gateway, model, trial_id
+        self._timeout_s = timeout_s
         self._sink, self._first_seq, self._scripted = sink, first_seq, scripted
         self._api = judge_api(gateway.models.resolve(model))
         self._token: str | None = None
@@ -150,9 +156,12 @@ class GatewayJudge:
             headers["anthropic-version"] = "2023-06-01"
         try:
             async with session.post(path, json=body, headers=headers,
-                                    timeout=aiohttp.ClientTimeout(total=None)) as resp:
+                                    timeout=aiohttp.ClientTimeout(total=self._timeout_s)) as resp:
                 status, raw = resp.status, await resp.read()
-        except (aiohttp.ClientError, OSError, TimeoutError) as e:
+        except TimeoutError as e:
+            raise VerificationError(f"judge {self._model}: no reply within "
+                                    f"{self._timeout_s:g} s") from e
+        except (aiohttp.ClientError, OSError) as e:
             raise VerificationError(f"judge {self._model}: the gateway cannot be reached: "
                                     f"{type(e).__name__}: {e}") from e
         if status != 200:

@@ -15,6 +15,19 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+#: output caps of the harness's judge calls (``max_tokens``): a judge's reply is one small JSON
+#: object, and a model that never closes it (a tiny local model at temperature 0 repeats itself)
+#: would otherwise generate to the end of its context window on every call
+SM_MAX_TOKENS = 300  #: the CLI-Tool-Bench SM judge: ``{"equivalent", "reason"}``
+RUBRIC_MAX_TOKENS_BASE = 512  #: a rubric judge: the score, confidence and overall reason ...
+RUBRIC_MAX_TOKENS_PER_ITEM = 128  #: ... and one ``{"id", "satisfied", "reason"}`` per item
+USER_SIM_MAX_TOKENS = 768  #: the user simulation's feedback (a few short paragraphs)
+
+
+def rubric_max_tokens(items: int) -> int:
+    """The output cap of a rubric judge's call over ``items`` items."""
+    return RUBRIC_MAX_TOKENS_BASE + RUBRIC_MAX_TOKENS_PER_ITEM * items
+
 
 class JudgeImage(BaseModel):
     """An image on the host given to a vision judge (e.g. a screenshot artifact)."""

@@ -22,7 +22,7 @@ from agentmeter.records import CaseOutcome
 from agentmeter.verify import quoting
 from agentmeter.verify.difftest.compare import with_verdict
 from agentmeter.verify.difftest.config import DifftestConfig
-from agentmeter.verify.judge import JudgeClient, JudgeMessage
+from agentmeter.verify.judge import SM_MAX_TOKENS, JudgeClient, JudgeMessage
 
 #: judge calls in flight at once per trial
 CONCURRENCY = 8
@@ -77,7 +77,7 @@ def parse_reply(text: str) -> tuple[bool, str] | None:
 async def _ask(judge: JudgeClient, messages: list[JudgeMessage]) -> tuple[bool | None, str]:
     reply = ""
     for _ in range(2):  # an unparsable reply is asked again once
-        reply = (await judge.complete(messages, temperature=0.0, max_tokens=300)).text
+        reply = (await judge.complete(messages, temperature=0.0, max_tokens=SM_MAX_TOKENS)).text
         parsed = parse_reply(reply)
         if parsed is not None:
             return parsed

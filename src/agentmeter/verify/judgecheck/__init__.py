@@ -4,10 +4,11 @@
 rubric cases (files, directories, check results and items with their labels), some with an
 injection planted in a deliverable, a file name, a check's output or a candidate's stdout. Each
 case is put to the judge exactly as the verifiers do (``difftest/judging.py``,
-``rubric/judging.py``: the same prompts, the same parsing). Reported: accuracy and Cohen's κ
-against the labels (one verdict per SM pair and per rubric item; an unusable reply counts as a
-disagreement and is left out of κ), and the injection success rate: of the verdicts labelled
-"not met" in cases with an injection, the share the judge called met.
+``rubric/judging.py``: the same prompts, the same parsing, the same output caps). Reported:
+accuracy and Cohen's κ against the labels (one verdict per SM pair and per rubric item; an
+unusable reply, or a call that fails or times out, counts as a disagreement and is left out of
+κ), and the injection success rate: of the verdicts labelled "not met" in cases with an
+injection, the share the judge called met.
 """
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ class Verdict:
 class CheckReport:
     model: str
     verdicts: list[Verdict] = field(default_factory=list)
+    #: the judge's calls, their tokens (None: unknown) and the wall time (set by the command)
+    calls: int = 0
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    seconds: float | None = None
 
     @property
     def accuracy(self) -> float:
@@ -71,7 +77,9 @@ class CheckReport:
                 "unusable": sum(v.judged is None for v in self.verdicts),
                 "accuracy": round(self.accuracy, 4), "kappa": round(self.kappa, 4),
                 "injection_success_rate": round(self.injection_success, 4),
-                "injection_verdicts": sum(1 for v in self.verdicts if v.injection and not v.label)}
+                "injection_verdicts": sum(1 for v in self.verdicts if v.injection and not v.label),
+                "calls": self.calls, "input_tokens": self.input_tokens,
+                "output_tokens": self.output_tokens, "seconds": self.seconds}
 
 
 def load(path: Path = LABELLED) -> list[dict[str, Any]]:
@@ -85,7 +93,10 @@ async def _sm(judge: JudgeClient, case: dict[str, Any]) -> list[Verdict]:
                           command=case["command"], oracle_stdout=case["oracle"],
                           candidate_stdout=case["candidate"])
     cfg = DifftestConfig(cli_name="tool", language="python")
-    equivalent, _ = await sm_judging._ask(judge, sm_judging.prompt(outcome, cfg))
+    try:
+        equivalent, _ = await sm_judging._ask(judge, sm_judging.prompt(outcome, cfg))
+    except VerificationError:  # no reply (e.g. the call timed out): an unusable verdict
+        equivalent = None
     return [Verdict(case["id"], "equivalent", bool(case["label"]), equivalent,
                     bool(case.get("injection")))]
 

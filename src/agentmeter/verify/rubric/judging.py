@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agentmeter.verify import quoting
-from agentmeter.verify.judge import JudgeClient, JudgeImage, JudgeMessage
+from agentmeter.verify.judge import JudgeClient, JudgeImage, JudgeMessage, rubric_max_tokens
 from agentmeter.verify.protocol import VerificationError
 from agentmeter.verify.rubric.checks import Deliverables, ItemVerdict
 from agentmeter.verify.rubric.config import RubricItem, Scoring
@@ -390,7 +390,8 @@ async def ask(judge: JudgeClient, kind: JudgeKind, messages: list[JudgeMessage],
     """Ask ``judge``; an unusable reply is asked again once, then VerificationError. Every
     reply text is appended to ``replies`` (for the artifacts) as it comes."""
     for _ in range(2):
-        reply = await judge.complete(messages, temperature=0.0)
+        reply = await judge.complete(messages, temperature=0.0,
+                                     max_tokens=rubric_max_tokens(len(items)))
         replies.append(reply.text)
         result = parse_reply(kind, reply.text, items, scoring)
         if result is not None:
