@@ -58,6 +58,20 @@ async def serve(app: web.Application) -> tuple[web.AppRunner, int]:
     return runner, site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
 
+async def serve_chat(handler: Any) -> tuple[web.AppRunner, int]:
+    """``serve`` with ``handler`` as the upstream's Chat Completions route."""
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handler)
+    return await serve(app)
+
+
+def gateway_to(port: int, name: str, **fields: Any) -> Gateway:
+    """A gateway whose one model ``name`` is the chat upstream on ``port``."""
+    return Gateway(ModelRegistry({name: UpstreamModel(
+        name=name, base_url=f"http://127.0.0.1:{port}/v1", wire_api="chat", **fields)}),
+        PriceBook())
+
+
 def sums(store: Store, run_id: str) -> tuple[int, int, int]:
     """(calls, input, output) of the run's tries, and the same of its stored calls, must agree."""
     trials = store.trials(run_id)
@@ -74,9 +88,7 @@ def call_sums(store: Store, run_id: str) -> tuple[int, int, int]:
 async def _slow_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, drain_s: float,
                     delay: float) -> tuple[Store, str, TrialRecord]:
     up = SlowUpstream(delay)
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", up.handle)
-    runner, port = await serve(app)
+    runner, port = await serve_chat(up.handle)
     models = tmp_path / "models.toml"
     models.write_text(f'[models."slow/m"]\nbase_url = "http://127.0.0.1:{port}/v1"\n'
                       'wire_api = "chat"\nprice_key = "scripted/x"\n')
@@ -181,12 +193,8 @@ class FaultyUpstream:
 @pytest.fixture
 async def faulty(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[Gateway, FaultyUpstream]]:
     up = FaultyUpstream()
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", up.handle)
-    runner, port = await serve(app)
-    gw = Gateway(ModelRegistry({"fake/m": UpstreamModel(
-        name="fake/m", base_url=f"http://127.0.0.1:{port}/v1", wire_api="chat",
-        price_key="scripted/x")}), PriceBook())
+    runner, port = await serve_chat(up.handle)
+    gw = gateway_to(port, "fake/m", price_key="scripted/x")
     gw.keepalive_s = 0.2
     await gw.start(port=0)
     yield gw, up
@@ -279,12 +287,8 @@ class GeneratingServer:
 @pytest.mark.parametrize("stream", [True, False])
 async def test_a_local_provider_stops_generating_when_its_client_hangs_up(stream: bool) -> None:
     server = GeneratingServer()
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", server.handle)
-    runner, port = await serve(app)
-    gw = Gateway(ModelRegistry({"llamacpp/m": UpstreamModel(
-        name="llamacpp/m", base_url=f"http://127.0.0.1:{port}/v1", wire_api="chat",
-        local=True)}), PriceBook())
+    runner, port = await serve_chat(server.handle)
+    gw = gateway_to(port, "llamacpp/m", local=True)
     await gw.start(port=0)
     try:
         token = gw.open_trial("t", "llamacpp/m")
@@ -333,12 +337,8 @@ async def _empty(request: web.Request) -> web.StreamResponse:
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_200_with_empty_choices_is_a_provider_fault(stream: bool) -> None:
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", _empty)
-    runner, port = await serve(app)
-    gw = Gateway(ModelRegistry({"fake/m": UpstreamModel(
-        name="fake/m", base_url=f"http://127.0.0.1:{port}/v1", wire_api="chat",
-        price_key="scripted/x")}), PriceBook())
+    runner, port = await serve_chat(_empty)
+    gw = gateway_to(port, "fake/m", price_key="scripted/x")
     await gw.start(port=0)
     try:
         token = gw.open_trial("t", "fake/m")
