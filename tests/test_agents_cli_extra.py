@@ -200,3 +200,14 @@ async def test_budget_refusal_ends_the_cli_and_keeps_its_logs(
     assert _trajectory(store, rid, t)["steps"], "the transcript was lost"
     # the first call's tool run solved the task: the verifier's verdict stands
     assert t.status is TrialStatus.PASSED, (t.status, t.error)
+
+
+def test_qwen_code_client_retries_are_off() -> None:
+    """Qwen Code's own retries (SDK and rate-limit loop) are off: each is a metered call and
+    retrying is the gateway's decision (docs/agents.md: 28 requests to a failing upstream
+    before, 7 after; the remaining loop has no setting)."""
+    import json
+
+    from agentmeter.agents.cli.qwen_code import SPEC
+    settings = json.loads(SPEC.files["${home}/.qwen/settings.json"])
+    assert settings["model"]["generationConfig"]["maxRetries"] == 0

@@ -3,6 +3,10 @@
 ``qwen --auth-type openai -m <model> --yolo -o stream-json <prompt>`` with the gateway as
 ``OPENAI_BASE_URL`` (``--yolo`` auto-approves every tool). Its stream-json has Claude Code's shape;
 the final ``result`` event carries the run's usage.
+
+``model.generationConfig.maxRetries`` 0: no client retries (the OpenAI SDK's own, 2 by default,
+and its rate-limit loop, 10 by default with minutes of backoff); retrying is the gateway's
+decision. Two replays of a stream cut before any output are built in and cannot be turned off.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ SETTINGS = """\
 {"security": {"auth": {"selectedType": "openai"}},
  "privacy": {"usageStatisticsEnabled": false},
  "telemetry": {"enabled": false},
- "general": {"disableAutoUpdate": true, "disableUpdateNag": true}}
+ "general": {"disableAutoUpdate": true, "disableUpdateNag": true},
+ "model": {"generationConfig": {"maxRetries": 0}}}
 """
 
 SPEC = CliSpec(
