@@ -150,11 +150,32 @@ def test_a_symlink_on_the_task_path_is_refused(tmp_path: Path) -> None:
     assert datasets.check_checked_out(checkout, ("in", "t")) == checkout / "in" / "t"
 
 
-def test_git_refuses_ext_itself(tmp_path: Path) -> None:
-    """Even past the URL check, git is told to speak only http(s), git and file."""
+def test_git_speaks_only_the_allowed_protocols(tmp_path: Path) -> None:
+    """Even past the URL check, git itself is told to speak only http(s), git and file (ssh,
+    which git allows by default, runs a command named by configuration)."""
     marker = tmp_path / "pwned"
     with pytest.raises(FetchError, match="transport 'ext' not allowed"):
         datasets.run_git(["ls-remote", f"ext::sh -c touch% {marker}"], tmp_path, tmp_path)
+    with pytest.raises(FetchError, match="transport 'ssh' not allowed"):
+        datasets.run_git(["ls-remote", "ssh://127.0.0.1:9/x.git"], tmp_path, tmp_path)
+    assert not marker.exists()
+
+
+def test_git_reads_no_inherited_configuration(served: tuple[Served, str], cache: Path,
+                                              tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Configuration in the environment git would inherit (here: a hooks directory whose
+    post-checkout hook writes a marker) never reaches the git that fetches tasks."""
+    s, base = served
+    hooks, marker = tmp_path / "hooks", tmp_path / "hooked"
+    hooks.mkdir()
+    (hooks / "post-checkout").write_text(f"#!/bin/sh\ntouch {marker}\n")
+    (hooks / "post-checkout").chmod(0o755)
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
+    monkeypatch.setenv("GIT_CONFIG_KEY_0", "core.hooksPath")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", str(hooks))
+    fetch_task(RegistryTask(name="w", git_url=f"{base}/git/tasks.git", git_commit_id=s.commit,
+                            path="hello-workdir"), cache)
     assert not marker.exists()
 
 

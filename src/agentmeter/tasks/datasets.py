@@ -308,7 +308,7 @@ def git_env(home: Path) -> dict[str, str]:
 #: before every command: no hooks, no fsmonitor, no submodules, no credential helpers
 GIT_SAFE_CONFIG = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
                    "-c", "submodule.recurse=false", "-c", "credential.helper=",
-                   "-c", "protocol.allow=never", "-c", "advice.detachedHead=false",
+                   "-c", "advice.detachedHead=false",
                    "-c", "core.symlinks=true", "-c", "safe.directory=")
 
 
