@@ -79,7 +79,9 @@ def tasks_show(task_id: str, suite: Annotated[str, typer.Option("--suite", "-s")
 
 
 @tasks_app.command("check")
-def tasks_check(path: Annotated[str, typer.Argument(help="suite/task dir or built-in name")] = "starter",
+def tasks_check(path: Annotated[str | None, typer.Argument(
+                    help="suite/task dir or built-in name (default: starter, unless -d)")] = None,
+                dataset: DatasetOpt = None, registry: RegistryOpt = None,
                 backend: str = "local", concurrency: int = 2, store: StoreOpt = None,
                 strict: Annotated[bool, typer.Option(
                     "--strict", help="refuse to check anything when a task fails to load")] = False,
@@ -92,7 +94,9 @@ def tasks_check(path: Annotated[str, typer.Argument(help="suite/task dir or buil
     from agentmeter.runner.session import RunSetupError, make_request, prepare
 
     try:
-        prepared = prepare(make_request(suites=[path], agents=["oracle", "nop"], backend=backend,
+        suites = [path] if path is not None else [] if dataset else ["starter"]
+        prepared = prepare(make_request(suites=suites, datasets=dataset or [], registry=registry,
+                                        agents=["oracle", "nop"], backend=backend,
                                         concurrency=concurrency, strict=strict,
                                         allow_host_network=allow_host_network,
                                         network_default=network_default))
