@@ -114,6 +114,23 @@ def test_unknown_dataset_and_version(served: tuple[Served, str], cache: Path) ->
     assert (suite.name, suite.version, suite.task_ids) == ("demo", "head", ["hello-workdir"])
 
 
+def test_registry_from_a_file(tmp_path: Path, cache: Path) -> None:
+    """``--registry FILE`` (or a ``file://`` URL), repositories by ``file://``; a registry that
+    is not Harbor's list of datasets is one clear error."""
+    s = Served(tmp_path / "served")
+    rows = json.loads(json.dumps(s.registry[:1]).replace("{base}/git", f"file://{s.root}"))
+    reg = tmp_path / "registry.json"
+    reg.write_text(json.dumps(rows))
+    assert load_dataset("demo", str(reg)).task_ids == ["hello-workdir", "hello-world"]
+    assert load_dataset("demo@1.0", f"file://{reg}").version == "1.0"
+    reg.write_text('{"name": "demo"}')
+    with pytest.raises(DatasetError, match="expected a JSON list of datasets"):
+        load_dataset("demo", str(reg))
+    reg.write_text(json.dumps([{"name": "demo", "version": "1", "tasks": [{"name": "x"}]}]))
+    with pytest.raises(DatasetError, match=r"demo@1 in registry .*: tasks.0.path: Field required"):
+        load_dataset("demo", str(reg))
+
+
 def test_hostile_registry_entries(served: tuple[Served, str], cache: Path) -> None:
     """One dataset of bad entries: each is refused with one reason naming the dataset and the
     task; the good task still loads; nothing runs the ext:: command."""
