@@ -29,6 +29,14 @@ AllowHostNetworkOpt = Annotated[bool, typer.Option(
     "--allow-host-network", help="let an exact allowed_hosts entry (127.0.0.1:8080, localhost, "
     "10.0.0.5) reach this host's own or an internal address; without it a task listing one is "
     "refused, and '*', wildcards and public networks never reach them")]
+DatasetOpt = Annotated[list[str] | None, typer.Option(
+    "--dataset", "-d", metavar="NAME[@VERSION]",
+    help="a dataset of Harbor's registry (see --registry): its tasks are fetched from their git "
+    "repositories at the pinned commits into the cache (offline runs reuse it) and run as a "
+    "suite; without @VERSION: 'head', else the highest version, as Harbor; repeatable")]
+RegistryOpt = Annotated[str | None, typer.Option(
+    "--registry", metavar="URL|FILE",
+    help="the registry.json -d reads (a URL or a file; default: Harbor's)")]
 NetworkDefaultOpt = Annotated[str, typer.Option(
     "--network-default", metavar="none|public",
     help="the network of tasks that state none (Harbor's task.toml without network_mode, "

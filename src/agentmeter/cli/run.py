@@ -13,8 +13,10 @@ from rich.table import Table
 
 from agentmeter.cli.common import (
     AllowHostNetworkOpt,
+    DatasetOpt,
     JsonOpt,
     NetworkDefaultOpt,
+    RegistryOpt,
     StoreOpt,
     console,
     err,
@@ -158,8 +160,10 @@ def print_results(store: Store, run_id: str, as_json: bool,
 
 
 def run_cmd(
-    suite: Annotated[list[str], typer.Option(
-        "--suite", "-s", help="suite dir, task dir or built-in name")] = ["starter"],  # noqa: B006
+    suite: Annotated[list[str] | None, typer.Option(
+        "--suite", "-s", help="suite dir, task dir or built-in name (default: starter, "
+        "unless -d is given); repeatable")] = None,
+    dataset: DatasetOpt = None, registry: RegistryOpt = None,
     agent: Annotated[list[str], typer.Option(
         "--agent", "-a", help="agent name\\[@version], e.g. codex@0.169.0, an agent file "
         "./agent.toml, package.module:Class or an installed plug-in (agentmeter plugins); "
@@ -206,7 +210,9 @@ def run_cmd(
             agent, model = agent + g.agents, (model or []) + g.models
             pairs += [(p["agent"], p["model"]) for p in g.pairs]
             options = g.agent_options
-        req = make_request(suites=suite, subset=subset, task_ids=task or [], agents=agent,
+        suites = suite if suite is not None else [] if dataset else ["starter"]
+        req = make_request(suites=suites, datasets=dataset or [], registry=registry,
+                           subset=subset, task_ids=task or [], agents=agent,
                          models=model or [], pairs=pairs, agent_options=options,
                          attempts=attempts, concurrency=concurrency,
                          backend=backend, max_infra_retries=max_infra_retries,

@@ -13,8 +13,10 @@ from rich.table import Table
 
 from agentmeter.cli.common import (
     AllowHostNetworkOpt,
+    DatasetOpt,
     JsonOpt,
     NetworkDefaultOpt,
+    RegistryOpt,
     StoreOpt,
     console,
     fail,
@@ -30,24 +32,31 @@ tasks_app = typer.Typer(help="Inspect and check task suites.", no_args_is_help=T
 
 @tasks_app.command("list")
 def tasks_list(path: Annotated[str, typer.Argument(help="suite/task dir or built-in name")] = "starter",
+               dataset: DatasetOpt = None, registry: RegistryOpt = None,
                as_json: JsonOpt = False) -> None:
-    """List the tasks of a suite."""
+    """List the tasks of a suite (or of datasets of Harbor's registry: -d)."""
+    from agentmeter.tasks.datasets import DatasetError, load_dataset
     from agentmeter.tasks.errors import TaskError
-    from agentmeter.tasks.suite import load_suite
+    from agentmeter.tasks.suite import combine_suites, load_suite
 
     try:
-        suite = load_suite(path)
-    except TaskError as e:
+        suite = (combine_suites([load_dataset(d, registry) for d in dataset]) if dataset
+                 else load_suite(path))
+    except (TaskError, DatasetError) as e:
         raise fail(str(e)) from None
     if as_json:
         print(json.dumps([{"id": t.id, "tier": t.tier, "category": t.category, "format": t.format}
                           for t in suite.tasks], indent=1))
         return
+    version = f"@{suite.version}" if dataset and suite.version else ""
     table = Table("task", "tier", "category", "format",
-                  title=f"suite {suite.name} ({len(suite.tasks)} tasks)")
+                  title=f"{'dataset' if dataset else 'suite'} {suite.name}{version} "
+                  f"({len(suite.tasks)} tasks)")
     for t in suite.tasks:
         table.add_row(t.id, t.tier or "-", t.category or "-", t.format)
     console.print(table)
+    for k in suite.skipped:
+        console.print(f"[red]cannot run[/red] {escape(k.id)}: {escape(k.reason)}")
     for name, ids in suite.subsets.items():
         console.print(f"subset [bold]{name}[/bold]: {', '.join(ids)}")
 
@@ -70,7 +79,9 @@ def tasks_show(task_id: str, suite: Annotated[str, typer.Option("--suite", "-s")
 
 
 @tasks_app.command("check")
-def tasks_check(path: Annotated[str, typer.Argument(help="suite/task dir or built-in name")] = "starter",
+def tasks_check(path: Annotated[str | None, typer.Argument(
+                    help="suite/task dir or built-in name (default: starter, unless -d)")] = None,
+                dataset: DatasetOpt = None, registry: RegistryOpt = None,
                 backend: str = "local", concurrency: int = 2, store: StoreOpt = None,
                 strict: Annotated[bool, typer.Option(
                     "--strict", help="refuse to check anything when a task fails to load")] = False,
@@ -83,7 +94,9 @@ def tasks_check(path: Annotated[str, typer.Argument(help="suite/task dir or buil
     from agentmeter.runner.session import RunSetupError, make_request, prepare
 
     try:
-        prepared = prepare(make_request(suites=[path], agents=["oracle", "nop"], backend=backend,
+        suites = [path] if path is not None else [] if dataset else ["starter"]
+        prepared = prepare(make_request(suites=suites, datasets=dataset or [], registry=registry,
+                                        agents=["oracle", "nop"], backend=backend,
                                         concurrency=concurrency, strict=strict,
                                         allow_host_network=allow_host_network,
                                         network_default=network_default))

@@ -31,7 +31,7 @@ from agentmeter.sandbox.spec import LayerBuildError, SandboxError
 from agentmeter.store.artifacts import RUN_ID_PATTERN
 from agentmeter.store.db import Store
 from agentmeter.tasks.models import Task
-from agentmeter.tasks.suite import SkippedTask, load_suites
+from agentmeter.tasks.suite import SkippedTask, Suite, combine_suites, load_suites
 from agentmeter.tomlfile import read_toml, validate_toml
 
 #: ``--network-default``: the network of tasks that state none
@@ -42,6 +42,12 @@ class RunRequest(BaseModel):
     """What to run. Stored with the run so ``resume`` can rebuild the same plan."""
 
     suites: list[str] = Field(default_factory=lambda: ["starter"])
+    #: datasets of Harbor's registry, ``NAME`` or ``NAME@VERSION`` (``-d``), fetched into the
+    #: cache (``tasks/datasets.py``); run with the suites
+    datasets: list[str] = Field(default_factory=list)
+    #: the registry the datasets come from: a ``registry.json`` URL or file (``--registry``);
+    #: None: Harbor's
+    registry: str | None = None
     subset: str | None = None
     task_ids: list[str] = Field(default_factory=list)
     agents: list[str] = Field(default_factory=lambda: ["oracle"])
@@ -125,7 +131,7 @@ def prepare(request: RunRequest) -> PreparedRun:
     from agentmeter.tasks.errors import TaskError
 
     try:
-        suite = load_suites(request.suites, strict=request.strict)
+        suite = load_sources(request)
         tasks = list(suite.select(request.subset, request.task_ids or None))
     except (TaskError, KeyError, ValueError) as e:
         raise RunSetupError(str(e)) from e
@@ -174,6 +180,21 @@ def prepare(request: RunRequest) -> PreparedRun:
             resolved.append(c)
         configs = resolved
     return PreparedRun(request, tasks, configs, suite.name, skipped)
+
+
+def load_sources(request: RunRequest) -> Suite:
+    """The request's suites and datasets, as one suite."""
+    from agentmeter.tasks.datasets import DatasetError, load_dataset
+
+    suites = [load_suites(request.suites, strict=request.strict)] if request.suites else []
+    try:
+        suites += [load_dataset(d, request.registry, strict=request.strict)
+                   for d in request.datasets]
+    except DatasetError as e:
+        raise RunSetupError(str(e)) from e
+    if not suites:
+        raise RunSetupError("no suite or dataset given")
+    return combine_suites(suites)
 
 
 def needs_gateway(prepared: PreparedRun) -> bool:

@@ -230,7 +230,7 @@ def _load_suite_dir(directory: Path, builtin: bool, strict: bool) -> Suite:
                                     "loaded (each problem is listed above)"))
     elif not tasks and not problems:
         problems.append(TaskProblem(directory, "the suite has no tasks"))
-    problems.extend(_duplicate_problems(tasks, directory))
+    problems.extend(duplicate_problems(tasks, directory))
     # a task that failed to load still has an id: its own problem says what is wrong with it
     known = {d.name for d in _candidate_dirs(directory)} | {t.id for t in tasks}
     for subset, ids in meta.subsets.items():
@@ -254,7 +254,7 @@ def _load_suite_dir(directory: Path, builtin: bool, strict: bool) -> Suite:
     )
 
 
-def _duplicate_problems(tasks: Sequence[Task], where: Path) -> list[TaskProblem]:
+def duplicate_problems(tasks: Sequence[Task], where: Path) -> list[TaskProblem]:
     """Same id twice, or ids differing only by case (they would share artifact directories
     on case-insensitive file systems)."""
     seen: dict[str, Task] = {}
@@ -307,10 +307,18 @@ def load_suites(sources: Sequence[str | Path], strict: bool = False) -> Suite:
             errors.append(exc)
     if errors:
         raise TaskError.merge(errors)
+    return combine_suites(suites)
+
+
+def combine_suites(suites: Sequence[Suite]) -> Suite:
+    """Several loaded suites (directories, datasets) as one; task ids must be unique across
+    them."""
+    if not suites:
+        raise ValueError("combine_suites needs at least one suite")
     if len(suites) == 1:
         return suites[0]
     tasks = [t for s in suites for t in s.tasks]
-    duplicates = _duplicate_problems(tasks, Path(str(sources[0])))
+    duplicates = duplicate_problems(tasks, suites[0].path)
     if duplicates:
         raise TaskError(duplicates)
     return Suite(name="+".join(s.name for s in suites), path=suites[0].path,
