@@ -18,13 +18,12 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-from agentmeter.sandbox import cgroups, idmap, local, local_dirs, netsetup, seccomp
+from agentmeter.sandbox import cgroups, idmap, local, local_dirs, seccomp
 from agentmeter.sandbox.local import LocalBackend, LocalSandbox
-from agentmeter.sandbox.spec import (DEFAULT_DISK_MB, DEFAULT_MEMORY_MB, DEFAULT_PIDS, Limits,
-                                     SandboxSpec)
+from agentmeter.sandbox.spec import DEFAULT_DISK_MB, DEFAULT_MEMORY_MB, DEFAULT_PIDS, Limits, SandboxSpec
 
 TIMES: dict[str, list[float]] = defaultdict(list)
 _CUR: dict[str, float] = {}
