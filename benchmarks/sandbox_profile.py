@@ -39,7 +39,9 @@ def timed(name: str) -> Iterator[None]:
 
 
 def wrap(obj: Any, attr: str, name: str) -> None:
-    fn = getattr(obj, attr)
+    fn = getattr(obj, attr, None)
+    if fn is None:  # an older tree (before/after comparisons) without this step
+        return
     if asyncio.iscoroutinefunction(fn):
         async def aw(*a: Any, **k: Any) -> Any:
             with timed(name):
@@ -62,7 +64,9 @@ def instrument(backend: LocalBackend) -> None:
     wrap(LocalSandbox, "_command", "exec: build bwrap argv")
     wrap(local.asyncio, "create_subprocess_exec", "exec: spawn (create_subprocess_exec)")
     wrap(local, "collect_output", "exec: run chain to exit (collect_output)")
-    wrap(cgroups.Cgroup, "remove", "stop: cgroup remove")
+    wrap(cgroups.Cgroup, "remove_soon", "stop: cgroup kill + remove (dirs in background)")
+    wrap(local_dirs, "discard", "stop: sandbox dir renamed away (removed in background)")
+    wrap(cgroups.Cgroup, "remove", "stop: cgroup remove")  # before: both on the path
     wrap(local_dirs, "rmtree", "stop: rmtree sandbox dir")
     orig_readline_start = LocalSandbox._start_keeper
 
