@@ -87,6 +87,7 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _KEEPER_SCRIPT = r"""
 set -e
 cd "$AM_LAYERS"
+ip link set lo up & lo=$!  # beside the mounts; waited for (and its failure fatal) below
 if [ -n "$AM_DISK" ]; then
   mount -t tmpfs -o "size=${AM_DISK}m,mode=0755" tmpfs "$AM_RW"
   mkdir -p "$AM_RW/upper" "$AM_RW/work"
@@ -96,7 +97,7 @@ mount -t overlay overlay -o "$AM_OVL_OPTS" "$AM_MERGED"
 for d in $AM_HOST_DIRS; do
   mount --rbind "$d" "$AM_MERGED$d"; mount -o remount,bind,ro,nodev,nosuid "$AM_MERGED$d"
 done
-ip link set lo up
+wait "$lo"
 if [ -n "$AM_OWNER" ]; then
   # the network namespace is host root's: let the sandbox bind ports < 1024 in it, as Docker does
   echo 0 > /proc/sys/net/ipv4/ip_unprivileged_port_start
