@@ -105,3 +105,31 @@ def test_cgroup_spares_are_keyed_on_limits() -> None:
         for g in groups:
             g.remove()
         cgroups._drop_spares()
+
+
+def test_a_forked_child_never_takes_its_parents_spare_cgroups() -> None:
+    from agentmeter.sandbox import cgroups
+    from agentmeter.sandbox.spec import Limits
+
+    if os.geteuid() != 0:
+        pytest.skip("cgroups need root here")
+    limits = Limits(pids=77)
+    g = cgroups.create("fork-parent", limits)
+    assert g is not None
+    try:
+        cgroups._background().submit(lambda: None).result()  # a spare is ready now
+        pid = os.fork()
+        if pid == 0:  # the child: no spare of the parent's, and its own thread makes groups
+            ok = not cgroups._spares and cgroups._pool is None
+            child = cgroups.create("fork-child", limits)
+            ok = ok and child is not None and "spare" not in str(child.dirs[0])
+            if child is not None:
+                child.remove()
+            cgroups._background().submit(lambda: None).result()
+            cgroups._drop_spares()
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        g.remove()
+        cgroups._drop_spares()

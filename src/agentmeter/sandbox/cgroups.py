@@ -113,6 +113,18 @@ def _background() -> ThreadPoolExecutor:
     return _pool
 
 
+def _forget_in_child() -> None:
+    """A forked child neither takes its parent's spare groups (they would be shared) nor
+    submits to its parent's worker thread (which it does not have)."""
+    global _pool, _spares_lock
+    _spares.clear()
+    _spares_lock = threading.Lock()
+    _pool = None
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
 def _drop_spares() -> None:
     with _spares_lock:
         groups = [g for gs in _spares.values() for g in gs]

@@ -37,6 +37,14 @@ def gone_dir() -> Path:
 _remover: ThreadPoolExecutor | None = None
 
 
+def _forget_remover() -> None:
+    global _remover
+    _remover = None  # a forked child has none of its parent's threads
+
+
+os.register_at_fork(after_in_child=_forget_remover)
+
+
 def discard(path: Path) -> None:
     """Remove a stopped sandbox's directory off the caller's path: renamed out of
     ``sandboxes_dir`` at once, its files removed on a background thread (which the interpreter
