@@ -4,10 +4,14 @@ delegation) the limits are skipped with a warning, never silently."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import secrets
 import signal
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from agentmeter.notices import notice
@@ -53,6 +57,15 @@ class Cgroup:
 
     def remove(self) -> None:
         self.kill_all()
+        self._rmdir()
+
+    def remove_soon(self) -> None:
+        """Kill every process in the group now (none is left when this returns), remove the
+        emptied directories on a background thread (rmdir may wait for exiting tasks)."""
+        self.kill_all()
+        _background().submit(self._rmdir)
+
+    def _rmdir(self) -> None:
         for d in self.dirs:
             for _ in range(50):
                 try:
@@ -85,12 +98,61 @@ def group_name(sandbox_id: str, owner_pid: int) -> str:
     return f"{owner_pid}-{sandbox_id}"
 
 
+#: fresh groups made ahead, per limits: one is taken by each start and another made off the
+#: start's path (never reused: a used group keeps its charges and OOM counts)
+_spares: dict[Limits, list[Cgroup]] = {}
+_spares_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+
+
+def _background() -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentmeter-cgroup")
+        atexit.register(_drop_spares)
+    return _pool
+
+
+def _forget_in_child() -> None:
+    """A forked child neither takes its parent's spare groups (they would be shared) nor
+    submits to its parent's worker thread (which it does not have)."""
+    global _pool, _spares_lock
+    _spares.clear()
+    _spares_lock = threading.Lock()
+    _pool = None
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def _drop_spares() -> None:
+    with _spares_lock:
+        groups = [g for gs in _spares.values() for g in gs]
+        _spares.clear()
+    for g in groups:
+        g.remove()
+
+
+def _make_spare(limits: Limits) -> None:
+    with contextlib.suppress(OSError):  # the next start makes its own and says why
+        g = _create(group_name(f"spare{secrets.token_hex(6)}", os.getpid()), limits)
+        with _spares_lock:
+            _spares.setdefault(limits, []).append(g)
+
+
 def create(sandbox_id: str, limits: Limits) -> Cgroup | None:
-    """Create the sandbox's cgroup(s) with ``limits``; None when no limit needs one."""
+    """The sandbox's cgroup(s) with ``limits`` (a fresh spare made earlier for the same limits,
+    else made now; another spare is then made in the background); None when no limit needs
+    one."""
     if limits.memory_mb is None and limits.pids is None and limits.cpus is None:
         return None
+    with _spares_lock:
+        ready = _spares.get(limits)
+        spare = ready.pop() if ready else None
     try:
-        return _create(group_name(sandbox_id, os.getpid()), limits)
+        group = spare or _create(group_name(sandbox_id, os.getpid()), limits)
+        _background().submit(_make_spare, limits)
+        return group
     except OSError as e:
         notice(f"resource limits (memory/pids/cpus) not applied: cgroups are "
                f"not writable here ({e.strerror}); run as root or delegate a cgroup")

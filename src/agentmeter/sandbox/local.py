@@ -62,6 +62,7 @@ from agentmeter.sandbox.hosttools import (
     static_busybox,
 )
 from agentmeter.sandbox.layers import LayerMeta, LocalLayerCache
+from agentmeter.sandbox.local_spares import Spares, spare_key
 from agentmeter.sandbox.masks import KEYRING_WRAPPER, SessionNoticeFilter, proc_masks
 from agentmeter.sandbox.netsetup import SandboxNetwork, fence_host, start_network
 from agentmeter.sandbox.output import CappedBuffer, collect_output, wait_drained
@@ -86,6 +87,7 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _KEEPER_SCRIPT = r"""
 set -e
 cd "$AM_LAYERS"
+ip link set lo up & lo=$!  # beside the mounts; waited for (and its failure fatal) below
 if [ -n "$AM_DISK" ]; then
   mount -t tmpfs -o "size=${AM_DISK}m,mode=0755" tmpfs "$AM_RW"
   mkdir -p "$AM_RW/upper" "$AM_RW/work"
@@ -95,7 +97,7 @@ mount -t overlay overlay -o "$AM_OVL_OPTS" "$AM_MERGED"
 for d in $AM_HOST_DIRS; do
   mount --rbind "$d" "$AM_MERGED$d"; mount -o remount,bind,ro,nodev,nosuid "$AM_MERGED$d"
 done
-ip link set lo up
+wait "$lo"
 if [ -n "$AM_OWNER" ]; then
   # the network namespace is host root's: let the sandbox bind ports < 1024 in it, as Docker does
   echo 0 > /proc/sys/net/ipv4/ip_unprivileged_port_start
@@ -239,7 +241,15 @@ class LocalSandbox:
     async def _start(self) -> None:
         try:
             self._cgroup = cgroups.create(self.id, self.spec.limits)
-            self._start_keeper()
+            # on a thread: the keeper's start does not stall the event loop (other sandboxes,
+            # a spare starting beside a running trial: local_spares.py)
+            started = asyncio.ensure_future(asyncio.to_thread(self._start_keeper))
+            try:
+                await asyncio.shield(started)
+            except asyncio.CancelledError:
+                with contextlib.suppress(Exception):
+                    await started  # so that stop() below sees the keeper it must end
+                raise
             if self.spec.network == "full":  # network (pasta.py), fenced off the host
                 assert self._keeper is not None
                 self._pasta = start_pasta(self._keeper.pid, self.dir, self._rootless)
@@ -282,12 +292,12 @@ class LocalSandbox:
                 if f:
                     f.close()
         if self._cgroup is not None:
-            self._cgroup.remove()
+            self._cgroup.remove_soon()  # its processes killed now, its directories later
         try:
             if keep_upper is not None:
                 os.rename(self.upper, keep_upper)
         finally:
-            local_dirs.rmtree(self.dir)
+            local_dirs.discard(self.dir)  # renamed away now, removed off the critical path
 
     # -- exec ----------------------------------------------------------------------------
 
@@ -498,7 +508,9 @@ class LocalBackend:
 
     name = "local"
 
-    def __init__(self, *, progress: rootfs.Progress | None = None) -> None:
+    def __init__(self, *, progress: rootfs.Progress | None = None, spares: int = 0) -> None:
+        """``spares``: keep up to that many sandboxes started ahead for specs that start again
+        (local_spares.py); ``close`` stops them."""
         ensure_tools(LOCAL_TOOLS, "local sandboxes")
         self.rootless = os.geteuid() != 0
         if not seccomp.supported():
@@ -515,6 +527,7 @@ class LocalBackend:
                    "session keyring; install keyutils to give each its own")
         self.progress = progress
         self.layers = LocalLayerCache(self)
+        self.spares = Spares(self.start_raw, spares) if spares > 0 else None
         if self.rootless:
             notice("running as an ordinary user: sandboxes use a user "
                    "namespace (agent processes are uid 1000 inside, your uid outside), and "
@@ -531,13 +544,23 @@ class LocalBackend:
     async def start(self, spec: SandboxSpec) -> LocalSandbox:
         lowers, meta = await self.layers.resolve(spec)
         spec, network = await start_network(spec)  # the proxy, if any (netsetup.py)
+        key = spare_key(spec, lowers, meta) if self.spares is not None else None
         try:
-            sb = await self.start_raw(spec, lowers, meta)
+            sb = await self.spares.take(key) if self.spares and key else None
+            if sb is None:
+                sb = await self.start_raw(spec, lowers, meta)
         except BaseException:
             await network.stop()
             raise
         sb.network = network
+        if self.spares and key:
+            self.spares.started(key, spec, lowers, meta)
         return sb
+
+    async def close(self) -> None:
+        """Stop the spares (local_spares.py), if any."""
+        if self.spares is not None:
+            await self.spares.close()
 
     async def start_raw(self, spec: SandboxSpec, lowers: list[str], meta: LayerMeta) -> LocalSandbox:
         for m in spec.mounts:

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from agentmeter.paths import cache_dir
@@ -26,6 +27,44 @@ STAGE_DIR = "/run/agentmeter-stage"
 
 def sandboxes_dir() -> Path:
     return cache_dir() / "sandboxes"
+
+
+def gone_dir() -> Path:
+    """Where stopped sandboxes' directories wait for removal (same filesystem: a rename)."""
+    return cache_dir() / "sandboxes.gone"
+
+
+_remover: ThreadPoolExecutor | None = None
+
+
+def _forget_remover() -> None:
+    global _remover
+    _remover = None  # a forked child has none of its parent's threads
+
+
+os.register_at_fork(after_in_child=_forget_remover)
+
+
+def discard(path: Path) -> None:
+    """Remove a stopped sandbox's directory off the caller's path: renamed out of
+    ``sandboxes_dir`` at once, its files removed on a background thread (which the interpreter
+    joins at exit; a dead owner's leftovers go in :func:`remove_stale`). Removed here and now
+    when it cannot be renamed."""
+    global _remover
+    trash = gone_dir() / path.name
+    try:
+        trash.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(path, trash)
+    except FileNotFoundError:
+        if path.exists():
+            rmtree(path)
+        return
+    except OSError:
+        rmtree(path)
+        return
+    if _remover is None:
+        _remover = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentmeter-rm")
+    _remover.submit(rmtree, trash)
 
 
 def sandbox_owner(d: Path) -> tuple[int, int] | None:
@@ -69,6 +108,11 @@ def rmtree(path: Path) -> None:
 def remove_stale() -> int:
     """Remove sandboxes (and cgroups) of dead owners; returns how many directories."""
     removed = 0
+    gone = gone_dir()
+    for d in gone.iterdir() if gone.is_dir() else []:  # a dead owner's pending removals
+        head, sep, _ = d.name.partition("-")
+        if sep and head.isdigit() and not cgroups.pid_alive(int(head)):
+            rmtree(d)
     top = sandboxes_dir()
     for d in top.iterdir() if top.is_dir() else []:
         owner = sandbox_owner(d)

@@ -72,6 +72,7 @@ Docker's allow list there (plus io_uring).
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import platform
 import struct
@@ -211,7 +212,22 @@ def build_program() -> bytes:
     return asm.assemble()
 
 
-_PROGRAM: bytes | None = None
+def _policy() -> tuple[object, ...]:
+    """Everything :func:`build_program` reads: the key of its cache."""
+    return (tuple(X86_64.items()), tuple(AARCH64.items()), MAX_KNOWN,
+            frozenset(_SPECIAL), CLONE_NAMESPACE_FLAGS, AF_VSOCK, PERSONALITY_ALLOWED)
+
+
+@functools.lru_cache(maxsize=4)
+def _compiled(policy: tuple[object, ...]) -> bytes:
+    del policy  # the key only: build_program reads the same module state
+    return build_program()
+
+
+def program() -> bytes:
+    """The filter, compiled once per process for its inputs (a changed table or constant is a
+    new key, never served the program of the old one)."""
+    return _compiled(_policy())
 
 
 def supported() -> bool:
@@ -222,12 +238,10 @@ def supported() -> bool:
 def program_fd() -> int:
     """A readable fd holding the program, for one bwrap (``pass_fds``); the caller closes it.
     A pipe: bwrap reads it to the end, and the program (< 2 KiB) fits its buffer."""
-    global _PROGRAM
-    if _PROGRAM is None:
-        _PROGRAM = build_program()
+    prog = program()
     r, w = os.pipe()
     try:
-        os.write(w, _PROGRAM)
+        os.write(w, prog)
     finally:
         os.close(w)
     return r

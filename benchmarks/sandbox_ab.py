@@ -1,0 +1,90 @@
+"""Local sandbox lifecycle of two source trees, taking turns in one run: ``--base DIR`` is a
+tree holding an older ``src`` (e.g. ``git archive COMMIT src | tar -x -C DIR``), compared with
+this checkout's. Each tree runs in a worker process of its own; the driver asks them in turn for
+one lifecycle (start + exec ``true`` + stop) at a time, so the machine's load falls on both
+alike. Cases: a default spec and one with a trial's default limits; this tree also with spares
+(``LocalBackend(spares=2)``). Prints a table, then a final JSON line.
+Usage: python benchmarks/sandbox_ab.py --base DIR [--n 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+WORKER = r"""
+import asyncio, sys, time
+from agentmeter.sandbox.local import LocalBackend
+from agentmeter.sandbox.spec import (DEFAULT_DISK_MB, DEFAULT_MEMORY_MB, DEFAULT_PIDS, Limits,
+                                     SandboxSpec)
+SPECS = {"default": SandboxSpec(), "limits": SandboxSpec(limits=Limits(
+    memory_mb=DEFAULT_MEMORY_MB, pids=DEFAULT_PIDS, disk_mb=DEFAULT_DISK_MB))}
+async def main():
+    spares = int(sys.argv[1])
+    b = LocalBackend(spares=spares) if spares else LocalBackend()
+    for spec in SPECS.values():
+        await b.prepare(spec)
+    print("ok", flush=True)
+    for line in sys.stdin:
+        spec = SPECS[line.strip()]
+        t = time.perf_counter()
+        sb = await b.start(spec)
+        r = await sb.exec(["true"])
+        await sb.stop()
+        assert r.exit_code == 0, r
+        print(time.perf_counter() - t, flush=True)
+    if spares:
+        await b.close()
+asyncio.run(main())
+"""
+
+
+def worker(src: Path, spares: int) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    p = subprocess.Popen([sys.executable, "-c", WORKER, str(spares)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True, env=env)
+    assert p.stdout is not None and p.stdout.readline().strip() == "ok"
+    return p
+
+
+def main() -> dict[str, object]:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--base", type=Path, required=True)
+    ap.add_argument("--n", type=int, default=40)
+    args = ap.parse_args()
+    here = Path(__file__).resolve().parent.parent / "src"
+    workers = {"before": worker(args.base / "src", 0), "after": worker(here, 0),
+               "after_spares": worker(here, 2)}
+    times: dict[str, list[float]] = {}
+    for _ in range(args.n):
+        for spec in ("default", "limits"):
+            for name, p in workers.items():
+                assert p.stdin is not None and p.stdout is not None
+                p.stdin.write(spec + "\n")
+                p.stdin.flush()
+                times.setdefault(f"{name}/{spec}", []).append(float(p.stdout.readline()))
+    for p in workers.values():
+        assert p.stdin is not None
+        p.stdin.close()
+        p.wait(60)
+    res: dict[str, object] = {k: {"p50_ms": round(statistics.median(v[2:]) * 1000, 2),
+                                  "n": len(v) - 2} for k, v in times.items()}  # 2 warm-ups
+    for spec in ("default", "limits"):
+        b = res[f"before/{spec}"]["p50_ms"]  # type: ignore[index]
+        res[f"after_over_before/{spec}"] = round(res[f"after/{spec}"]["p50_ms"] / b, 3)  # type: ignore[index]
+        res[f"spares_over_before/{spec}"] = round(
+            res[f"after_spares/{spec}"]["p50_ms"] / b, 3)  # type: ignore[index]
+    res["load_average"] = os.getloadavg()
+    return res
+
+
+if __name__ == "__main__":
+    out = main()
+    for k, v in out.items():
+        print(f"{k}: {v}", file=sys.stderr)
+    print(json.dumps(out))
