@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -86,6 +87,7 @@ def sample_forever(root: int, out: Path, interval: float) -> None:
     cpu_first: dict[int, float] = {}
     alive_at_start: set[int] = set()
     comms: dict[int, str] = {}
+    fds = 0  # the harness's open file descriptors, peak
     by_comm: Counter[str] = Counter()  # class:comm -> peak PSS kB (summed over its processes)
     series: dict[str, list[int]] = {"harness": [], "children": [], "agent": []}
     counts: list[tuple[int, int]] = []
@@ -108,6 +110,8 @@ def sample_forever(root: int, out: Path, interval: float) -> None:
             cls[pid] = c
             todo += [(k, c) for k in kids.get(pid, [])]
         mem = {"harness": _pss_kb(root), "children": 0, "agent": 0}
+        with contextlib.suppress(OSError):
+            fds = max(fds, len(os.listdir(f"/proc/{root}/fd")))
         tick: Counter[str] = Counter()
         for pid, c in cls.items():
             kb = _pss_kb(pid)
@@ -147,6 +151,7 @@ def sample_forever(root: int, out: Path, interval: float) -> None:
         "processes_peak": {"children": max((c for c, _ in counts), default=0),
                            "agent": max((a for _, a in counts), default=0)},
         "cpu_s_sampled": {k: round(v, 2) for k, v in cpu.items()},
+        "harness_fds_peak": fds,
         "peak_pss_mb_by_command": {k: round(v / 1024, 1) for k, v in by_comm.most_common(8)},
         "cpu_s_by_command": {k: round(v, 2) for k, v in cpu_by_comm.most_common(8)},
     }
@@ -203,6 +208,7 @@ async def one_run(agent: str, n: int, root: Path, interval: float) -> dict[str, 
                   "sampled_by_command": sampled["cpu_s_by_command"]},
         "memory_mb": sampled["pss_mb"],
         "processes_peak": sampled["processes_peak"],
+        "harness_fds_peak": sampled["harness_fds_peak"],
         "peak_pss_mb_by_command": sampled["peak_pss_mb_by_command"],
         "harness_share_peak_mb": sampled["harness_share_peak_mb"],
         "harness_mb_per_concurrent_trial": {

@@ -11,6 +11,9 @@ import socket
 import tempfile
 from pathlib import Path
 
+import pytest
+
+from agentmeter.sandbox import bridge as bridge_mod
 from agentmeter.sandbox.bridge import start_bridge
 from agentmeter.sandbox.spec import ExposedSocket
 
@@ -72,3 +75,27 @@ async def test_bridge_closes_a_client_when_the_socket_is_gone() -> None:
         w.close()
     finally:
         await bridge.stop()
+
+
+class _LeftOnItsOwn:
+    """A bridge process that leaves between stop's wait timing out and its kill."""
+
+    returncode: int | None = None
+    stdin = None
+
+    async def wait(self) -> int:
+        if self.returncode is None:
+            await asyncio.sleep(3600)  # never on its own, within the wait
+        return 0
+
+    def kill(self) -> None:
+        self.returncode = 0
+        raise ProcessLookupError  # what asyncio's transport raises for a process already gone
+
+
+async def test_stop_never_raises_when_the_bridge_left_before_the_kill(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a starved machine (64 trials on 2 cores) a bridge took longer than the wait to
+    leave, then was gone by the kill: ProcessLookupError ended the whole run."""
+    monkeypatch.setattr(bridge_mod, "STOP_WAIT_S", 0.01)
+    await bridge_mod.BridgeProcess(_LeftOnItsOwn()).stop()  # type: ignore[arg-type]

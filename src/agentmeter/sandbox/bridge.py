@@ -18,6 +18,7 @@ Run as: ``python -I -S -c BRIDGE_MAIN PORT=SOCKET_PATH [PORT=SOCKET_PATH ...]``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -149,6 +150,10 @@ while True:
 """
 
 
+#: how long ``stop`` waits for the bridge to leave on its own before killing it
+STOP_WAIT_S = 2.0
+
+
 class BridgeProcess:
     """A running bridge; ``stop`` ends it."""
 
@@ -156,13 +161,16 @@ class BridgeProcess:
         self.proc = proc
 
     async def stop(self) -> None:
+        """End the bridge; never raises (a starved machine: the bridge may leave between the
+        wait's timeout and the kill, which then finds no process)."""
         if self.proc.returncode is None:
             if self.proc.stdin:
                 self.proc.stdin.close()
             try:
-                await asyncio.wait_for(self.proc.wait(), 2)
+                await asyncio.wait_for(self.proc.wait(), STOP_WAIT_S)
             except TimeoutError:
-                self.proc.kill()
+                with contextlib.suppress(ProcessLookupError):
+                    self.proc.kill()
                 await self.proc.wait()
 
 
