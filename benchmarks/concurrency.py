@@ -91,7 +91,7 @@ def sample_forever(root: int, out: Path, interval: float) -> None:
     by_comm: Counter[str] = Counter()  # class:comm -> peak PSS kB (summed over its processes)
     series: dict[str, list[int]] = {"harness": [], "children": [], "agent": []}
     counts: list[tuple[int, int]] = []
-    while not stop:
+    while not stop and os.path.exists(f"/proc/{root}"):  # the harness gone: stop too
         procs: dict[int, tuple[str, int, float]] = {}
         for d in os.listdir("/proc"):
             if d.isdigit():
@@ -182,11 +182,13 @@ async def one_run(agent: str, n: int, root: Path, interval: float) -> dict[str, 
     await asyncio.sleep(2 * interval)  # the idle harness's first sample
     cpu0 = _rusage()
     t0 = time.perf_counter()
-    rid, _ = await run(store, prepared)
-    wall = time.perf_counter() - t0
-    cpu1 = _rusage()
-    sampler.send_signal(signal.SIGTERM)
-    sampler.wait(timeout=60)
+    try:
+        rid, _ = await run(store, prepared)
+    finally:
+        wall = time.perf_counter() - t0
+        cpu1 = _rusage()
+        sampler.send_signal(signal.SIGTERM)
+        sampler.wait(timeout=60)
     sampled: dict[str, Any] = json.loads(out.read_text())
     trials = store.trials(rid)
     statuses = Counter(t.status.value for t in trials)
