@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -112,6 +113,7 @@ def main() -> None:
            "per_trial": {k: {"node": med(node, k), "local": med(local, k),
                              "node_minus_local": round(med(node, k) - med(local, k), 1)}
                          for k in ("cpu_ms", "wall_ms", "threads")}}
+    shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(res))
 
 

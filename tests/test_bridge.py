@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import socket
 import tempfile
 from pathlib import Path
@@ -61,6 +62,7 @@ async def test_bridge_carries_bytes_both_ways_and_stays_small() -> None:
     finally:
         await bridge.stop()
         server.close()
+        shutil.rmtree(tmp, ignore_errors=True)
     assert bridge.proc.returncode is not None
 
 
@@ -75,6 +77,7 @@ async def test_bridge_closes_a_client_when_the_socket_is_gone() -> None:
         w.close()
     finally:
         await bridge.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 class _LeftOnItsOwn:
