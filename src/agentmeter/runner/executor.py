@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -215,10 +216,28 @@ def pending_work(store: Store, run_id: str, plan: list[PlannedTrial],
     return Pending(progress, todo, scenario_todo)
 
 
+def raise_fd_limit() -> int:
+    """Raise this process's soft limit on open files to its hard limit; return the new soft
+    limit. Each concurrent local trial holds ≈ 9-10 of the harness's descriptors (its
+    keeper's, bridge's and execs' pipes, gateway connections: 599 measured at 64 concurrent
+    codex trials, benchmarks/concurrency.py), so the common default soft limit of 1,024 ends
+    a run of ≈ 100 concurrent trials with EMFILE, while the hard limit is usually far higher."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 1 << 20 if hard == resource.RLIM_INFINITY else hard  # the kernel's nr_open default
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
 async def execute(ctx: TrialContext, plan: list[PlannedTrial], *, concurrency: int,
                   max_infra_retries: int = 2, on_progress: ProgressCallback | None = None,
                   on_prepare: PrepareCallback | None = None) -> RunProgress:
     store, run_id = ctx.store, ctx.run_id
+    raise_fd_limit()
     store.close_incomplete_trials(run_id, INTERRUPTED)
     await ctx.backend.cleanup_stale()
     pending = pending_work(store, run_id, plan, max_infra_retries)

@@ -299,7 +299,10 @@ class TrialRunner:
                 meter = self.ctx.gateway.close_trial(rec.id)
             await hooks.stop_entrypoint(service)
             if sandbox is not None:
-                await sandbox.stop()
+                try:
+                    await sandbox.stop()
+                except Exception as e:  # the try is decided; one sandbox that would not stop
+                    rec.extra["sandbox_stop_error"] = repr(e)[-1000:]  # must not end the run
         if meter is not None:
             self._apply_meter(meter)
         rec.timings = timings
