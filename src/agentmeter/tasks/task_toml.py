@@ -4,7 +4,7 @@ Harbor's sections are read as Harbor reads them: keys of its current schema (1.4
 checked; keys it does not know are ignored, as Harbor ignores them, but never silently: each is
 a *notice* naming the file and key (``TaskToml.notices``, carried into ``Task.loader_notes``).
 What agentmeter cannot honour is said per key and handled as docs/task-format.md documents:
-a task needing GPUs, TPUs, Windows, MCP servers or sidecar artifacts is refused (a suite skips
+a task needing GPUs, TPUs, Windows or MCP servers is refused (a suite skips
 it and says why); ``skills_dir`` is ignored with a notice. agentmeter's own keys and sections
 (``environment.base``, ``verifier.kind``/``pass_threshold``, ``[difftest]``, ``[scenario]``,
 ``steps.verifier.kind``/``pass_threshold``) are strict: a typo there is an error.
@@ -266,17 +266,11 @@ def _unsupported(config: TaskToml, file: Path) -> list[TaskProblem]:
         found.append(("environment.tpu", env.tpu))
     if env.mcp_servers:
         found.append(("environment.mcp_servers", [s.get("name") for s in env.mcp_servers]))
-    for i, art in enumerate(config.artifacts):
-        if isinstance(art, _ArtifactEntry) and art.service not in (None, "main"):
-            found.append((f"artifacts[{i}].service", art.service))
     venv = config.verifier.environment
     if venv is not None:
         for key in ("gpus", "gpu_types", "tpu", "mcp_servers"):
             if getattr(venv, key):
                 found.append((f"verifier.environment.{key}", getattr(venv, key)))
-    for i, hook in enumerate(config.verifier.collect):
-        if hook.service != "main":
-            found.append((f"verifier.collect[{i}].service", hook.service))
     return [
         TaskProblem(file=file, field=field, message=f"{value!r} cannot be honoured by "
                     "agentmeter (docs/task-format.md): the task is not run")
