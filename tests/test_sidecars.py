@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from agentmeter.cli import app
 from agentmeter.runner import sidecars
-from agentmeter.sandbox.local import LocalBackend
+from agentmeter.sandbox.protocol import SandboxBackend
 from agentmeter.sandbox.spec import ExecResult, SandboxError, SandboxSpec
 from agentmeter.tasks.compose import duration_s, healthcheck, read_compose
 from agentmeter.tasks.errors import TaskError
@@ -186,13 +186,15 @@ async def loopback_service() -> AsyncIterator[_Server]:
 NETNS = "readlink /proc/self/ns/net"
 
 
-async def test_local_sidecar_reaches_no_more_of_the_host_than_main(
-        local_backend: LocalBackend, loopback_service: _Server) -> None:
+@pytest.mark.parametrize("backend_name", ["local", pytest.param("docker", marks=pytest.mark.slow)])
+async def test_sidecar_reaches_no_more_of_the_host_than_main(
+        backend_name: str, request: pytest.FixtureRequest, loopback_service: _Server) -> None:
     """A sidecar joins the main sandbox's network namespace (so it shares its loopback), and
     from it the host's loopback, addresses and gateway stay as unreachable as from main."""
-    main = await local_backend.start(SandboxSpec(network="full"))
+    backend: SandboxBackend = request.getfixturevalue(f"{backend_name}_backend")
+    main = await backend.start(SandboxSpec(network="full"))
     try:
-        side = await local_backend.start(SandboxSpec(join_network=main.id))
+        side = await backend.start(SandboxSpec(join_network=main.id))
         try:
             same = [(await b.exec(NETNS, user="root")).stdout for b in (main, side)]
             got = await _probe(side, loopback_service.port,
@@ -208,8 +210,9 @@ async def test_local_sidecar_reaches_no_more_of_the_host_than_main(
     leaked = {a: v for a, v in got.items() if SECRET.decode() in v}
     assert not leaked, f"a host service reached from a sidecar: {leaked}"
     assert not any(SECRET.decode() in v for v in from_main.values())
-    with pytest.raises(SandboxError, match="not running"):
-        await local_backend.start(SandboxSpec(join_network=main.id))
+    if backend_name == "local":
+        with pytest.raises(SandboxError, match="not running"):
+            await backend.start(SandboxSpec(join_network=main.id))
 
 
 # -- Harbor's example, end to end -------------------------------------------------------------
@@ -223,6 +226,19 @@ def test_harbor_sidecar_artifacts_oracle_passes_nop_fails(tmp_path: Path) -> Non
     hook's snapshot reach the separate verifier at their paths: oracle passes, nop does not."""
     res = CliRunner().invoke(app, ["tasks", "check", str(CORPUS / "sidecar-artifacts"),
                                    "--json", "--store", str(tmp_path / "runs")])
+    out = json.loads(res.stdout)
+    assert (out["tasks"], out["ran"], out["broken"], out["trivial"], out["skipped"]) == \
+        (1, 1, [], [], []), out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (CORPUS / "sidecar-artifacts").is_dir(),
+                    reason=f"Harbor's example corpus is not at {CORPUS}")
+def test_harbor_sidecar_artifacts_on_docker(docker_daemon: object, tmp_path: Path) -> None:
+    """The same on docker: the sidecar is a container in the main container's network."""
+    res = CliRunner().invoke(app, ["tasks", "check", str(CORPUS / "sidecar-artifacts"),
+                                   "--backend", "docker", "--json",
+                                   "--store", str(tmp_path / "runs")])
     out = json.loads(res.stdout)
     assert (out["tasks"], out["ran"], out["broken"], out["trivial"], out["skipped"]) == \
         (1, 1, [], [], []), out
