@@ -215,6 +215,9 @@ class TrialRunner:
         rec.extra["network_source"] = network_source(self.task)
         if (verifier_net := verifier_network_label(self.task)) is not None:
             rec.extra["verifier_network"] = verifier_net
+        if self.task.mcp_servers:  # Harbor's environment.mcp_servers, as the task offers them
+            rec.extra["mcp_servers"] = [m.model_dump(mode="json", exclude_defaults=True)
+                                        for m in self.task.mcp_servers]
         sandbox: Sandbox | None = None
         service: asyncio.Task[ExecResult] | None = None  # the image's ENTRYPOINT
         meter: TrialMeter | None = None

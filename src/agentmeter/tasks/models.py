@@ -100,6 +100,22 @@ class Sidecar(BaseModel):
     origin: str = Field(description="the compose file and service, for messages")
 
 
+class McpServer(BaseModel):
+    """Harbor's ``[[environment.mcp_servers]]``: an MCP server the task offers the agent. An
+    HTTP one (``sse``, ``streamable-http``) is served at ``url`` (typically by a compose
+    sidecar); a ``stdio`` one is ``command`` + ``args`` started by the agent in its sandbox.
+    Recorded on the task and on each trial; agentmeter's agents are not configured with it yet
+    (docs/task-format.md)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    transport: Literal["sse", "streamable-http", "stdio"] = "sse"
+    url: str | None = None
+    command: str | None = None
+    args: tuple[str, ...] = ()
+
+
 class SeparateVerifier(BaseModel):
     """Harbor's separate verifier environment (runner/separate.py): the verifier runs in a fresh
     sandbox holding only the collected artifacts: built from ``dockerfile`` (``tests/Dockerfile``),
@@ -196,6 +212,8 @@ class Task(BaseModel):
 
     #: compose sidecars, in start order (their dependencies first)
     sidecars: tuple[Sidecar, ...] = ()
+    #: MCP servers the task offers the agent (Harbor ``environment.mcp_servers``)
+    mcp_servers: tuple[McpServer, ...] = ()
     #: the compose ``main`` service's ``depends_on``: waited for before the agent
     main_depends_on: dict[str, DependsCondition] = Field(default_factory=dict)
 

@@ -39,6 +39,7 @@ from agentmeter.tasks.models import (
     Budgets,
     CollectHook,
     Healthcheck,
+    McpServer,
     SandboxUser,
     SeparateVerifier,
     Task,
@@ -285,6 +286,9 @@ def build_task(directory: Path, config: TaskToml, instruction: str, dockerfile: 
                               if hosts else None),
         network_default=not network_stated(config),
         sidecars=tuple(sidecars),
+        mcp_servers=tuple(McpServer(name=m.name, transport=m.transport, url=m.url,
+                                    command=m.command, args=tuple(m.args))
+                          for m in env.mcp_servers),
         main_depends_on=main_deps,
         agent_timeout_s=agent.timeout_sec if agent.timeout_sec is not None else 600.0,
         budgets=Budgets(max_tokens=agent.max_tokens, max_usd=agent.max_usd,

@@ -4,7 +4,7 @@ Harbor's sections are read as Harbor reads them: keys of its current schema (1.4
 checked; keys it does not know are ignored, as Harbor ignores them, but never silently: each is
 a *notice* naming the file and key (``TaskToml.notices``, carried into ``Task.loader_notes``).
 What agentmeter cannot honour is said per key and handled as docs/task-format.md documents:
-a task needing GPUs, TPUs, Windows or MCP servers is refused (a suite skips
+a task needing GPUs, TPUs or Windows is refused (a suite skips
 it and says why); ``skills_dir`` is ignored with a notice. agentmeter's own keys and sections
 (``environment.base``, ``verifier.kind``/``pass_threshold``, ``[difftest]``, ``[scenario]``,
 ``steps.verifier.kind``/``pass_threshold``) are strict: a typo there is an error.
@@ -17,7 +17,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agentmeter.tasks.errors import TaskError, TaskProblem, problems_from_validation
 from agentmeter.tasks.models import BaseName, Tier
@@ -99,6 +99,24 @@ class _Healthcheck(_Section):
     retries: int = Field(default=3, ge=0)
 
 
+class _McpServerEntry(_Section):
+    """Harbor's MCPServerConfig."""
+
+    name: str = Field(min_length=1)
+    transport: Literal["sse", "streamable-http", "stdio"] = "sse"
+    url: str | None = None
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _needs_endpoint(self) -> _McpServerEntry:
+        if self.transport == "stdio" and not self.command:
+            raise ValueError("a 'stdio' MCP server needs 'command'")
+        if self.transport != "stdio" and not self.url:
+            raise ValueError(f"a {self.transport!r} MCP server needs 'url'")
+        return self
+
+
 class _EnvironmentSection(_Section):
     build_timeout_sec: float = Field(default=600.0, gt=0)
     docker_image: str | None = Field(default=None, min_length=1)
@@ -114,7 +132,7 @@ class _EnvironmentSection(_Section):
     allow_internet: bool | None = None
     network_mode: NetworkMode | None = None
     allowed_hosts: list[str] = Field(default_factory=list)
-    mcp_servers: list[dict[str, Any]] = Field(default_factory=list)
+    mcp_servers: list[_McpServerEntry] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     skills_dir: str | None = None
     healthcheck: _Healthcheck | None = None
@@ -264,8 +282,6 @@ def _unsupported(config: TaskToml, file: Path) -> list[TaskProblem]:
         found.append(("environment.gpu_types", env.gpu_types))
     if env.tpu:
         found.append(("environment.tpu", env.tpu))
-    if env.mcp_servers:
-        found.append(("environment.mcp_servers", [s.get("name") for s in env.mcp_servers]))
     venv = config.verifier.environment
     if venv is not None:
         for key in ("gpus", "gpu_types", "tpu", "mcp_servers"):
@@ -281,6 +297,11 @@ def _unsupported(config: TaskToml, file: Path) -> list[TaskProblem]:
 def ignored_notices(config: TaskToml, file: Path) -> list[str]:
     """Notices for what the task asks that agentmeter ignores (it still runs), by key."""
     notes = [f"{file}: {n}" for n in config.notices]
+    if config.environment.mcp_servers:
+        names = ", ".join(m.name for m in config.environment.mcp_servers)
+        notes.append(f"{file}: environment.mcp_servers ({names}): served as the task says (an "
+                     "HTTP one by its compose sidecar) and recorded on each trial; agentmeter's "
+                     "agents are not configured with them (docs/task-format.md)")
     if config.environment.skills_dir:
         notes.append(f"{file}: environment.skills_dir: ignored (agentmeter does not inject "
                      "agent skills)")
