@@ -4,7 +4,7 @@ Layout: task.toml, instruction.md, environment/, tests/test.sh, solution/solve.s
 
 Harbor tasks load unmodified: every key of Harbor's ``task.toml`` is accepted (its schema and
 validation: ``tasks/task_toml.py``). Keys describing features agentmeter cannot honour (GPUs,
-TPUs, Windows, MCP servers, healthchecks, host allowlists) are accepted at their default values
+TPUs, Windows) are accepted at their default values
 and are an error otherwise, so a task never runs differently from what it asks for; multi-step
 tasks load as scenarios (``tasks/scenario.py``). ``[metadata]`` is free-form in Harbor:
 keys we do not interpret are kept in ``Task.metadata_extra``. Every other section is strict.
