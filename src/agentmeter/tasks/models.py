@@ -104,8 +104,8 @@ class McpServer(BaseModel):
     """Harbor's ``[[environment.mcp_servers]]``: an MCP server the task offers the agent. An
     HTTP one (``sse``, ``streamable-http``) is served at ``url`` (typically by a compose
     sidecar); a ``stdio`` one is ``command`` + ``args`` started by the agent in its sandbox.
-    Recorded on the task and on each trial; agentmeter's agents are not configured with it yet
-    (docs/task-format.md)."""
+    Recorded on each trial and configured for the agent CLIs that support MCP
+    (agents/cli/mcp.py)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -299,9 +299,9 @@ def ignored_notices(config: TaskToml, file: Path) -> list[str]:
     notes = [f"{file}: {n}" for n in config.notices]
     if config.environment.mcp_servers:
         names = ", ".join(m.name for m in config.environment.mcp_servers)
-        notes.append(f"{file}: environment.mcp_servers ({names}): served as the task says (an "
-                     "HTTP one by its compose sidecar) and recorded on each trial; agentmeter's "
-                     "agents are not configured with them (docs/task-format.md)")
+        notes.append(f"{file}: environment.mcp_servers ({names}): configured for Claude Code, "
+                     "Codex, Gemini CLI and Qwen Code; other agents (the native one included) "
+                     "are not given them (docs/task-format.md)")
     if config.environment.skills_dir:
         notes.append(f"{file}: environment.skills_dir: ignored (agentmeter does not inject "
                      "agent skills)")
