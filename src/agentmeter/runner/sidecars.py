@@ -38,7 +38,8 @@ from agentmeter.tasks.models import DependsCondition, Sidecar, Task
 OUTPUT_LIMIT = 64_000
 
 
-def sidecar_spec(task: Task, sidecar: Sidecar, main: Sandbox) -> SandboxSpec:
+def sidecar_spec(task: Task, sidecar: Sidecar, join: str) -> SandboxSpec:
+    """The sidecar's sandbox, in the network of the running sandbox ``join`` (an id)."""
     layers: tuple[LayerSpec, ...] = ()
     image = None
     if sidecar.dockerfile is not None:
@@ -51,7 +52,13 @@ def sidecar_spec(task: Task, sidecar: Sidecar, main: Sandbox) -> SandboxSpec:
     return SandboxSpec(image=image, layers=layers, workdir=sidecar.workdir,
                        env=dict(sidecar.environment), user="root",
                        limits=task_limits(None, None, None), network="none",
-                       hostname=sidecar.name, join_network=main.id)
+                       hostname=sidecar.name, join_network=join)
+
+
+async def prepare(backend: SandboxBackend, task: Task) -> None:
+    """Build (or find cached) every sidecar's image before the trials start."""
+    for sidecar in task.sidecars:
+        await backend.prepare(sidecar_spec(task, sidecar, join="(prepare)"))
 
 
 def service_argv(sidecar: Sidecar) -> list[str]:
@@ -162,7 +169,7 @@ async def start_sidecars(backend: SandboxBackend, task: Task, main: Sandbox) -> 
     try:
         for sidecar in task.sidecars:
             await running.wait_for(task, sidecar.depends_on)
-            box = await backend.start(sidecar_spec(task, sidecar, main))
+            box = await backend.start(sidecar_spec(task, sidecar, main.id))
             running.boxes[sidecar.name] = box
             await add_hosts(box, task)
             argv = service_argv(sidecar)
