@@ -186,7 +186,8 @@ async def loopback_service() -> AsyncIterator[_Server]:
 NETNS = "readlink /proc/self/ns/net"
 
 
-@pytest.mark.parametrize("backend_name", ["local", pytest.param("docker", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("backend_name", [
+    "local", pytest.param("docker", marks=(pytest.mark.docker, pytest.mark.slow))])
 async def test_sidecar_reaches_no_more_of_the_host_than_main(
         backend_name: str, request: pytest.FixtureRequest, loopback_service: _Server) -> None:
     """A sidecar joins the main sandbox's network namespace (so it shares its loopback), and
@@ -232,6 +233,7 @@ def test_harbor_sidecar_artifacts_oracle_passes_nop_fails(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
+@pytest.mark.docker
 @pytest.mark.skipif(not (CORPUS / "sidecar-artifacts").is_dir(),
                     reason=f"Harbor's example corpus is not at {CORPUS}")
 def test_harbor_sidecar_artifacts_on_docker(docker_daemon: object, tmp_path: Path) -> None:
