@@ -117,9 +117,10 @@ def write_shapes(root: Path) -> dict[str, Expect]:
     expect["two-steps.second"] = "pass"
     _harbor(root, "gpu", toml="[environment]\ngpus = 1\n", solve="true", cond="true")
     expect["gpu"] = "skip"
+    # MCP servers are read and recorded (an agent CLI is configured with them): the task runs
     _harbor(root, "mcp", toml='[[environment.mcp_servers]]\nname = "tools"\n'
-            'url = "http://tools:8000/sse"\n', solve="true", cond="true")
-    expect["mcp"] = "skip"
+            'url = "http://tools:8000/sse"\n', solve="touch /app/done", cond="[ -f /app/done ]")
+    expect["mcp"] = "pass"
     _harbor(root, "needs-network", solve="touch /app/done",
             cond="[ -f /app/done ] && getent hosts pypi.org >/dev/null",
             test="#!/bin/bash\ngetent hosts pypi.org || echo 'Could not resolve host: pypi.org' "

@@ -52,7 +52,8 @@ def test_free_form_difficulty_loads(tmp_path: Path) -> None:
 
 def test_compose_overriding_only_main_is_one_container(tmp_path: Path) -> None:
     """hello-mcp's docker-compose.yaml minus its sidecar: a file that only overrides Harbor's
-    ``main`` service loads (noticed); sidecars are still refused, naming them."""
+    ``main`` service loads (noticed); a sidecar whose build context has no Dockerfile is
+    refused, naming it (sidecars that build run: tests/test_sidecars.py)."""
     single = _task(tmp_path, "single", files={"environment/docker-compose.yaml":
                                               "services:\n  main:\n    environment:\n"
                                               "      - A=1\n"})

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agentmeter.records import TrialRecord, TrialStatus
+from agentmeter.runner import sidecars
 from agentmeter.runner.plan import PlannedTrial
 from agentmeter.runner.scenario import ScenarioRunner
 from agentmeter.runner.trial import INTERRUPTED, TrialContext, TrialRunner, sandbox_spec
@@ -92,6 +93,7 @@ async def prepare_environments(ctx: TrialContext, plan: list[PlannedTrial],
                                                      if p.config.agent.layers() else ""))
         try:
             await ctx.backend.prepare(spec)
+            await sidecars.prepare(ctx.backend, p.task)  # compose services (runner/sidecars.py)
         except SandboxError as e:
             errors[key] = f"environment build failed: {e}"
     return errors

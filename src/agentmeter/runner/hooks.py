@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Mapping
 
 from agentmeter.sandbox.protocol import Sandbox
 from agentmeter.sandbox.spec import ExecResult, LayerBuildError, SandboxError
@@ -79,13 +80,19 @@ async def healthcheck(sandbox: Sandbox, check: Healthcheck) -> int:
         await asyncio.sleep(check.start_interval_s if in_start_period else check.interval_s)
 
 
-async def collect(sandbox: Sandbox, hooks: tuple[CollectHook, ...]) -> list[str]:
-    """Run the collect hooks in order; best effort, as in Harbor: each failure is returned as a
-    line for the trial's record, never raised."""
+async def collect(sandbox: Sandbox, hooks: tuple[CollectHook, ...],
+                  services: Mapping[str, Sandbox] | None = None) -> list[str]:
+    """Run the collect hooks in order, each in its service's sandbox (``services``: the running
+    compose sidecars; "main" is ``sandbox``); best effort, as in Harbor: each failure is
+    returned as a line for the trial's record, never raised."""
     problems: list[str] = []
     for hook in hooks:
+        box = sandbox if hook.service == "main" else (services or {}).get(hook.service)
+        if box is None:
+            problems.append(f"{hook.command}: service {hook.service!r} is not running")
+            continue
         try:
-            res = await sandbox.exec(hook.command, user=hook.user, timeout=hook.timeout_s)
+            res = await box.exec(hook.command, user=hook.user, timeout=hook.timeout_s)
         except SandboxError as e:
             problems.append(f"{hook.command}: {e}")
             continue

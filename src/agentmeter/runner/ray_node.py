@@ -32,7 +32,7 @@ from agentmeter.gateway import Gateway, ModelRegistry
 from agentmeter.paths import cache_dir
 from agentmeter.pricing import PriceBook
 from agentmeter.records import ConfigRecord, TrialRecord, TrialStatus
-from agentmeter.runner import shipping
+from agentmeter.runner import shipping, sidecars
 from agentmeter.runner.scenario import ScenarioRunner
 from agentmeter.runner.trial import GATEWAY_LIMITS, TrialContext, TrialRunner, sandbox_spec
 from agentmeter.sandbox import registry as sandbox_registry
@@ -290,6 +290,7 @@ async def _build(backend: SandboxBackend, task: Task, agent: Agent,
             return f"agent install failed ({agent.name}@{agent.version}): {e}"
     try:
         await backend.prepare(sandbox_spec(task, agent, gateway))
+        await sidecars.prepare(backend, task)  # compose services (runner/sidecars.py)
     except SandboxError as e:
         return f"environment build failed: {e}"
     _built.add(key)

@@ -29,7 +29,7 @@ from agentmeter.records import (
     TrialStatus,
     utcnow,
 )
-from agentmeter.runner import hooks, separate
+from agentmeter.runner import hooks, separate, sidecars
 from agentmeter.runner.judging import GatewayJudge, evaluation_extra, merge_meters
 from agentmeter.runner.network import (
     network_failure,
@@ -141,7 +141,7 @@ def sandbox_spec(task: Task, agent: Agent, gateway: Gateway | None) -> SandboxSp
         mounts=needs.mounts,
         layers=tuple(environment + agent.layers()),
         workdir=task.workdir,
-        env=dict(task.environment_env),
+        env={**sidecars.proxy_bypass(task), **task.environment_env},
         user=AGENT_USER,
         limits=task_limits(task.memory_mb, task.cpus, task.storage_mb),
         network="full" if task.allow_internet else "allowlist" if task.allowed_hosts else "none",
@@ -215,10 +215,14 @@ class TrialRunner:
         rec.extra["network_source"] = network_source(self.task)
         if (verifier_net := verifier_network_label(self.task)) is not None:
             rec.extra["verifier_network"] = verifier_net
+        if self.task.mcp_servers:  # Harbor's environment.mcp_servers, as the task offers them
+            rec.extra["mcp_servers"] = [m.model_dump(mode="json", exclude_defaults=True)
+                                        for m in self.task.mcp_servers]
         sandbox: Sandbox | None = None
         service: asyncio.Task[ExecResult] | None = None  # the image's ENTRYPOINT
         meter: TrialMeter | None = None
         token_open = False
+        side = sidecars.Sidecars()
         try:
             t0 = time.monotonic()
             try:
@@ -230,6 +234,8 @@ class TrialRunner:
                 # before the agent runs: hidden from it, and a disk it fills cannot stop it
                 await make_verifier(self.task.verifier_kind).stage(self.task, sandbox)
                 service = hooks.start_entrypoint(sandbox, self.task)
+                if self.task.sidecars:  # compose services (runner/sidecars.py)
+                    side = await sidecars.start_sidecars(self.ctx.backend, self.task, sandbox)
                 if self.task.healthcheck is not None:
                     await hooks.healthcheck(sandbox, self.task.healthcheck)
             except SandboxError as e:
@@ -259,11 +265,12 @@ class TrialRunner:
                 raise InfraError(f"ending the agent's processes: {e}") from e
             await self._save_diff(sandbox, snapshot)  # of a tree nothing of the agent changes
             # Harbor's order: collect hooks, then artifacts, then the verifier
-            hook_problems = await hooks.collect(sandbox, self.task.collect)
+            hook_problems = await hooks.collect(sandbox, self.task.collect, side.boxes)
             if hook_problems:
                 rec.extra["collect_problems"] = hook_problems
-            await self._collect_artifacts(sandbox)
+            await self._collect_artifacts(sandbox, side)
             if self.task.separate_verifier is not None:  # a fresh sandbox: runner/separate.py
+                await side.stop()
                 await hooks.stop_entrypoint(service)
                 agent_box, sandbox = sandbox, None
                 await agent_box.stop()
@@ -287,6 +294,7 @@ class TrialRunner:
             rec.timings = timings
             self._save()  # first: a second cancellation must not leave the try 'running'
             await _finish_despite_cancellation(hooks.stop_entrypoint(service))
+            await _finish_despite_cancellation(side.stop())
             if sandbox is not None:
                 box, sandbox = sandbox, None
                 await _finish_despite_cancellation(box.stop())
@@ -298,6 +306,7 @@ class TrialRunner:
             if token_open and self.ctx.gateway is not None:
                 meter = self.ctx.gateway.close_trial(rec.id)
             await hooks.stop_entrypoint(service)
+            await side.stop()
             if sandbox is not None:
                 try:
                     await sandbox.stop()
@@ -444,7 +453,8 @@ class TrialRunner:
             self.next_seq = max(self.next_seq, meter.next_seq)
             self.rec.extra["evaluation"] = evaluation_extra(merge_meters(self.judge_meters))
 
-    async def _collect_artifacts(self, sandbox: Sandbox) -> None:
+    async def _collect_artifacts(self, sandbox: Sandbox,
+                                 side: sidecars.Sidecars | None = None) -> None:
         """Copy the task's ``artifacts`` out (each bounded by ARTIFACT_MAX_BYTES) and record
         their files (at most ARTIFACT_MAX_FILES); a missing or oversized one is noted in the
         trial, not an error of it. The copies are the agent's trees: directories deeper than
@@ -457,8 +467,12 @@ class TrialRunner:
                                     destination=hooks.ARTIFACTS_DIR.strip("/"))
         for art in (conventional, *self.task.artifacts):
             dest = root / art.destination
+            box = sandbox if art.service is None else side.box(art.service) if side else None
+            if box is None:
+                problems.append(f"{art.source}: service {art.service!r} is not running")
+                continue
             try:
-                kind = (await sandbox.exec(["sh", "-c", 'if [ -d "$1" ]; then echo dir; elif '
+                kind = (await box.exec(["sh", "-c", 'if [ -d "$1" ]; then echo dir; elif '
                                             '[ -e "$1" ]; then echo file; fi', "sh", art.source],
                                            user="root")).stdout.strip()
                 if not kind:
@@ -467,7 +481,7 @@ class TrialRunner:
                     continue
                 is_dir = kind == "dir"
                 # as the agent: a path it replaced by a symlink reads nothing it could not
-                problems += await sandbox.copy_out(art.source, dest if is_dir else dest.parent,
+                problems += await box.copy_out(art.source, dest if is_dir else dest.parent,
                                                    exclude=art.exclude,
                                                    max_bytes=ARTIFACT_MAX_BYTES)
                 if not is_dir:  # copied under the source's own name

@@ -213,6 +213,9 @@ class DockerBackend:
                 "--security-opt", f"seccomp={_seccomp_profile()}",
                 "--network", "bridge" if spec.network == "full" else "none",
                 "-u", "0:0", "-w", workdir, "--entrypoint", ""]
+        if spec.join_network is not None:  # a compose sidecar: the main container's network
+            args[args.index("--network") + 1] = f"container:{spec.join_network}"
+            del args[args.index("--hostname"):args.index("--hostname") + 2]
         for k, v in spec.env.items():
             args += ["-e", f"{k}={v}"]
         busybox = await asyncio.to_thread(static_busybox)  # installed on first need

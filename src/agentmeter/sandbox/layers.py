@@ -171,6 +171,9 @@ class LocalLayerCache:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log: BuildLog | None = None
         self._images: dict[str, LocalRoot | str] = {}  # ref -> root, or why it cannot be had
+        #: one build of a layer at a time in this process (two trials starting the same compose
+        #: sidecar or separate verifier build it at once; their temporary dirs share a name)
+        self._building: dict[str, asyncio.Lock] = {}
 
     def debian_root(self, spec: SandboxSpec) -> LocalRoot:
         """The spec's base (Debian, or the host skeleton) as a root."""
@@ -387,8 +390,10 @@ class LocalLayerCache:
             chain.meta = meta.model_copy(update={"workdir": wd})
         name = chain.digest[:24]
         if not (self.dir / name / "fs").is_dir():
-            await self._build(step, name, chain, spec, _step_timeout(layer, deadline),
-                              independent=independent)
+            async with self._building.setdefault(name, asyncio.Lock()):
+                if not (self.dir / name / "fs").is_dir():  # else built while this one waited
+                    await self._build(step, name, chain, spec, _step_timeout(layer, deadline),
+                                      independent=independent)
         chain.names.append(name)
 
     async def _build(self, step: _Step, name: str, chain: _Chain, spec: SandboxSpec,

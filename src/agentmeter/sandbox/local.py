@@ -136,6 +136,22 @@ def host_setpriv() -> list[tuple[str, str]]:
     return loader + libs
 
 
+#: running sandboxes by id, for a sidecar that joins one's network (SandboxSpec.join_network)
+_RUNNING: dict[str, LocalSandbox] = {}
+
+
+def _joined_netns(sid: str, rootless: bool) -> list[str]:
+    """The command prefix that starts a keeper in the network namespace of sandbox ``sid``
+    (made by host root, so nothing in either sandbox can change it; see the module docstring)."""
+    box = _RUNNING.get(sid)
+    if box is None or box._keeper is None or box._keeper.poll() is not None:
+        raise SandboxError(f"cannot join the network of sandbox {sid}: it is not running")
+    if rootless:
+        raise SandboxError("compose sidecars need the local backend run as root (a sidecar "
+                           "joins the main sandbox's network namespace)")
+    return ["nsenter", f"--net=/proc/{box._keeper.pid}/ns/net"]
+
+
 class LocalSandbox:
     """A running local sandbox (see module docstring)."""
 
@@ -215,6 +231,8 @@ class LocalSandbox:
         # network: every sandbox has a network namespace of its own; "full" ones are attached
         # to the outside by pasta (pasta.py, in _start), never to the host's loopback
         cmd = ["unshare", "--mount", "--propagation", "private", "--net"]
+        if self.spec.join_network is not None:  # a compose sidecar: the main sandbox's network
+            cmd = [*_joined_netns(self.spec.join_network, self._rootless), *cmd[:-1]]
         if self._rootless:
             cmd[1:1] = ["--user", "--map-root-user"]
         cmd += ["sh", "-c", _KEEPER_SCRIPT, "sh"]
@@ -236,6 +254,7 @@ class LocalSandbox:
             _, err = keeper.communicate()
             raise SandboxError(f"sandbox {self.id} failed to start: {err.decode(errors='replace').strip()}")
         self._keeper = keeper
+        _RUNNING[self.id] = self
         (self.dir / "owner.json").write_text(json.dumps({"owner": os.getpid(), "keeper": keeper.pid}))
 
     async def _start(self) -> None:
@@ -273,6 +292,7 @@ class LocalSandbox:
         if self._stopped:
             return
         self._stopped = True
+        _RUNNING.pop(self.id, None)
         if self._bridge is not None:
             await self._bridge.stop()
         if self._pasta is not None:  # network (pasta.py)

@@ -168,11 +168,21 @@ class SandboxSpec(_Frozen):
     net_extras: bool = False
     exposed_sockets: tuple[ExposedSocket, ...] = ()
     hostname: str = "sandbox"
+    #: the id of a running sandbox of the same backend whose network namespace this one joins
+    #: (a compose sidecar, runner/sidecars.py): it has that sandbox's network and no network
+    #: of its own (``network`` must be "none")
+    join_network: str | None = None
 
     @model_validator(mode="after")
     def _hosts_need_allowlist(self) -> SandboxSpec:
         if self.allowed_hosts and self.network != "allowlist":
             raise ValueError(f"allowed_hosts needs network 'allowlist', not {self.network!r}")
+        return self
+
+    @model_validator(mode="after")
+    def _joined_has_no_network(self) -> SandboxSpec:
+        if self.join_network is not None and (self.network != "none" or self.exposed_sockets):
+            raise ValueError("a sandbox joining another's network has no network of its own")
         return self
 
     @model_validator(mode="after")

@@ -43,6 +43,8 @@ class TaskArtifact(BaseModel):
     source: str = Field(description="absolute path inside the sandbox, a file or a directory")
     destination: str = Field(description="relative path under the try's artifacts/ directory")
     exclude: tuple[str, ...] = Field(default=(), description="glob patterns left out (tar --exclude)")
+    #: the compose service it is copied from (None: the main sandbox)
+    service: str | None = None
 
 
 class Healthcheck(BaseModel):
@@ -70,6 +72,48 @@ class CollectHook(BaseModel):
     command: str
     timeout_s: float = 60.0
     user: SandboxUser = "root"
+    #: the compose service it runs in ("main": the agent's sandbox)
+    service: str = "main"
+
+
+DependsCondition = Literal["service_started", "service_healthy", "service_completed_successfully"]
+
+
+class Sidecar(BaseModel):
+    """A service of the task's ``environment/docker-compose.yaml`` besides ``main`` (tasks/
+    compose.py; run by runner/sidecars.py): built from its ``build`` context (or its ``image``),
+    started before the agent in the trial's network, stopped with the trial."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    dockerfile: Path | None = None
+    context: Path | None = None
+    image: str | None = None
+    #: compose ``entrypoint`` / ``command``; None: the image's own
+    entrypoint: tuple[str, ...] | None = None
+    command: tuple[str, ...] | None = None
+    environment: dict[str, str] = Field(default_factory=dict)
+    workdir: str | None = None
+    healthcheck: Healthcheck | None = None
+    depends_on: dict[str, DependsCondition] = Field(default_factory=dict)
+    origin: str = Field(description="the compose file and service, for messages")
+
+
+class McpServer(BaseModel):
+    """Harbor's ``[[environment.mcp_servers]]``: an MCP server the task offers the agent. An
+    HTTP one (``sse``, ``streamable-http``) is served at ``url`` (typically by a compose
+    sidecar); a ``stdio`` one is ``command`` + ``args`` started by the agent in its sandbox.
+    Recorded on each trial and configured for the agent CLIs that support MCP
+    (agents/cli/mcp.py)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    transport: Literal["sse", "streamable-http", "stdio"] = "sse"
+    url: str | None = None
+    command: str | None = None
+    args: tuple[str, ...] = ()
 
 
 class SeparateVerifier(BaseModel):
@@ -165,6 +209,13 @@ class Task(BaseModel):
     #: exact allowed_hosts entries may reach the host's own or internal addresses: set by a run
     #: with --allow-host-network (runner/session.py), never by a task
     host_network: bool = False
+
+    #: compose sidecars, in start order (their dependencies first)
+    sidecars: tuple[Sidecar, ...] = ()
+    #: MCP servers the task offers the agent (Harbor ``environment.mcp_servers``)
+    mcp_servers: tuple[McpServer, ...] = ()
+    #: the compose ``main`` service's ``depends_on``: waited for before the agent
+    main_depends_on: dict[str, DependsCondition] = Field(default_factory=dict)
 
     # agent (always the unprivileged account: tasks may not run the agent as root)
     agent_timeout_s: float = 600.0

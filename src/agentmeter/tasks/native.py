@@ -4,7 +4,7 @@ Layout: task.toml, instruction.md, environment/, tests/test.sh, solution/solve.s
 
 Harbor tasks load unmodified: every key of Harbor's ``task.toml`` is accepted (its schema and
 validation: ``tasks/task_toml.py``). Keys describing features agentmeter cannot honour (GPUs,
-TPUs, Windows, MCP servers, healthchecks, host allowlists) are accepted at their default values
+TPUs, Windows) are accepted at their default values
 and are an error otherwise, so a task never runs differently from what it asks for; multi-step
 tasks load as scenarios (``tasks/scenario.py``). ``[metadata]`` is free-form in Harbor:
 keys we do not interpret are kept in ``Task.metadata_extra``. Every other section is strict.
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agentmeter.tasks.compose import read_compose
 from agentmeter.tasks.errors import TaskError, TaskProblem
 from agentmeter.tasks.models import (
     SOLUTION_MOUNT,
@@ -38,6 +39,7 @@ from agentmeter.tasks.models import (
     Budgets,
     CollectHook,
     Healthcheck,
+    McpServer,
     SandboxUser,
     SeparateVerifier,
     Task,
@@ -80,7 +82,8 @@ def _artifacts(config: TaskToml) -> tuple[TaskArtifact, ...]:
         else:
             out.append(TaskArtifact(source=art.source,
                                     destination=(art.destination or art.source).strip("/"),
-                                    exclude=tuple(art.exclude)))
+                                    exclude=tuple(art.exclude),
+                                    service=None if art.service in (None, "main") else art.service))
     return tuple(out)
 
 
@@ -95,7 +98,8 @@ def _healthcheck(config: TaskToml) -> Healthcheck | None:
 
 def _collect(config: TaskToml) -> tuple[CollectHook, ...]:
     return tuple(CollectHook(command=h.command, timeout_s=h.timeout_sec,
-                             user=_verifier_user(h.user)) for h in config.verifier.collect)
+                             user=_verifier_user(h.user), service=h.service)
+                 for h in config.verifier.collect)
 
 
 def _separate(config: TaskToml, directory: Path) -> SeparateVerifier | None:
@@ -174,6 +178,8 @@ def load_native_task(directory: Path) -> Task:
     if solution_dir.is_dir() and not solve_sh.is_file():
         problems.append(TaskProblem(solve_sh, "missing: solution/ exists but has no solve.sh"))
 
+    if config is not None:
+        problems += service_problems(config, directory)
     if problems or config is None:
         raise TaskError(problems)
     return build_task(directory, config, instruction, dockerfile, setup_script,
@@ -211,46 +217,26 @@ def _raw_docker_image(directory: Path) -> object:
     return env.get("docker_image") if isinstance(env, dict) else None
 
 
-COMPOSE_NAMES = ("docker-compose.yaml", "docker-compose.yml")
-
-
 def compose_problems(env_dir: Path) -> tuple[list[TaskProblem], list[str]]:
-    """A Harbor ``environment/docker-compose.yaml`` is merged on top of Harbor's own config for
-    the ``main`` service: a file that only overrides ``main`` is one container (its keys are
-    noticed as ignored); other services (sidecars) are refused, naming them."""
-    from agentmeter.tasks.terminal_bench import _read_yaml
-
-    problems: list[TaskProblem] = []
-    notes: list[str] = []
-    for name in COMPOSE_NAMES:
-        file = env_dir / name
-        if not file.is_file():
-            continue
-        try:
-            data = _read_yaml(file)
-        except TaskError as exc:
-            problems += exc.problems
-            continue
-        services = data.get("services") if isinstance(data, dict) else None
-        if services is None:
-            services = {}
-        if not isinstance(services, dict):
-            problems.append(TaskProblem(file, "expected a mapping of services", "services"))
-            continue
-        others = [str(k) for k in services if k != "main"]
-        if others:
-            problems.append(TaskProblem(
-                file, f"multi-container environments are not supported (services besides "
-                f"'main': {', '.join(others)})", "services"))
-            continue
-        main = services.get("main")
-        keys = sorted(str(k) for k in main) if isinstance(main, dict) else []
-        other_top = sorted(str(k) for k in data if k not in ("services", "version")) \
-            if isinstance(data, dict) else []
-        if keys or other_top:
-            notes.append(f"{file}: ignored: {', '.join([f'services.main.{k}' for k in keys] + other_top)}"
-                         " (one container, built from the task's environment)")
+    """What is wrong with the environment's ``docker-compose.yaml`` and what of it is ignored
+    (its sidecars: tasks/compose.py)."""
+    _, _, problems, notes = read_compose(env_dir)
     return problems, notes
+
+
+def service_problems(config: TaskToml, directory: Path) -> list[TaskProblem]:
+    """Artifacts and collect hooks naming a compose service the task does not have."""
+    names = {"main"} | {s.name for s in read_compose(directory / "environment")[0]}
+    problems = []
+    where = [(f"artifacts[{i}].service", None if isinstance(a, str) else a.service)
+             for i, a in enumerate(config.artifacts)]
+    where += [(f"verifier.collect[{i}].service", h.service)
+              for i, h in enumerate(config.verifier.collect)]
+    for key, service in where:
+        if service is not None and service not in names:
+            problems.append(TaskProblem(directory / TASK_TOML, f"{service!r}: no such service in "
+                                        "environment/docker-compose.yaml", key))
+    return problems
 
 
 def rubric_problems(tests_dir: Path) -> list[TaskProblem]:
@@ -272,6 +258,7 @@ def build_task(directory: Path, config: TaskToml, instruction: str, dockerfile: 
         tier = next((t for t in TIERS if t == meta.difficulty), None)
     mode, hosts = phase_network(config, agent)
     package = config.task
+    sidecars, main_deps, _, _ = read_compose(directory / "environment")
     tags = meta.tags or (package.keywords if package else [])
     author = package.authors[0] if package and package.authors else None
     return Task(
@@ -298,6 +285,11 @@ def build_task(directory: Path, config: TaskToml, instruction: str, dockerfile: 
                               f"{'agent' if agent.allowed_hosts else 'environment'}.allowed_hosts"
                               if hosts else None),
         network_default=not network_stated(config),
+        sidecars=tuple(sidecars),
+        mcp_servers=tuple(McpServer(name=m.name, transport=m.transport, url=m.url,
+                                    command=m.command, args=tuple(m.args))
+                          for m in env.mcp_servers),
+        main_depends_on=main_deps,
         agent_timeout_s=agent.timeout_sec if agent.timeout_sec is not None else 600.0,
         budgets=Budgets(max_tokens=agent.max_tokens, max_usd=agent.max_usd,
                         max_calls=agent.max_calls),

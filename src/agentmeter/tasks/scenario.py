@@ -22,6 +22,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+from agentmeter.tasks.compose import read_compose
 from agentmeter.tasks.errors import TaskError, TaskProblem
 from agentmeter.tasks.models import (
     SOLUTION_MOUNT,
@@ -70,6 +71,11 @@ def load_scenario(directory: Path) -> list[Task]:
         raise TaskError.single(directory / TASK_TOML, "not a multi-step task", "steps")
     problems: list[TaskProblem] = []
     dockerfile, setup_script = environment_files(directory, config, problems)
+    sidecars = read_compose(directory / "environment")[0]
+    if sidecars:  # runner/scenario.py runs one sandbox through every step
+        problems.append(TaskProblem(directory / "environment", "compose sidecars "
+                                    f"({', '.join(s.name for s in sidecars)}) are not run for "
+                                    "multi-step tasks: the task is not run", "services"))
     section = config.scenario
     ids = tuple(f"{directory.name}.{s.name}" for s in config.steps)
     scenario = ScenarioConfig(

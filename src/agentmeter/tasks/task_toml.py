@@ -4,7 +4,7 @@ Harbor's sections are read as Harbor reads them: keys of its current schema (1.4
 checked; keys it does not know are ignored, as Harbor ignores them, but never silently: each is
 a *notice* naming the file and key (``TaskToml.notices``, carried into ``Task.loader_notes``).
 What agentmeter cannot honour is said per key and handled as docs/task-format.md documents:
-a task needing GPUs, TPUs, Windows, MCP servers or sidecar artifacts is refused (a suite skips
+a task needing GPUs, TPUs or Windows is refused (a suite skips
 it and says why); ``skills_dir`` is ignored with a notice. agentmeter's own keys and sections
 (``environment.base``, ``verifier.kind``/``pass_threshold``, ``[difftest]``, ``[scenario]``,
 ``steps.verifier.kind``/``pass_threshold``) are strict: a typo there is an error.
@@ -17,7 +17,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agentmeter.tasks.errors import TaskError, TaskProblem, problems_from_validation
 from agentmeter.tasks.models import BaseName, Tier
@@ -99,6 +99,24 @@ class _Healthcheck(_Section):
     retries: int = Field(default=3, ge=0)
 
 
+class _McpServerEntry(_Section):
+    """Harbor's MCPServerConfig."""
+
+    name: str = Field(min_length=1)
+    transport: Literal["sse", "streamable-http", "stdio"] = "sse"
+    url: str | None = None
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _needs_endpoint(self) -> _McpServerEntry:
+        if self.transport == "stdio" and not self.command:
+            raise ValueError("a 'stdio' MCP server needs 'command'")
+        if self.transport != "stdio" and not self.url:
+            raise ValueError(f"a {self.transport!r} MCP server needs 'url'")
+        return self
+
+
 class _EnvironmentSection(_Section):
     build_timeout_sec: float = Field(default=600.0, gt=0)
     docker_image: str | None = Field(default=None, min_length=1)
@@ -114,7 +132,7 @@ class _EnvironmentSection(_Section):
     allow_internet: bool | None = None
     network_mode: NetworkMode | None = None
     allowed_hosts: list[str] = Field(default_factory=list)
-    mcp_servers: list[dict[str, Any]] = Field(default_factory=list)
+    mcp_servers: list[_McpServerEntry] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     skills_dir: str | None = None
     healthcheck: _Healthcheck | None = None
@@ -264,19 +282,11 @@ def _unsupported(config: TaskToml, file: Path) -> list[TaskProblem]:
         found.append(("environment.gpu_types", env.gpu_types))
     if env.tpu:
         found.append(("environment.tpu", env.tpu))
-    if env.mcp_servers:
-        found.append(("environment.mcp_servers", [s.get("name") for s in env.mcp_servers]))
-    for i, art in enumerate(config.artifacts):
-        if isinstance(art, _ArtifactEntry) and art.service not in (None, "main"):
-            found.append((f"artifacts[{i}].service", art.service))
     venv = config.verifier.environment
     if venv is not None:
         for key in ("gpus", "gpu_types", "tpu", "mcp_servers"):
             if getattr(venv, key):
                 found.append((f"verifier.environment.{key}", getattr(venv, key)))
-    for i, hook in enumerate(config.verifier.collect):
-        if hook.service != "main":
-            found.append((f"verifier.collect[{i}].service", hook.service))
     return [
         TaskProblem(file=file, field=field, message=f"{value!r} cannot be honoured by "
                     "agentmeter (docs/task-format.md): the task is not run")
@@ -287,6 +297,11 @@ def _unsupported(config: TaskToml, file: Path) -> list[TaskProblem]:
 def ignored_notices(config: TaskToml, file: Path) -> list[str]:
     """Notices for what the task asks that agentmeter ignores (it still runs), by key."""
     notes = [f"{file}: {n}" for n in config.notices]
+    if config.environment.mcp_servers:
+        names = ", ".join(m.name for m in config.environment.mcp_servers)
+        notes.append(f"{file}: environment.mcp_servers ({names}): configured for Claude Code, "
+                     "Codex, Gemini CLI and Qwen Code; other agents (the native one included) "
+                     "are not given them (docs/task-format.md)")
     if config.environment.skills_dir:
         notes.append(f"{file}: environment.skills_dir: ignored (agentmeter does not inject "
                      "agent skills)")

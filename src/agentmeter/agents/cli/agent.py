@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentmeter.agents.base import AgentContext, AgentRun
+from agentmeter.agents.cli import mcp
 from agentmeter.agents.cli.spec import CliDefinition, ParsedRun, ParseInput, render
 from agentmeter.records import CLI_TRAJECTORY
 from agentmeter.sandbox import fsnames
@@ -111,7 +112,10 @@ class InstalledCliAgent:
         v = self.values(ctx)
         meta: dict[str, Any] = {"agent": self.name, "version": self.version}
         t0 = time.monotonic()
-        await self._write_files(ctx, v)
+        files, mcp_args, mcp_notes = mcp.configure(
+            self.spec.mcp, ctx.task.mcp_servers,
+            {render(p, v): render(c, v) for p, c in self.spec.files.items()}, v["state"])
+        await self._write_files(ctx, v, files)
         meta["setup_s"] = time.monotonic() - t0
 
         spec = self.spec
@@ -128,7 +132,7 @@ class InstalledCliAgent:
         if "/" in exe and not exe.startswith("/"):
             exe = f"{v['install']}/{exe}"
         argv = [exe,
-                *(render(a, v) for a in spec.args[:cut]), *resume, *self.options.extra_args,
+                *(render(a, v) for a in spec.args[:cut]), *resume, *self.options.extra_args, *mcp_args,
                 *(render(a, v) for a in spec.args[cut:])]
         env = {k: render(val, v) for k, val in spec.env.items()} | self.options.env
         stderr_path = f"{v['state']}/stderr.log"
@@ -151,7 +155,7 @@ class InstalledCliAgent:
         stdout = watch.buf.decode(errors="replace")
         stderr = await self._read_text(ctx, stderr_path)
         artifacts = self._save_logs(ctx, stdout, stderr)
-        notes: list[str] = []
+        notes: list[str] = list(mcp_notes)
         transcripts = await self._collect(ctx, v, artifacts, notes)
         error: str | None = None
         try:
@@ -173,12 +177,14 @@ class InstalledCliAgent:
                         self_reported_usage=parsed.usage,
                         final_message=parsed.final_message, artifacts=artifacts, notes=notes)
 
-    async def _write_files(self, ctx: AgentContext, v: dict[str, str]) -> None:
-        """All config files (and the state dir) in one exec, as the agent user."""
+    async def _write_files(self, ctx: AgentContext, v: dict[str, str],
+                           files: dict[str, str]) -> None:
+        """All config files (``files``: path -> content, rendered) and the state dir in one
+        exec, as the agent user."""
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tar:
             entries = {f"{v['state']}/.keep": "", v["instruction_file"]: v["prompt"]}
-            entries |= {render(p, v): render(c, v) for p, c in self.spec.files.items()}
+            entries |= files
             for path, content in entries.items():
                 data = content.encode()
                 info = tarfile.TarInfo(path.lstrip("/"))

@@ -56,6 +56,7 @@ SPEC = CliSpec(
     completion_grace_s=2.0,
     transcripts=("${home}/.claude/projects",),
     reported_usage=("input", "output", "cache_creation", "cache_read"),
+    mcp="claude",
 )
 
 

@@ -56,6 +56,7 @@ SPEC = CliSpec(
     completion_grace_s=0.5,
     transcripts=("${home}/.codex/sessions",),
     reported_usage=("input", "output", "cache_read", "reasoning"),
+    mcp="codex",
 )
 
 def _usage(u: Any) -> TokenUsage:

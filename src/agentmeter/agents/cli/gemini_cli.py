@@ -84,6 +84,7 @@ SPEC = CliSpec(
     completion_grace_s=2.0,
     transcripts=("${home}/.gemini/tmp",),
     reported_usage=("input", "output", "cache_read", "reasoning"),
+    mcp="gemini",
 )
 
 #: tool argument keys that name a file being read, and the tools that read one

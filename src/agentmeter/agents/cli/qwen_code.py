@@ -46,6 +46,7 @@ SPEC = CliSpec(
     completion_grace_s=2.0,
     transcripts=("${home}/.qwen/projects", "${home}/.qwen/tmp"),
     reported_usage=("input", "output", "cache_read"),
+    mcp="gemini",
 )
 
 

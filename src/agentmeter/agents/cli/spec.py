@@ -84,6 +84,9 @@ class CliSpec(BaseModel):
         "conversation; empty: each prompt starts a fresh session")
     reported_usage: tuple[UsageField, ...] = Field(
         default=(), description="usage fields the CLI itself reports (compared with the gateway)")
+    mcp: Literal["claude", "gemini", "codex"] | None = Field(
+        default=None, description="how the task's MCP servers are configured (agents/cli/"
+        "mcp.py); None: the CLI is not given them")
 
     def version(self, requested: str | None) -> str:
         return requested or self.default_version
