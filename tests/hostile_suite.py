@@ -243,7 +243,7 @@ def write_suite(root: Path, tasks: list[Hostile]) -> Path:
         (d / "task.toml").write_text(
             'version = "1.0"\n' + artifacts +
             '[metadata]\ndifficulty = "easy"\ncategory = "hostile"\n'
-            '[agent]\ntimeout_sec = 60.0\n[verifier]\ntimeout_sec = 60.0\n'
+            '[agent]\nsandbox_account = true\ntimeout_sec = 60.0\n[verifier]\ntimeout_sec = 60.0\n'
             f'[environment]\nbuild_timeout_sec = 600.0\n{env}')
         (d / "instruction.md").write_text("Write the word solved into /app/answer.txt.\n")
         (d / "environment" / "Dockerfile").write_text(t.dockerfile)

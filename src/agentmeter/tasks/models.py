@@ -166,7 +166,12 @@ class Task(BaseModel):
     #: with --allow-host-network (runner/session.py), never by a task
     host_network: bool = False
 
-    # agent (always the unprivileged account: tasks may not run the agent as root)
+    # agent
+    #: who the agent (and the oracle) runs as (``SandboxSpec.agent_user``): None, agentmeter's
+    #: unprivileged account (uid 1000; the workdir given to it, the tests staged out of its
+    #: reach before it starts); else a Docker USER value or IMAGE_USER, as Harbor runs agents
+    #: (the tests uploaded only after its processes are gone)
+    agent_user: str | None = None
     agent_timeout_s: float = 600.0
     budgets: Budgets = Field(default_factory=Budgets)
 
