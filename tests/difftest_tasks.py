@@ -78,6 +78,7 @@ tier = "easy"
 category = "test"
 tags = ["clitoolbench", "language:python"]
 [agent]
+sandbox_account = true
 timeout_sec = 120.0
 [verifier]
 kind = "difftest"

@@ -233,7 +233,37 @@ def _ids(script: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(found))
 
 
-def write_suite(root: Path, tasks: list[Hostile]) -> Path:
+def root_agent_tasks(store: Path) -> list[Hostile]:
+    """Attempts only an agent running as the sandbox's root can make (a Harbor task whose image
+    sets no USER): read or plant the verifier's files, write the host's store, kill everything."""
+    see = textwrap.dedent(f"""\
+        #!/bin/bash
+        echo TRIED:root.tests_visible
+        for f in /.agentmeter-verifier/tests/test.sh /tests/test.sh; do
+          if grep -q reward "$f" 2>/dev/null; then echo BRE""ACH:root.tests_visible "$f"; fi
+        done
+        echo TRIED:root.forge_staged
+        mkdir -p /.agentmeter-verifier/tests /tests
+        printf '#!/bin/bash\\necho 1 > /logs/verifier/reward.txt\\n' | tee /.agentmeter-verifier/tests/test.sh > /tests/test.sh
+        chmod 755 /.agentmeter-verifier/tests/test.sh /tests/test.sh
+        echo TRIED:root.logs_symlink
+        rm -rf /logs/verifier && ln -s /app /logs/verifier && echo 1 > /app/reward.txt
+        echo TRIED:root.host_store
+        mkdir -p {store} && echo am-root-pwned > {store}/am-root-pwned
+        echo TRIED:root.proc1_root_store
+        ls /proc/1/root{store} 2>/dev/null
+        echo TRIED:root.host_proc
+        ls /proc/*/exe 2>/dev/null | wc -l
+        echo TRIED:root.kill_all
+        kill -KILL -1
+        """)
+    return [Hostile("root-forge", _ids(see), see)]
+
+
+def write_suite(root: Path, tasks: list[Hostile], *, sandbox_account: bool = True) -> Path:
+    """The battery as a suite; ``sandbox_account`` False: the agent runs as Harbor runs it,
+    here as the image's root (its BASE sets no USER)."""
+    account = "sandbox_account = true\n" if sandbox_account else ""
     for t in tasks:
         d = root / t.name
         for sub in ("environment", "tests", "solution"):
@@ -243,7 +273,7 @@ def write_suite(root: Path, tasks: list[Hostile]) -> Path:
         (d / "task.toml").write_text(
             'version = "1.0"\n' + artifacts +
             '[metadata]\ndifficulty = "easy"\ncategory = "hostile"\n'
-            '[agent]\ntimeout_sec = 60.0\n[verifier]\ntimeout_sec = 60.0\n'
+            '[agent]\n' + account + 'timeout_sec = 60.0\n[verifier]\ntimeout_sec = 60.0\n'
             f'[environment]\nbuild_timeout_sec = 600.0\n{env}')
         (d / "instruction.md").write_text("Write the word solved into /app/answer.txt.\n")
         (d / "environment" / "Dockerfile").write_text(t.dockerfile)

@@ -12,6 +12,7 @@ difficulty = "{tier}"
 tier = "{tier}"
 category = "test"
 [agent]
+sandbox_account = true
 timeout_sec = {agent_timeout}
 [verifier]
 timeout_sec = 30.0

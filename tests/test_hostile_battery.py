@@ -7,6 +7,7 @@ bounded, and every hostile solution scores 0 without turning its failure into in
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import re
 import resource
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from docker_fixtures import docker_backend_fixture, docker_daemon_fixture  # noqa: F401
-from hostile_suite import hostile_tasks, write_suite
+from hostile_suite import Hostile, hostile_tasks, root_agent_tasks, write_suite
 
 from agentmeter.records import TrialStatus
 from agentmeter.runner.session import RunRequest, prepare, run
@@ -27,6 +28,15 @@ from agentmeter.store.db import Store
 
 #: the issue asks for at least 30 distinct attempts
 MIN_ATTEMPTS = 30
+#: the battery's tasks whose attempts a root agent makes with more power (the others do not
+#: depend on the agent's uid, or are moot for root: $AS_AGENT), run again with a root agent
+ROOT_SUBSET = ("syscalls", "host-reads", "forge-files", "fill-disk")
+#: what root in a sandbox may do, as root in a Docker container may: chroot within its own tree
+ROOT_ALLOWED = {"seccomp.chroot"}
+#: left out for a root agent: it may ptrace its exec's init (bwrap's: the same seccomp filter,
+#: no capabilities, as /proc/1/status shows), which stays stopped, so the agent hangs itself
+#: until its timeout (a 'timeout' trial): a minute of test time that proves nothing more
+ROOT_SKIPPED = ("seccomp.ptrace_init",)
 CORE_PATTERN = Path("/proc/sys/kernel/core_pattern")
 
 
@@ -124,13 +134,27 @@ def planted(tmp_path: Path) -> Iterator[dict[str, str]]:
             _revoke_key(key)
 
 
-async def _battery(tmp_path: Path, backend_name: str, planted: dict[str, str]) -> None:
+def _without(task: Hostile, ids: tuple[str, ...]) -> Hostile:
+    """``task`` without the attempts ``ids`` (their lines in its solution)."""
+    lines = [ln for ln in task.solve.splitlines(keepends=True)
+             if not any(f'attempt("{i}"' in ln for i in ids)]
+    return dataclasses.replace(task, solve="".join(lines),
+                               attempts=tuple(a for a in task.attempts if a not in ids))
+
+
+async def _battery(tmp_path: Path, backend_name: str, planted: dict[str, str], *,
+                   root: bool = False) -> None:
+    """``root``: the agent runs as the image's root, as Harbor runs a task whose image sets no
+    USER, and also makes the attempts only root can (hostile_suite.root_agent_tasks)."""
     listener = Listener(planted["net"])
     core_pattern = CORE_PATTERN.read_text()
     tasks = hostile_tasks(planted, listener.port, _host_ip())
+    if root:
+        tasks = [_without(t, ROOT_SKIPPED) for t in tasks if t.name in ROOT_SUBSET] \
+            + root_agent_tasks(tmp_path / "runs")
     expected = {a for t in tasks for a in t.attempts}
     assert len(expected) >= MIN_ATTEMPTS, sorted(expected)
-    suite = write_suite(tmp_path / "hostile", tasks)
+    suite = write_suite(tmp_path / "hostile", tasks, sandbox_account=not root)
     store = Store.open(tmp_path / "runs")
     try:
         rid, _ = await run(store, prepare(RunRequest(
@@ -145,7 +169,8 @@ async def _battery(tmp_path: Path, backend_name: str, planted: dict[str, str]) -
     # every attempt ran (its TRIED line is in the stored logs) and none got through
     tried = set(re.findall(r"TRIED:([A-Za-z0-9_.]+)", stored))
     assert expected <= tried, f"attempts that never ran: {sorted(expected - tried)}"
-    breaches = sorted(set(re.findall(r"BREACH:[^\n]*", stored)))
+    breaches = sorted(b for b in set(re.findall(r"BREACH:[^\n]*", stored))
+                      if not (root and b.split()[0][len("BREACH:"):] in ROOT_ALLOWED))
     assert breaches == [], "\n".join(breaches)
     for name in ("canary", "env", "key", "net"):
         assert planted[name] not in stored, f"the host's {name} secret reached the results"
@@ -160,9 +185,11 @@ async def _battery(tmp_path: Path, backend_name: str, planted: dict[str, str]) -
 
     # the host is as it was, nothing outlived the run, and the host stayed bounded
     assert CORE_PATTERN.read_text() == core_pattern
+    assert not list((tmp_path / "runs").rglob("am-root-pwned")), "the agent wrote the store"
     assert _host_processes("am-hostile-daemon") == []
-    problems = " ".join(trials["huge-outputs"].extra.get("artifact_problems", []))
-    assert "/app/out" in problems
+    if "huge-outputs" in trials:
+        problems = " ".join(trials["huge-outputs"].extra.get("artifact_problems", []))
+        assert "/app/out" in problems
     size = sum(f.stat().st_size for f in run_dir.rglob("*") if f.is_file())
     assert size < 200 << 20, f"the store grew by {size >> 20} MiB"
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -171,6 +198,12 @@ async def _battery(tmp_path: Path, backend_name: str, planted: dict[str, str]) -
 
 async def test_hostile_battery_local(tmp_path: Path, planted: dict[str, str]) -> None:
     await _battery(tmp_path, "local", planted)
+
+
+@pytest.mark.slow
+async def test_hostile_battery_local_root_agent(tmp_path: Path, planted: dict[str, str]) -> None:
+    """The battery with the agent as the sandbox's root (a Harbor image without USER)."""
+    await _battery(tmp_path, "local", planted, root=True)
 
 
 async def test_hostile_battery_docker(tmp_path: Path, planted: dict[str, str],

@@ -28,9 +28,10 @@ def _with_toml(task_dir: Path, extra_top: str = "", **sections: str) -> Path:
 
 
 @pytest.mark.parametrize(("extra", "sections", "field", "words"), [
-    ("", {"agent": 'user = "root"'}, "agent.user", "refused"),
-    ("", {"agent": "user = 0"}, "agent.user", "refused"),
-    ("", {"agent": 'user = "postgres"'}, "agent.user", "'agent' (1000) and 'root' (0)"),
+    # taskgen's tasks keep agentmeter's account (sandbox_account = true): no other agent user
+    ("", {"agent": 'user = "root"'}, "agent.user", "sandbox_account = true"),
+    ("", {"agent": "user = 0"}, "agent.user", "sandbox_account = true"),
+    ("", {"agent": 'user = "postgres"'}, "agent.user", "sandbox_account = true"),
     ("", {"verifier": 'user = "www-data"'}, "verifier.user", "'agent' (1000) and 'root' (0)"),
     ("", {"verifier": 'network_mode = "public"'}, "verifier.network_mode", "one network policy"),
     ("", {"agent": 'network_mode = "public"'}, "verifier.network_mode", "differs"),

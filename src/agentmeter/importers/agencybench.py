@@ -247,6 +247,8 @@ def task_toml(sc: Scenario, rules: list[str], mode: PromptMode) -> str:
     ]
     # stated either way: a task that states no network is public (Harbor's default)
     lines.append(f"allow_internet = {'true' if online else 'false'}")
+    # agentmeter's own format, as its built-in agency suite: agentmeter's unprivileged account
+    lines += ["", "[agent]", "sandbox_account = true"]
     lines += ["", "[verifier]", 'kind = "rubric"', "timeout_sec = 300.0", "",
               "[scenario]", "max_attempts = 2",
               f"halt_on_fail = {'true' if sc.id in HALT_ON_FAIL else 'false'}",

@@ -39,6 +39,7 @@ from agentmeter.runner.trial import (
     TrialRunner,
     _finish_despite_cancellation,
     sandbox_spec,
+    staged_early,
 )
 from agentmeter.sandbox.protocol import Sandbox
 from agentmeter.sandbox.spec import AGENT_GID, AGENT_UID, AGENT_USER, ExecResult, SandboxError
@@ -133,7 +134,7 @@ class StepRunner(TrialRunner):
         ``environment_mode = "separate"`` at the step or the task) in a fresh sandbox of its own
         holding only what was collected, Harbor's order: the artifacts first."""
         if self.task.separate_verifier is None:
-            return await self._verify(sandbox, self.next_seq, prefix)
+            return await self._verify_shared(sandbox, self.next_seq, prefix)
         await self._collect_artifacts(sandbox)
         box = await self._verifier_sandbox()
         try:
@@ -178,7 +179,8 @@ class StepRunner(TrialRunner):
         r = await sandbox.exec(["rm", "-rf", "--", TESTS_MOUNT], user="root", cwd="/")
         if r.exit_code != 0:
             raise InfraError(f"clearing {TESTS_MOUNT}: {r.stderr.strip()[-300:]}")
-        await make_verifier(self.task.verifier_kind).stage(self.task, sandbox)
+        if staged_early(self.task):  # else uploaded at verification (runner/trial.py)
+            await make_verifier(self.task.verifier_kind).stage(self.task, sandbox)
 
     async def _feedback(self, verdict: Verdict, mode: str, prefix: str) -> str:
         if mode == "user_sim":
@@ -250,8 +252,9 @@ class ScenarioRunner:
                 sandbox = await self.ctx.backend.start(sandbox_spec(first, self.agent,
                                                                     self.ctx.gateway))
                 service = hooks.start_entrypoint(sandbox, first)
-                await sandbox.exec(["chown", "-R", f"{AGENT_UID}:{AGENT_GID}", sandbox.workdir],
-                                   user="root")
+                if first.agent_user is None:  # agentmeter's account: the workdir is its
+                    await sandbox.exec(["chown", "-R", f"{AGENT_UID}:{AGENT_GID}",
+                                        sandbox.workdir], user="root")
                 await sandbox.exec(["install", "-d", "-m", "0777", hooks.ARTIFACTS_DIR], user="root")
                 if first.healthcheck is not None:
                     await hooks.healthcheck(sandbox, first.healthcheck)

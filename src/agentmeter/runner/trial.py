@@ -119,6 +119,19 @@ def base_image(task: Task) -> BaseImage | None:
                      recipe=recipe[0] if recipe else None)
 
 
+def staged_early(task: Task) -> bool:
+    """Whether the task's verifier files are staged when the sandbox starts (agentmeter's own
+    account: hidden from it in a root-only directory) rather than uploaded after the agent's
+    processes are gone (Harbor's user, which may be root: Harbor's order)."""
+    return task.agent_user is None
+
+
+def agent_is_root(sandbox: Sandbox) -> bool:
+    """Whether the sandbox's agent account is its root (the image's USER: accounts.py)."""
+    account = getattr(sandbox, "account", None)
+    return bool(getattr(account, "root", False))
+
+
 async def _finish_despite_cancellation(aw: Awaitable[None]) -> None:
     """Await cleanup to its end even if this task is cancelled again meanwhile."""
     job = asyncio.ensure_future(aw)
@@ -143,6 +156,7 @@ def sandbox_spec(task: Task, agent: Agent, gateway: Gateway | None) -> SandboxSp
         workdir=task.workdir,
         env={**sidecars.proxy_bypass(task), **task.environment_env},
         user=AGENT_USER,
+        agent_user=task.agent_user,
         limits=task_limits(task.memory_mb, task.cpus, task.storage_mb),
         network="full" if task.allow_internet else "allowlist" if task.allowed_hosts else "none",
         allowed_hosts=() if task.allow_internet else task.allowed_hosts,
@@ -227,12 +241,14 @@ class TrialRunner:
             t0 = time.monotonic()
             try:
                 sandbox = await self.ctx.backend.start(sandbox_spec(self.task, self.agent, self.ctx.gateway))
-                await sandbox.exec(["chown", "-R", f"{AGENT_UID}:{AGENT_GID}", sandbox.workdir],
-                                   user="root")
+                if self.task.agent_user is None:  # agentmeter's account: the workdir is its
+                    await sandbox.exec(["chown", "-R", f"{AGENT_UID}:{AGENT_GID}", sandbox.workdir],
+                                       user="root")
                 # Harbor's artifacts directory: writable by every user, collected after the agent
                 await sandbox.exec(["install", "-d", "-m", "0777", hooks.ARTIFACTS_DIR], user="root")
-                # before the agent runs: hidden from it, and a disk it fills cannot stop it
-                await make_verifier(self.task.verifier_kind).stage(self.task, sandbox)
+                if staged_early(self.task):
+                    # before the agent runs: hidden from it, and a disk it fills cannot stop it
+                    await make_verifier(self.task.verifier_kind).stage(self.task, sandbox)
                 service = hooks.start_entrypoint(sandbox, self.task)
                 if self.task.sidecars:  # compose services (runner/sidecars.py)
                     side = await sidecars.start_sidecars(self.ctx.backend, self.task, sandbox)
@@ -275,7 +291,10 @@ class TrialRunner:
                 agent_box, sandbox = sandbox, None
                 await agent_box.stop()
                 sandbox = await self._verifier_sandbox()
-            verdict = await self._verify(sandbox, meter.next_seq if meter is not None else 0)
+                verdict = await self._verify(sandbox, meter.next_seq if meter is not None else 0)
+            else:
+                verdict = await self._verify_shared(sandbox,
+                                                    meter.next_seq if meter is not None else 0)
             timings.verification = time.monotonic() - t0
             timings.verifier_command = verdict.command_s
             self._finish(agent_run, meter, verdict)
@@ -419,6 +438,25 @@ class TrialRunner:
             await box.stop()
             raise InfraError(f"verifier environment: {e}") from e
         return box
+
+    async def _verify_shared(self, sandbox: Sandbox, first_seq: int, prefix: str = "") -> Verdict:
+        """``_verify`` in the agent's own sandbox. The verifier files of a task whose agent runs
+        as Harbor's user (maybe root) are uploaded now, the agent's processes gone (Harbor's
+        order). A sandbox a root agent left unable to take them or to run the verifier is the
+        agent's failure (a verdict without reward naming why), never ``infra_invalid``."""
+        try:
+            if not staged_early(self.task):
+                try:
+                    await make_verifier(self.task.verifier_kind).stage(self.task, sandbox)
+                except SandboxError as e:
+                    raise InfraError(f"verification: {e}") from e
+            return await self._verify(sandbox, first_seq, prefix)
+        except InfraError as e:
+            if not (isinstance(e.__cause__, SandboxError) and agent_is_root(sandbox)):
+                raise
+            return Verdict(reward=None, pass_threshold=self.task.pass_threshold,
+                           problem=f"the verifier could not run in the sandbox the agent left "
+                                   f"(the agent ran as root there): {e}"[-2000:])
 
     async def _verify(self, sandbox: Sandbox, first_seq: int, prefix: str = "") -> Verdict:
         """The verdict; a judge's calls (numbered from ``first_seq``, after the agent's) are

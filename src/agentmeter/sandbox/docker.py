@@ -27,7 +27,7 @@ from pathlib import Path
 
 from agentmeter.notices import notice
 from agentmeter.paths import cache_dir
-from agentmeter.sandbox import copyout, dockerdisk, droppings, fsnames, images, seccomp
+from agentmeter.sandbox import accounts, copyout, dockerdisk, droppings, fsnames, images, seccomp
 from agentmeter.sandbox.archive import COPY_OUT_MAX_BYTES, READ_FILE_MAX_BYTES
 from agentmeter.sandbox.bridge import BridgeProcess, start_bridge
 from agentmeter.sandbox.dockerd import (
@@ -76,8 +76,10 @@ from agentmeter.sandbox.spec import (
 MARKER_VAR = "AGENTMETER_EXEC"
 #: the host's static busybox, bind-mounted read-only in every container (copyout.py)
 BUSYBOX = copyout.BUSYBOX
-#: pid 1 of every sandbox: sleeps, and reaps orphans (bash waits for any child)
-PID1 = ["bash", "-c", 'trap "exit 0" TERM; while :; do sleep 86400 & wait $!; done']
+#: pid 1 of every sandbox: sleeps, and reaps orphans (bash waits for any child). It has no
+#: signal handler, so nothing inside, not even a root agent, can signal it (the kernel drops
+#: signals to a PID namespace's init that it does not handle); ``docker rm -f`` kills it.
+PID1 = ["bash", "-c", 'trap "" TERM INT HUP; while :; do sleep 86400 & wait $!; done']
 #: run as the user whose processes must go: ``kill -KILL -1`` signals every process that user
 #: may signal (all of its own, never pid 1 or root's) except the caller, atomically with respect
 #: to fork; repeated until /proc shows none but zombies. Prints how many there were.
@@ -255,6 +257,14 @@ class DockerBackend:
             await docker("rm", "-f", name, check=False)
             raise SandboxError(f"docker run failed: {res.text()[-2000:]}")
         box = DockerSandbox(name, spec, workdir, user, res.stdout.decode().strip())
+        if spec.agent_user is not None:  # who 'agent' is (accounts.py), before the agent runs
+            try:
+                value = accounts.user_value(spec.agent_user, image.user)
+                box.account = await accounts.resolve_in(
+                    value, lambda p: box.read_file(p, user="root"))
+            except BaseException:
+                await box.stop()
+                raise
         if spec.exposed_sockets or spec.network == "full":
             try:
                 pid = int((await docker("inspect", "-f", "{{.State.Pid}}", name)).stdout)
@@ -349,10 +359,18 @@ class DockerSandbox:
         self.bridge: BridgeProcess | None = None
         self.network = SandboxNetwork()  # the proxy, if any (netsetup.py)
         self._stopped = False
+        #: who the exec user 'agent' is (resolved at start: accounts.py)
+        self.account = accounts.SANDBOX_ACCOUNT
 
     @property
     def workdir(self) -> str:
         return self._workdir
+
+    def _user(self, user: str) -> str:
+        """``user`` as a docker -u value: 'agent' is the sandbox's agent account."""
+        if user in _AGENT_USERS:
+            return f"{self.account.uid}:{self.account.gid}"
+        return docker_user(user)
 
     def _abs(self, path: str) -> str:
         return posixpath.normpath(posixpath.join(self._workdir, path))
@@ -370,9 +388,10 @@ class DockerSandbox:
         on_stdout: OutputCallback | None = None,
     ) -> ExecResult:
         marker = f"{MARKER_VAR}={uuid.uuid4().hex}"
-        run_as = docker_user(user or self.user)
+        run_as = self._user(user or self.user)
         args = ["exec", "-u", run_as, "-w", self._abs(cwd or "."), "-e", marker]
-        name = {"0:0": "root", f"{AGENT_UID}:{AGENT_GID}": AGENT_USER}.get(run_as)
+        name = {"0:0": "root", f"{self.account.uid}:{self.account.gid}": self.account.name,
+                f"{AGENT_UID}:{AGENT_GID}": AGENT_USER}.get(run_as)
         if name:
             args += ["-e", f"USER={name}", "-e", f"LOGNAME={name}"]
         if stdin is not None:
@@ -429,9 +448,15 @@ class DockerSandbox:
         """Kill every process of ``user`` from the host: the container is frozen first (cgroup
         freezer), so nothing forks meanwhile, not even a fork bomb that has used up the pids
         limit (an exec inside could not start then); SIGKILL takes effect on thaw."""
-        uid = docker_user(user).partition(":")[0]
-        if uid == "0":
+        uid = self._user(user).partition(":")[0]
+        if uid == "0" and user not in _AGENT_USERS:
             raise SandboxError("kill_user_processes: not for root (it would end the sandbox)")
+        # a root agent (the image's USER, accounts.py): every process but the container's init.
+        # After a frozen round nothing of the agent runs again, so later rounds look only at
+        # its survivors (init's own sleep, restarted on thaw, is new).
+        init = int((await docker("inspect", "-f", "{{.State.Pid}}", self.id)).stdout) \
+            if uid == "0" else -1
+        survivors: set[int] | None = None
         found = 0
         for _ in range(50):
             # A freeze can fail while a fork bomb races it ("unable to freeze"): then this
@@ -440,7 +465,9 @@ class DockerSandbox:
             try:
                 top = await docker("top", self.id, "-eo", "pid,uid,stat")
                 pids = [int(f[0]) for f in (ln.split() for ln in top.stdout.decode().splitlines()[1:])
-                        if len(f) >= 3 and f[1] == uid and not f[2].startswith("Z")]
+                        if len(f) >= 3 and f[1] == uid and not f[2].startswith("Z")
+                        and int(f[0]) != init
+                        and (survivors is None or int(f[0]) in survivors)]
                 for pid in pids:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
@@ -449,13 +476,14 @@ class DockerSandbox:
             if not pids:
                 return found
             found = found or len(pids)
+            survivors = set(pids) if frozen and uid == "0" else None
             await asyncio.sleep(0.05)
         raise SandboxError(f"processes of uid {uid} in {self.id} survive SIGKILL")
 
     async def write_file(self, path: str, data: bytes | str, *, mode: int = 0o644,
                          user: str | None = None) -> None:
         payload = data.encode() if isinstance(data, str) else data
-        owner = docker_user(user or "root")
+        owner = self._user(user or "root")
         script = ('mkdir -p -- "$(dirname -- "$1")" && cat > "$1" && chmod "$2" "$1"'
                   ' && chown "$3" "$1"')
         res = await docker("exec", "-i", "-u", "0:0", self.id, "bash", "-c", script, "write",
@@ -470,7 +498,7 @@ class DockerSandbox:
 
     async def copy_in(self, host_src: Path, dst: str, *, user: str | None = None) -> None:
         target = self._abs(dst)
-        owner = docker_user(user or "root")
+        owner = self._user(user or "root")
         uid, _, gid = owner.partition(":")
         if not (uid.isdigit() and gid.isdigit()):
             raise SandboxError(f"copy_in needs a numeric or root/agent user, not {owner!r}")
@@ -508,7 +536,7 @@ class DockerSandbox:
         stdout streamed into ``sink``; when the sink raises (its cap crossed) the ``docker
         exec`` is killed and the error raised."""
         proc = await asyncio.create_subprocess_exec(
-            "docker", "exec", "-u", docker_user(user), "-w", "/", self.id, BUSYBOX, *args,
+            "docker", "exec", "-u", self._user(user), "-w", "/", self.id, BUSYBOX, *args,
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         err = CappedBuffer(8192)
         try:

@@ -50,7 +50,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agentmeter.notices import notice
-from agentmeter.sandbox import cgroups, copyout, droppings, idmap, local_dirs, rootfs, seccomp
+from agentmeter.sandbox import accounts, cgroups, copyout, droppings, idmap, local_dirs, rootfs, seccomp
 from agentmeter.sandbox.archive import COPY_OUT_MAX_BYTES, READ_FILE_MAX_BYTES
 from agentmeter.sandbox.bridge import BridgeProcess, start_bridge
 from agentmeter.sandbox.fsdiff import diff_host_tree, snapshot_host_tree
@@ -69,8 +69,6 @@ from agentmeter.sandbox.output import CappedBuffer, collect_output, wait_drained
 from agentmeter.sandbox.pasta import Pasta, resolv_conf, start_pasta
 from agentmeter.sandbox.protocol import DEFAULT_IGNORE, OutputCallback
 from agentmeter.sandbox.spec import (
-    AGENT_GID,
-    AGENT_UID,
     AGENT_USER,
     DEFAULT_OUTPUT_LIMIT,
     ExecResult,
@@ -173,6 +171,8 @@ class LocalSandbox:
         self._pasta: Pasta | None = None  # network = "full" (pasta.py)
         self.network = SandboxNetwork()  # the proxy, if any (netsetup.py)
         self._stopped = False
+        #: who the exec user 'agent' is (resolved in _start: accounts.py)
+        self.account = accounts.SANDBOX_ACCOUNT
         self._root_has_setpriv = any(
             os.path.lexists(Path(layers_dir, lower, rel)) for lower in lowers
             for rel in ("usr/bin/setpriv", "bin/setpriv", "usr/sbin/setpriv", "sbin/setpriv"))
@@ -282,9 +282,22 @@ class LocalSandbox:
             r = await self.exec(["mkdir", "-p", self.workdir], user="root", cwd="/")
             if r.exit_code != 0:
                 raise SandboxError(f"sandbox {self.id} failed to start: {r.stderr.strip()}")
+            if self.spec.agent_user is not None:
+                await self._resolve_account()
         except BaseException:
             await self.stop()
             raise
+
+    async def _resolve_account(self) -> None:
+        """The account the exec user 'agent' is (``SandboxSpec.agent_user``, accounts.py), read
+        from the sandbox's files before anything of the agent runs; a root one runs as the
+        sandbox's root (host uid 2**30, capabilities only in the sandbox's namespace)."""
+        value = accounts.user_value(self.spec.agent_user, self._meta.user)
+        acct = await accounts.resolve_in(value, lambda p: self.read_file(p, user="root"))
+        if self._shifted and max(acct.uid, acct.gid, *acct.groups) >= idmap.SHIFT_SIZE:
+            raise SandboxError(f"USER {value!r}: ids above {idmap.SHIFT_SIZE - 1} cannot be "
+                               "mapped into a local sandbox")
+        self.account = acct
 
     async def stop(self, *, keep_upper: Path | None = None) -> None:
         """Stop everything and delete the sandbox's files; ``keep_upper`` (layer builds) moves
@@ -322,8 +335,8 @@ class LocalSandbox:
     # -- exec ----------------------------------------------------------------------------
 
     def _env(self, user: str, extra: dict[str, str] | None) -> dict[str, str]:
-        home = "/root" if user == "root" else f"/home/{AGENT_USER}"
-        env = {"PATH": DEFAULT_PATH, "HOME": home, "USER": user, "LOGNAME": user,
+        name, home = ("root", "/root") if user == "root" else (self.account.name, self.account.home)
+        env = {"PATH": DEFAULT_PATH, "HOME": home, "USER": name, "LOGNAME": name,
                "LANG": "C.UTF-8", "TERM": "dumb", "HOSTNAME": self.spec.hostname}
         env.update(self._meta.env)
         env.update(self.spec.env)
@@ -360,7 +373,7 @@ class LocalSandbox:
         if self._rootless and user != "root":
             # a nested user namespace: the agent is uid 1000 without capabilities; its files
             # belong to the namespace's root (the invoking user) outside
-            cmd += ["--unshare-user", "--uid", str(AGENT_UID), "--gid", str(AGENT_GID)]
+            cmd += ["--unshare-user", "--uid", str(self.account.uid), "--gid", str(self.account.gid)]
         if not self._rootless:
             cmd += ["--cap-drop", "ALL"]
             for cap in ROOT_CAPS if user == "root" else ("CAP_SETUID", "CAP_SETGID"):
@@ -379,8 +392,10 @@ class LocalSandbox:
                        f"{HELPER_DIR}/setpriv"]
         cmd.append("--")
         if user != "root" and not self._rootless:
-            cmd += [*setpriv, f"--reuid={AGENT_UID}", f"--regid={AGENT_GID}", "--clear-groups",
-                    "--inh-caps=-all", "--"]
+            groups = ([f"--groups={','.join(map(str, self.account.groups))}"] if self.account.groups
+                      else ["--clear-groups"])
+            cmd += [*setpriv, f"--reuid={self.account.uid}", f"--regid={self.account.gid}",
+                    *groups, "--inh-caps=-all", "--"]
         return cmd + argv
 
     async def exec(
@@ -411,6 +426,8 @@ class LocalSandbox:
         user = user or self.spec.user
         if user not in ("root", AGENT_USER):
             raise SandboxError(f"unknown sandbox user {user!r} (use 'root' or '{AGENT_USER}')")
+        if user == AGENT_USER and self.account.root:  # the image's USER is root (accounts.py)
+            user = "root"
         sfd = seccomp.program_fd() if seccomp.supported() else None  # see _command
         run_env = {"PATH": DEFAULT_PATH, "LC_ALL": "C"} if busybox else self._env(user, env)
         full = self._command(argv, cwd or self.workdir, run_env, user, sfd, busybox)

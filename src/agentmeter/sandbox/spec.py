@@ -25,6 +25,9 @@ LayerNetwork = Literal["none", "full"]
 AGENT_USER = "agent"
 AGENT_UID = 1000
 AGENT_GID = 1000
+#: ``SandboxSpec.agent_user``: the image's final ``USER`` (root when it sets none), as Harbor
+#: runs its agents ('@' is in no account name)
+IMAGE_USER = "@image"
 
 #: Default cap on captured stdout/stderr per stream (bytes).
 DEFAULT_OUTPUT_LIMIT = 1_000_000
@@ -156,6 +159,12 @@ class SandboxSpec(_Frozen):
     workdir: str | None = Field(default=None, description="default cwd; a layer's WORKDIR, else /workspace")
     env: dict[str, str] = Field(default_factory=dict)
     user: str = Field(default="root", description="default exec user: 'root' or 'agent'")
+    #: who the exec user 'agent' is: None, agentmeter's unprivileged account (AGENT_UID, home
+    #: /home/agent); else a Docker ``USER`` value (name, uid, with ``:group`` or ``:gid``), or
+    #: IMAGE_USER, resolved against the sandbox's /etc/passwd and /etc/group when it starts
+    #: (sandbox/accounts.py). Root so named is the sandbox's root: unprivileged outside, as root
+    #: is in every sandbox (docs/security.md).
+    agent_user: str | None = None
     limits: Limits = Limits()
     network: NetworkPolicy = "none"
     #: network "allowlist": the hosts the proxy admits (forms: proxy.py HostPolicy)

@@ -167,6 +167,12 @@ class ScenarioConfig(BaseModel):
     source: str | None = None
 
 
+#: ``Task.agent_user``: the image's own final USER (root when none), resolved when the sandbox
+#: starts; the runner passes it through unchanged, so it is ``sandbox.spec.IMAGE_USER``'s value
+#: (tasks may not import the sandbox; tests/test_agent_user.py checks the two agree)
+IMAGE_USER = "@image"
+
+
 class Task(BaseModel):
     """One loaded, validated task. Paths are absolute host paths."""
 
@@ -217,7 +223,12 @@ class Task(BaseModel):
     #: the compose ``main`` service's ``depends_on``: waited for before the agent
     main_depends_on: dict[str, DependsCondition] = Field(default_factory=dict)
 
-    # agent (always the unprivileged account: tasks may not run the agent as root)
+    # agent
+    #: who the agent (and the oracle) runs as (``SandboxSpec.agent_user``): None, agentmeter's
+    #: unprivileged account (uid 1000; the workdir given to it, the tests staged out of its
+    #: reach before it starts); else a Docker USER value or IMAGE_USER, as Harbor runs agents
+    #: (the tests uploaded only after its processes are gone)
+    agent_user: str | None = None
     agent_timeout_s: float = 600.0
     budgets: Budgets = Field(default_factory=Budgets)
 

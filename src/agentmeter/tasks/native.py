@@ -13,9 +13,12 @@ reward files) and ``verifier.pass_threshold`` (default 1.0; 0.6 for kind ``rubri
 "a task is passed if the task score is at least 60%"). A ``rubric`` task has ``tests/rubric.toml``
 (validated here) instead of ``tests/test.sh``.
 
-Phases: the agent always runs as the unprivileged ``agent`` (``agent.user`` may say so; ``root``
-is refused); ``verifier.user`` may be ``root`` (default) or ``agent``; both phases share one
-sandbox and so one network policy, and per-phase networks that differ are refused.
+Phases: the agent (and the oracle) runs as Harbor runs it: as ``agent.user`` (a name or
+uid[:gid] of the image), else as the image's final ``USER``, else as root -- the sandbox's root,
+unprivileged outside (docs/security.md); agentmeter's own ``agent.sandbox_account = true`` (its
+built-in suites) runs it as agentmeter's unprivileged account, uid 1000. ``verifier.user`` may be
+``root`` (default) or ``agent``; both phases share one sandbox and so one network policy, and
+per-phase networks that differ are refused.
 ``build_timeout_sec`` bounds the environment build; ``artifacts`` are copied out after the trial.
 
 ``environment.docker_image`` names a prebuilt image, used as Harbor does (see
@@ -34,6 +37,7 @@ from pathlib import Path
 from agentmeter.tasks.compose import read_compose
 from agentmeter.tasks.errors import TaskError, TaskProblem
 from agentmeter.tasks.models import (
+    IMAGE_USER,
     SOLUTION_MOUNT,
     TIERS,
     Budgets,
@@ -68,6 +72,14 @@ from agentmeter.verify.mounts import TESTS_MOUNT
 from agentmeter.verify.rubric.config import CAPTURE_PLAN_JSON, RUBRIC_TOML, RubricError, load_rubric
 
 INSTRUCTION_MD = "instruction.md"
+
+
+def _agent_user(config: TaskToml) -> str | None:
+    """Harbor's agent user: ``[agent] user``, else the image's USER (root when none); None
+    (agentmeter's uid 1000) with agentmeter's ``[agent] sandbox_account = true``."""
+    if config.agent.sandbox_account:
+        return None
+    return IMAGE_USER if config.agent.user is None else str(config.agent.user)
 
 
 def _verifier_user(value: str | int | None) -> SandboxUser:
@@ -290,6 +302,7 @@ def build_task(directory: Path, config: TaskToml, instruction: str, dockerfile: 
                                     command=m.command, args=tuple(m.args))
                           for m in env.mcp_servers),
         main_depends_on=main_deps,
+        agent_user=_agent_user(config),
         agent_timeout_s=agent.timeout_sec if agent.timeout_sec is not None else 600.0,
         budgets=Budgets(max_tokens=agent.max_tokens, max_usd=agent.max_usd,
                         max_calls=agent.max_calls),

@@ -83,6 +83,9 @@ class _PhaseNetwork(_Section):
 class _AgentSection(_PhaseNetwork):
     timeout_sec: float | None = Field(default=None, gt=0)
     user: str | int | None = None
+    #: agentmeter's own key: the agent runs as agentmeter's unprivileged account (uid 1000)
+    #: instead of Harbor's user (``user``, else the image's USER, else root)
+    sandbox_account: bool = False
     max_tokens: int | None = Field(default=None, gt=0)
     max_usd: float | None = Field(default=None, gt=0)
     max_calls: int | None = Field(default=None, gt=0)
@@ -408,12 +411,11 @@ def _phase_problems(config: TaskToml, file: Path) -> list[TaskProblem]:
     """Per-phase users and networks agentmeter cannot honour, each named by its key."""
     problems: list[TaskProblem] = []
     agent_user = None if config.agent.user is None else str(config.agent.user)
-    if agent_user in ROOT_USERS:
-        problems.append(TaskProblem(file, "agents run as the unprivileged user 'agent' (uid 1000); "
-                                    "running the agent as root is refused", "agent.user"))
-    elif agent_user is not None and agent_user not in AGENT_USERS:
-        problems.append(TaskProblem(file, f"{config.agent.user!r}: sandboxes provide the users "
-                                    "'agent' (1000) and 'root' (0) only", "agent.user"))
+    if config.agent.sandbox_account and agent_user is not None and agent_user not in AGENT_USERS:
+        problems.append(TaskProblem(file, f"{config.agent.user!r}: with sandbox_account = true "
+                                    "the agent is 'agent' (uid 1000)", "agent.user"))
+    elif agent_user is not None and not agent_user.strip():
+        problems.append(TaskProblem(file, "an empty user", "agent.user"))
     verifier_user = None if config.verifier.user is None else str(config.verifier.user)
     if verifier_user is not None and verifier_user not in ROOT_USERS | AGENT_USERS:
         problems.append(TaskProblem(file, f"{config.verifier.user!r}: sandboxes provide the users "
@@ -518,9 +520,14 @@ def _step_problems(config: TaskToml, file: Path) -> list[TaskProblem]:
             problems.append(TaskProblem(file, unknown_kind, f"steps[{i}].verifier.kind"))
         problems += _step_network_problems(config, step, i, file)
         user = step.agent.user
-        if user is not None and str(user) not in AGENT_USERS:
-            problems.append(TaskProblem(file, "agents run as the unprivileged user 'agent' "
-                                        "(uid 1000) in every step", f"steps[{i}].agent.user"))
+        task_user = config.agent.user
+        if user is not None and str(user) != str(task_user) and not (
+                str(user) in AGENT_USERS and (config.agent.sandbox_account
+                                              or str(task_user) in AGENT_USERS)):
+            problems.append(TaskProblem(file, "the steps share one sandbox and its agent user: a "
+                                        "step's agent.user must be the task's "
+                                        f"({'unset' if task_user is None else repr(task_user)})",
+                                        f"steps[{i}].agent.user"))
     if config.difftest is not None:
         problems.append(TaskProblem(file, "a CLI-generation task has one step", "difftest"))
     return problems

@@ -2,8 +2,9 @@
 
 Pointed at the gateway with ``ANTHROPIC_BASE_URL`` and the trial token as ``ANTHROPIC_API_KEY``.
 Side tasks normally go to a small "haiku" model: every model alias is set to the trial's model
-so those calls are metered (and billed) as the configured model. Runs as the unprivileged
-``agent`` user, so ``--dangerously-skip-permissions`` needs no ``IS_SANDBOX``.
+so those calls are metered (and billed) as the configured model. A Harbor task's agent may be
+the sandbox's root (its image's USER), where ``--dangerously-skip-permissions`` is refused
+unless ``IS_SANDBOX=1`` says the process is sandboxed, as it is (Harbor sets it too).
 
 Self-reported usage: the ``result`` event's ``modelUsage`` (per model, side calls included),
 falling back to its ``usage`` (main loop only). It reports no reasoning tokens (Messages has none).
@@ -44,6 +45,7 @@ SPEC = CliSpec(
         "CLAUDE_CODE_SUBAGENT_MODEL": "${model_id}",
         "CLAUDE_CONFIG_DIR": "${home}/.claude",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "IS_SANDBOX": "1",  # root (a Harbor image without USER) may skip permissions
         "DISABLE_AUTOUPDATER": "1",
         "DISABLE_TELEMETRY": "1",
         "DISABLE_ERROR_REPORTING": "1",

@@ -82,6 +82,7 @@ oracle_cli_name = "{command}"
 oracle_source = "{source}:{spec}"
 
 [agent]
+sandbox_account = true
 timeout_sec = 3600.0
 
 [verifier]
