@@ -54,20 +54,19 @@ def _serve_upstream(q: Any) -> None:
     asyncio.run(main())
 
 
-def _serve_gateway(q: Any, upstream_port: int, store_dir: str | None) -> None:
+def _serve_gateway(q: Any, upstream_port: int, store_dir: str | None, conc: int) -> None:
     from agentmeter.gateway import Gateway, ModelRegistry, UpstreamModel
-    from agentmeter.gateway.metering import CallSink
+    from agentmeter.gateway.bounds import GatewayLimits
+    from agentmeter.gateway.metering import StoreSink
     from agentmeter.pricing import PriceBook
-    from agentmeter.records import ModelCallRecord, RunRecord
+    from agentmeter.records import RunRecord
     from agentmeter.store.db import Store
 
-    sink: CallSink | None = None
-    if store_dir is not None:  # as the runner wires it (runner/trial.py: _store_call)
+    sink: StoreSink | None = None
+    if store_dir is not None:  # as the runner wires it (runner/trial.py: _call_sink)
         store = Store.open(store_dir)
         store.create_run(RunRecord(id="bench", backend="local", attempts=1, concurrency=1))
-
-        def sink(call: ModelCallRecord) -> None:
-            store.add_model_calls("bench", [call], try_number=0)
+        sink = StoreSink(store, "bench", 0)
 
     async def main() -> None:
         models = ModelRegistry({"bench/up": UpstreamModel(
@@ -75,7 +74,8 @@ def _serve_gateway(q: Any, upstream_port: int, store_dir: str | None) -> None:
             price_key="scripted/bench"), "bench/gemini": UpstreamModel(
             name="bench/gemini", base_url=f"http://127.0.0.1:{upstream_port}/v1beta",
             wire_api="gemini", price_key="scripted/bench")})
-        gw = Gateway(models, PriceBook())
+        # a trial's requests in flight are bounded (16 by default): the load's are allowed
+        gw = Gateway(models, PriceBook(), limits=GatewayLimits(max_in_flight=max(16, conc)))
         await gw.start(host="127.0.0.1", port=0)
         q.put((gw.port, gw.open_trial("bench", "bench/up", sink=sink),
                gw.open_trial("bench-inproc", "scripted/explorer-1000", sink=sink),
@@ -196,7 +196,8 @@ def main() -> None:
     upstream = ctx.Process(target=_serve_upstream, args=(q,), daemon=True)
     upstream.start()
     up_port = q.get(timeout=30)
-    gateway = ctx.Process(target=_serve_gateway, args=(q, up_port, store_dir), daemon=True)
+    gateway = ctx.Process(target=_serve_gateway, args=(q, up_port, store_dir, args.concurrency),
+                         daemon=True)
     gateway.start()
     gw_port, token, inproc, gemini = q.get(timeout=30)
     try:

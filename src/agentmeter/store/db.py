@@ -349,11 +349,22 @@ class Store:
     def add_model_calls(self, run_id: str, calls: Sequence[ModelCallRecord],
                         try_number: int = 0) -> None:
         """Record metered calls (idempotent: a call is keyed by trial, try and seq)."""
-        rows = [s.model_call_to_row(run_id, try_number, c) for c in calls]
+        self._add_call_rows([s.model_call_to_row(run_id, try_number, c) for c in calls],
+                            f"model calls of run {run_id!r}")
+
+    def add_call_batch(self, calls: Sequence[tuple[str, int, ModelCallRecord]]) -> None:
+        """Record calls of any runs and tries, each given as (run id, try number, call), in one
+        transaction: all of them or none (the gateway's group commit, ``gateway.persist``)."""
+        runs = sorted({run_id for run_id, _, _ in calls})
+        self._add_call_rows([s.model_call_to_row(r, t, c) for r, t, c in calls],
+                            f"model calls of run{'s' if len(runs) > 1 else ''} "
+                            f"{', '.join(map(repr, runs))}")
+
+    def _add_call_rows(self, rows: list[dict[str, Any]], what: str) -> None:
         if rows and self._engine.dialect.name == "sqlite":
-            self._sqlite_upsert(s.model_calls, rows, f"model calls of run {run_id!r}")
+            self._sqlite_upsert(s.model_calls, rows, what)
             return
-        with self._write(f"model calls of run {run_id!r}") as conn:
+        with self._write(what) as conn:
             self._upsert(conn, s.model_calls, rows)
 
     def _sqlite_upsert(self, table: sa.Table, rows: Sequence[dict[str, Any]], what: str) -> None:
