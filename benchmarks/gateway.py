@@ -7,7 +7,11 @@ Gemini-speaking upstream: the ``gemini_*`` figures).
 
 As in a run, the gateway stores every call as it completes (its trials' sinks write to a SQLite
 store in a temporary directory) before the client sees the end of the response; ``--no-store``
-measures the gateway without it.
+measures the gateway without it. Since group commit the calls that finish together are
+committed in one transaction (``gateway.persist``); ``store_*_cpu_ms`` compare the store's CPU
+per call one per transaction and 32 per transaction. ``gateway_cpu_ms_per_request`` is the
+gateway process's CPU per request under the throughput load: on a machine shared with other
+work, requests/s follows that work, the CPU per request much less.
 
     python benchmarks/gateway.py [--requests 1000] [--concurrency 32] [--no-store]
 """
@@ -132,7 +136,17 @@ async def _paired(direct_url: str, gw_url: str, token: str, n: int,
             "added_ttft_p50_ms": _pct(added_ttft, 0.5), "added_ttft_p99_ms": _pct(added_ttft, 0.99)}
 
 
-async def _throughput(url: str, token: str, n: int, conc: int) -> float:
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _throughput(url: str, token: str, n: int, conc: int,
+                      cpu: dict[str, float] | None = None, gw_pid: int = 0) -> float:
+    """Requests/s of ``conc`` clients; with ``cpu``, the gateway's CPU ms per request in
+    ``cpu["ms"]`` (robust on a shared machine, where requests/s follows the other load)."""
     conn = aiohttp.TCPConnector(limit=conc)
     async with aiohttp.ClientSession(connector=conn) as s:
         left = n
@@ -145,13 +159,17 @@ async def _throughput(url: str, token: str, n: int, conc: int) -> float:
 
         await asyncio.gather(*(worker() for _ in range(conc)))  # warm-up connections
         left = n
+        c0 = _cpu_s(gw_pid) if cpu is not None else 0.0
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(conc)))
-        return n / (time.perf_counter() - t0)
+        rps = n / (time.perf_counter() - t0)
+        if cpu is not None:
+            cpu["ms"] = (_cpu_s(gw_pid) - c0) * 1000 / n
+        return rps
 
 
 async def bench(up: int, gw: int, token: str, inproc: str, gemini: str, n: int, conc: int,
-                store: bool) -> dict[str, Any]:
+                store: bool, gw_pid: int) -> dict[str, Any]:
     direct_url = f"http://127.0.0.1:{up}/v1/chat/completions"
     gw_url = f"http://127.0.0.1:{gw}/v1/chat/completions"
     whole = await _paired(direct_url, gw_url, token, n, False)
@@ -161,6 +179,11 @@ async def bench(up: int, gw: int, token: str, inproc: str, gemini: str, n: int, 
                             gemini, n, False)
     g_streamed = await _paired(f"http://127.0.0.1:{up}{g_path}",
                                f"http://127.0.0.1:{gw}{g_path}", gemini, n, True)
+    cpu: dict[str, float] = {}
+    cpu_inproc: dict[str, float] = {}
+    direct_rps = await _throughput(direct_url, "direct", n, conc)
+    gateway_rps = await _throughput(gw_url, token, n, conc, cpu, gw_pid)
+    inproc_rps = await _throughput(gw_url, inproc, n, conc, cpu_inproc, gw_pid)
     return {
         "benchmark": "gateway",
         "requests": n, "concurrency": conc, "cpus": os.cpu_count(), "calls_stored": store,
@@ -175,12 +198,43 @@ async def bench(up: int, gw: int, token: str, inproc: str, gemini: str, n: int, 
         "gemini_added_p99_ms": round(g_whole["added_p99_ms"], 3),
         "gemini_added_ttft_p50_ms": round(g_streamed["added_ttft_p50_ms"], 3),
         "gemini_added_ttft_p99_ms": round(g_streamed["added_ttft_p99_ms"], 3),
-        "direct_rps": round(await _throughput(direct_url, "direct", n, conc), 1),
-        "gateway_rps": round(await _throughput(gw_url, token, n, conc), 1),
-        "gateway_inprocess_scripted_rps": round(await _throughput(gw_url, inproc, n, conc), 1),
+        "direct_rps": round(direct_rps, 1),
+        "gateway_rps": round(gateway_rps, 1),
+        "gateway_inprocess_scripted_rps": round(inproc_rps, 1),
+        # the gateway process's CPU per request at ``concurrency`` (its ceiling: 1000 / this
+        # requests/s on one core), robust where requests/s follows the machine's other load
+        "gateway_cpu_ms_per_request": round(cpu["ms"], 3),
+        "gateway_inprocess_cpu_ms_per_request": round(cpu_inproc["ms"], 3),
         "targets": {"added_p50_ms": 2.0, "added_ttft_p50_ms": 2.0, "gateway_rps": 500,
                     "gemini_added_p50_ms": 2.0, "gemini_added_ttft_p50_ms": 2.0},
     }
+
+
+def store_cost(n: int = 2048, batch: int = 32) -> dict[str, float]:
+    """CPU ms per call of storing ``n`` calls in a SQLite store (WAL), one transaction per call
+    (what the gateway did before group commit) and ``batch`` per transaction (its writer under
+    load), in one process, one after the other: the ratio is what group commit saves."""
+    from agentmeter.records import ModelCallRecord, RunRecord, TokenUsage, utcnow
+    from agentmeter.store.db import Store
+
+    call = ModelCallRecord(trial_id="t", seq=0, wire_api="chat", client_api="chat", model="m",
+                           upstream_model="m", status_code=200, stream=False,
+                           started_at=utcnow(), latency_s=0.01, ttft_s=None,
+                           usage=TokenUsage(input=100, output=5), cost_usd=0.001, bytes_in=500,
+                           bytes_out=900, scripted=True)
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="agentmeter-bench-") as d, Store.open(d) as st:
+        st.create_run(RunRecord(id="s", backend="local", attempts=1, concurrency=1))
+        seq = 0
+        for name, size in (("store_one_per_commit_cpu_ms", 1),
+                           (f"store_{batch}_per_commit_cpu_ms", batch)):
+            t0 = time.process_time()
+            for _ in range(n // size):
+                st.add_call_batch([("s", 0, call.model_copy(update={"seq": seq + i}))
+                                   for i in range(size)])
+                seq += size
+            out[name] = round((time.process_time() - t0) * 1000 / n, 4)
+    return out
 
 
 def main() -> None:
@@ -202,7 +256,8 @@ def main() -> None:
     gw_port, token, inproc, gemini = q.get(timeout=30)
     try:
         result = asyncio.run(bench(up_port, gw_port, token, inproc, gemini, args.requests,
-                                   args.concurrency, store_dir is not None))
+                                   args.concurrency, store_dir is not None,
+                                   gateway.pid or 0))
         if store_dir is not None:  # every served call is in the store
             from agentmeter.store.db import Store
 
@@ -213,6 +268,7 @@ def main() -> None:
             p.terminate()
             p.join(5)
         tmp.cleanup()
+    result.update(store_cost())
     print(json.dumps(result))
 
 
