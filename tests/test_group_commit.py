@@ -210,3 +210,25 @@ async def test_a_reply_the_client_saw_end_survives_a_sigkill_right_after(
         stored = st.model_calls("crash")
     assert len(stored) >= seen  # every reply a client saw end was committed before it
     assert len({c.seq for c in stored}) == len(stored)
+
+
+def test_a_batch_is_written_whole_with_unstorable_text_escaped(tmp_path: Path) -> None:
+    from agentmeter.records import TokenUsage, utcnow
+    from agentmeter.store.schema import storable
+
+    bad = "x\x00y\udcffz\ud800"
+    calls = [ModelCallRecord(
+        trial_id=f"t{i}", seq=i, wire_api="chat", client_api="chat", model=bad,
+        upstream_model="u", status_code=200, stream=False, started_at=utcnow(), latency_s=0.1,
+        ttft_s=None, usage=TokenUsage(input=i, output=1), cost_usd=None, error=bad)
+        for i in range(3)]
+    with Store.open(tmp_path) as st:
+        st.create_run(RunRecord(id="r", backend="local", attempts=1, concurrency=1))
+        st.add_call_batch([("r", i, c) for i, c in enumerate(calls)])
+        got = st.model_calls("r")
+        assert [(c.trial_id, c.usage.input) for c in got] == [("t0", 0), ("t1", 1), ("t2", 2)]
+        assert all(c.error == storable(bad) and c.model == storable(bad) for c in got)
+        with pytest.raises(Exception, match="no-such-run"):  # all of a batch or none of it
+            st.add_call_batch([("r", 0, calls[0].model_copy(update={"seq": 9})),
+                               ("no-such-run", 0, calls[1])])
+        assert len(st.model_calls("r")) == 3
