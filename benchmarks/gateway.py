@@ -13,7 +13,7 @@ per call one per transaction and 32 per transaction. ``gateway_cpu_ms_per_reques
 gateway process's CPU per request under the throughput load: on a machine shared with other
 work, requests/s follows that work, the CPU per request much less.
 
-    python benchmarks/gateway.py [--requests 1000] [--concurrency 32] [--no-store]
+    python benchmarks/gateway.py [--requests 1000] [--concurrency 32] [--no-store] [--postgres]
 """
 
 from __future__ import annotations
@@ -26,9 +26,13 @@ import os
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import aiohttp
+
+# the source tree's agentmeter, not an installed one (the spawned processes inherit the path)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 BODY = {"model": "any", "messages": [
     {"role": "system", "content": "You are a coding agent. " * 40},
@@ -210,10 +214,13 @@ async def bench(up: int, gw: int, token: str, inproc: str, gemini: str, n: int, 
     }
 
 
-def store_cost(n: int = 2048, batch: int = 32) -> dict[str, float]:
-    """CPU ms per call of storing ``n`` calls in a SQLite store (WAL), one transaction per call
-    (what the gateway did before group commit) and ``batch`` per transaction (its writer under
-    load), in one process, one after the other: the ratio is what group commit saves."""
+def store_cost(location: str | None = None, n: int = 2048, batch: int = 32,
+               prefix: str = "store") -> dict[str, float]:
+    """ms per call of storing ``n`` calls, one transaction per call (what the gateway did
+    before group commit) and ``batch`` per transaction (its writer under load), one after the
+    other in this process: CPU ms of this process, and for PostgreSQL (``location`` a URL)
+    wall ms too (the server's work is in another process). Default: a SQLite store (WAL) in a
+    temporary directory."""
     from agentmeter.records import ModelCallRecord, RunRecord, TokenUsage, utcnow
     from agentmeter.store.db import Store
 
@@ -223,18 +230,32 @@ def store_cost(n: int = 2048, batch: int = 32) -> dict[str, float]:
                            usage=TokenUsage(input=100, output=5), cost_usd=0.001, bytes_in=500,
                            bytes_out=900, scripted=True)
     out: dict[str, float] = {}
-    with tempfile.TemporaryDirectory(prefix="agentmeter-bench-") as d, Store.open(d) as st:
+    with tempfile.TemporaryDirectory(prefix="agentmeter-bench-") as d, \
+            Store.open(location or d, runs_dir=Path(d)) as st:
         st.create_run(RunRecord(id="s", backend="local", attempts=1, concurrency=1))
         seq = 0
-        for name, size in (("store_one_per_commit_cpu_ms", 1),
-                           (f"store_{batch}_per_commit_cpu_ms", batch)):
-            t0 = time.process_time()
+        for name, size in ((f"{prefix}_one_per_commit", 1),
+                           (f"{prefix}_{batch}_per_commit", batch)):
+            t0, w0 = time.process_time(), time.perf_counter()
             for _ in range(n // size):
                 st.add_call_batch([("s", 0, call.model_copy(update={"seq": seq + i}))
                                    for i in range(size)])
                 seq += size
-            out[name] = round((time.process_time() - t0) * 1000 / n, 4)
+            out[f"{name}_cpu_ms"] = round((time.process_time() - t0) * 1000 / n, 4)
+            if location is not None:
+                out[f"{name}_wall_ms"] = round((time.perf_counter() - w0) * 1000 / n, 4)
     return out
+
+
+def pg_store_cost() -> dict[str, float]:
+    """``store_cost`` on a PostgreSQL server started for it (the tests' server: fsync off, so
+    the commit's flush, which group commit also saves, is not in the figures)."""
+    tests = Path(__file__).resolve().parents[1] / "tests"
+    sys.path.insert(0, str(tests))
+    from pg_fixtures import postgres_server  # type: ignore[import-not-found]
+
+    with postgres_server() as url:
+        return store_cost(url, prefix="pg_store")
 
 
 def main() -> None:
@@ -242,6 +263,8 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--no-store", action="store_true", help="no per-call persistence")
+    ap.add_argument("--postgres", action="store_true",
+                    help="also the store's cost per call on PostgreSQL (starts a server; root)")
     args = ap.parse_args()
     tmp = tempfile.TemporaryDirectory(prefix="agentmeter-bench-")
     store_dir = None if args.no_store else tmp.name
@@ -269,6 +292,8 @@ def main() -> None:
             p.join(5)
         tmp.cleanup()
     result.update(store_cost())
+    if args.postgres:
+        result.update(pg_store_cost())
     print(json.dumps(result))
 
 
