@@ -104,7 +104,7 @@ async def test_calls_of_several_trials_that_finish_together_share_one_transactio
                 store.gate.set()
                 assert [status for status, _ in await asyncio.gather(first, *rest)] == [200] * 6
             assert [len(b) for b in store.batches] == [1, 5]  # the five in one transaction
-            assert gw._writer.batches == 2 and gw._writer.calls == 6
+            assert gw.commits == (2, 6)
             assert after == [0]
             for i in range(6):
                 assert gw.trial_meter(f"t{i}").stored_seqs == [0]
