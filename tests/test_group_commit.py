@@ -169,6 +169,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow  # a gateway subprocess (≈ 5–15 s; 17–36 s on a loaded machine)
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 async def test_a_reply_the_client_saw_end_survives_a_sigkill_right_after(
         tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
