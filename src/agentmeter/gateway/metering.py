@@ -8,9 +8,9 @@ usage, or for a served call whose usage is unknown an upper bound of it (``calls
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -69,8 +69,31 @@ class TrialMeter(BaseModel):
         "way at close: not in ``calls`` nor in the totals; the sink stores each as it ends")
 
 
-#: receives each finished call record (on the gateway's writer thread), e.g. to store it
-CallSink = Callable[[ModelCallRecord], None]
+class CallStore(Protocol):
+    """Where a ``StoreSink`` writes (``agentmeter.store.db.Store``)."""
+
+    def add_call_batch(self, calls: Sequence[tuple[str, int, ModelCallRecord]]) -> None:
+        """Write (run id, try number, call) items in one transaction, all or none."""
+
+
+@dataclass(frozen=True)
+class StoreSink:
+    """A sink that stores each call of a trial in ``store`` as (``run_id``, ``try_number``):
+    the gateway's writer commits the calls of every trial sharing the store that finished
+    together in one transaction (``persist``). ``trial_id``: stored under this trial id
+    instead of the call's (a judge's calls go with the trial it grades). ``after``: run on the
+    writer thread once the call is committed (e.g. a try's books settled again)."""
+
+    store: CallStore
+    run_id: str
+    try_number: int
+    trial_id: str | None = None
+    after: Callable[[ModelCallRecord], None] | None = None
+
+
+#: receives each finished call record (on the gateway's writer thread), e.g. to store it; a
+#: ``StoreSink`` is written in batches with other trials' calls (group commit)
+CallSink = Callable[[ModelCallRecord], None] | StoreSink
 
 
 class TrialClosed(Exception):

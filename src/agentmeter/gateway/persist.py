@@ -1,46 +1,164 @@
-"""Each finished call handed to its trial's sink (e.g. stored) as it completes, off the event loop.
+"""Each finished call handed to its trial's sink (e.g. stored) as it completes, off the event loop,
+with group commit.
 
-Sinks run on one writer thread, in the order calls finish, so a database write never blocks the
-gateway's loop and writes of one gateway never contend with each other. The call's handler awaits
-its write before the client sees the end of the response: a call a client received in full is
-durable (a runner SIGKILLed after that loses nothing). A failing sink is noted on the trial (the
-runner then stores the call at trial end); it never fails the call.
+Finished calls queue to one writer thread. Whenever it is free it takes every call queued so far
+and writes them as one batch: the calls of all trials whose sink is a ``StoreSink`` on the same
+store in ONE transaction (``CallStore.add_call_batch``), other sinks one call at a time, in the
+order the calls finished. While a batch commits the next one gathers, so a batch is flushed as
+soon as the previous commit ends (never held back on a timer): under load one commit carries
+many calls; alone, a call waits for its own commit only.
+
+A call's handler awaits its batch's commit before the client sees the end of the response: a call
+a client received in full is durable (a runner SIGKILLed after that loses nothing). A failing
+sink is noted on the trial (the runner then stores the call at trial end); it never fails the
+call. A batch the store refuses is retried one call at a time, so one bad call fails alone.
 """
 
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
+import contextlib
+import threading
+from collections import defaultdict
+from dataclasses import dataclass
 
-from agentmeter.gateway.metering import TrialState
+from agentmeter.gateway.metering import StoreSink, TrialState
 from agentmeter.records import ModelCallRecord
+
+
+@dataclass
+class _Job:
+    trial: TrialState
+    record: ModelCallRecord
+    done: asyncio.Future[None]
 
 
 class CallWriter:
     def __init__(self) -> None:
-        self._pool: ThreadPoolExecutor | None = None
+        self._queue: list[_Job] = []
+        self._cond = threading.Condition(threading.Lock())
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()  # the current thread's
+        #: transactions and calls written (for tests and benchmarks)
+        self.batches = 0
+        self.calls = 0
 
     async def write(self, trial: TrialState, record: ModelCallRecord) -> None:
+        """Queue the call and wait until its batch is written (committed)."""
         if trial.sink is None:
             return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="agentmeter-calls")
-        job = asyncio.get_running_loop().run_in_executor(self._pool, _store, trial, record)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        with self._cond:
+            self._queue.append(_Job(trial, record, done))
+            if self._thread is None:
+                self._stop = threading.Event()
+                self._thread = threading.Thread(target=self._run, args=(self._stop,),
+                                                name="agentmeter-calls", daemon=True)
+                self._thread.start()
+            self._cond.notify()
         # shielded: a cancelled handler must not drop a write that is queued or under way
-        await asyncio.shield(job)
+        await asyncio.shield(done)
 
     async def close(self) -> None:
         """Wait for queued writes, then stop the thread."""
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            await asyncio.to_thread(pool.shutdown, wait=True)
+        with self._cond:
+            thread, self._thread = self._thread, None
+            self._stop.set()
+            self._cond.notify_all()
+        if thread is not None:
+            await asyncio.to_thread(thread.join)
+
+    def _run(self, stop: threading.Event) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not stop.is_set():
+                    self._cond.wait()
+                batch, self._queue = self._queue, []
+                if not batch:
+                    return
+            try:
+                _write_batch(batch)
+            finally:  # released whatever happened: a handler never waits forever
+                self.batches += 1
+                self.calls += len(batch)
+                _wake(batch)
 
 
-def _store(trial: TrialState, record: ModelCallRecord) -> None:
-    assert trial.sink is not None
+def _wake(batch: list[_Job]) -> None:
+    loops: dict[asyncio.AbstractEventLoop, list[_Job]] = defaultdict(list)
+    for job in batch:
+        loops[job.done.get_loop()].append(job)
+    for loop, jobs in loops.items():  # one wake-up of each waiting loop per batch
+        with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(_release, jobs)
+
+
+def _release(jobs: list[_Job]) -> None:
+    for job in jobs:
+        if not job.done.done():
+            job.done.set_result(None)
+
+
+def _write_batch(batch: list[_Job]) -> None:
+    """Each store's calls in one transaction, then their ``after`` hooks; other sinks one by
+    one; a sink's failure noted on its trial."""
+    by_store: dict[int, list[_Job]] = defaultdict(list)
+    for job in batch:
+        if isinstance(job.trial.sink, StoreSink):
+            by_store[id(job.trial.sink.store)].append(job)
+        else:
+            _store_one(job)
+    for jobs in by_store.values():
+        if len(jobs) > 1:
+            try:
+                _commit(jobs)
+            except Exception:  # one call may be bad (e.g. its run is gone): each on its own
+                for job in jobs:
+                    _store_one(job)
+                continue
+            for job in jobs:
+                _stored(job)
+        else:
+            _store_one(jobs[0])
+
+
+def _commit(jobs: list[_Job]) -> None:
+    sink = jobs[0].trial.sink
+    assert isinstance(sink, StoreSink)
+    sink.store.add_call_batch([_item(job) for job in jobs])
+
+
+def _item(job: _Job) -> tuple[str, int, ModelCallRecord]:
+    sink = job.trial.sink
+    assert isinstance(sink, StoreSink)
+    record = job.record
+    if sink.trial_id is not None and sink.trial_id != record.trial_id:
+        record = record.model_copy(update={"trial_id": sink.trial_id})
+    return sink.run_id, sink.try_number, record
+
+
+def _store_one(job: _Job) -> None:
+    sink = job.trial.sink
     try:
-        trial.sink(record)
+        if isinstance(sink, StoreSink):
+            sink.store.add_call_batch([_item(job)])
+        else:
+            assert sink is not None
+            sink(job.record)
     except Exception as e:  # the store is down or locked: the runner retries at trial end
-        trial.sink_error = f"call {record.seq} not stored as it completed: {type(e).__name__}: {e}"
+        job.trial.sink_error = (f"call {job.record.seq} not stored as it completed: "
+                                f"{type(e).__name__}: {e}")
         return
-    trial.stored.add(record.seq)
+    _stored(job)
+
+
+def _stored(job: _Job) -> None:
+    """The call is committed: its hook (e.g. the try's books settled again), then noted."""
+    sink = job.trial.sink
+    if isinstance(sink, StoreSink) and sink.after is not None:
+        try:
+            sink.after(job.record)
+        except Exception as e:
+            job.trial.sink_error = (f"call {job.record.seq} stored, its hook failed: "
+                                    f"{type(e).__name__}: {e}")
+    job.trial.stored.add(job.record.seq)

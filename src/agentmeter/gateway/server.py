@@ -199,6 +199,11 @@ class Gateway:
             self._own_socket_dir = None
 
     @property
+    def commits(self) -> tuple[int, int]:
+        """(batches, calls) the writer has written so far: calls per commit (``persist``)."""
+        return self._writer.batches, self._writer.calls
+
+    @property
     def base_url(self) -> str:
         if self.port is None:
             raise GatewayError("the gateway is not listening on TCP")

@@ -18,13 +18,14 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
 
 from agentmeter.gateway import Gateway, ScriptedContext, TrialMeter
 from agentmeter.gateway.errors import error_message
-from agentmeter.gateway.metering import CallSink
+from agentmeter.gateway.metering import CallSink, StoreSink
 from agentmeter.gateway.registry import UpstreamModel
 from agentmeter.records import ModelCallRecord, WireApi
 from agentmeter.verify.judge import JudgeImage, JudgeMessage, JudgeReply
@@ -130,12 +131,16 @@ class GatewayJudge:
 
     def _store(self, call: ModelCallRecord) -> None:
         """Each judge call stored with the trial being verified (the gateway's sink)."""
+        assert not isinstance(self._sink, StoreSink)
         self._sink(call.model_copy(update={"trial_id": self._trial_id}))
 
     def _open(self) -> tuple[aiohttp.ClientSession, str, str]:
         gw = self._gateway
         if self._token is None:
-            self._token = gw.open_trial(self.gateway_trial, self._model, sink=self._store,
+            # a store's sink stores the judge's calls under the graded trial's id itself
+            sink: CallSink = replace(self._sink, trial_id=self._trial_id) \
+                if isinstance(self._sink, StoreSink) else self._store
+            self._token = gw.open_trial(self.gateway_trial, self._model, sink=sink,
                                         purpose="judge", first_seq=self._first_seq,
                                         scripted=self._scripted)
         if self._session is None:

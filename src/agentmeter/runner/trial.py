@@ -19,6 +19,7 @@ from pathlib import Path, PurePosixPath
 from agentmeter.agents.base import Agent, AgentContext, AgentRun, AgentSession, GatewayEndpoint
 from agentmeter.agents.reference import replay_script
 from agentmeter.gateway import Budget, Gateway, GatewayLimits, ScriptedContext, TrialMeter
+from agentmeter.gateway.metering import StoreSink
 from agentmeter.records import (
     ArtifactRecord,
     ConfigRecord,
@@ -349,7 +350,7 @@ class TrialRunner:
                               budget=Budget(max_tokens=b.max_tokens, max_usd=b.max_usd,
                                             max_calls=b.max_calls),
                               scripted=ScriptedContext(solution_script=solution),
-                              sink=self._store_call, first_seq=first_seq)
+                              sink=self._call_sink(), first_seq=first_seq)
         return GatewayEndpoint(base_url=f"http://127.0.0.1:{GATEWAY_PORT}", token=token,
                                model=self.config.model.name,
                                host_base_url=gw.base_url if gw.port else None)
@@ -419,7 +420,7 @@ class TrialRunner:
             return None
         if self.ctx.gateway is None:
             raise InfraError(f"judge model {model} is set but no gateway is running")
-        return GatewayJudge(self.ctx.gateway, model, self.rec.id, self._store_call, first_seq)
+        return GatewayJudge(self.ctx.gateway, model, self.rec.id, self._call_sink(), first_seq)
 
     async def _verifier_sandbox(self) -> Sandbox:
         """The separate verifier's sandbox, the collected artifacts restored and /tests staged."""
@@ -589,10 +590,14 @@ class TrialRunner:
         if rec.status in (TrialStatus.FAILED, TrialStatus.AGENT_ERROR):
             rec.error = network_failure(self.task, rec.error, run.error, verdict) or rec.error
 
-    def _store_call(self, call: ModelCallRecord) -> None:
-        """The gateway's sink: each call stored as it completes (on the gateway's writer
-        thread), so a SIGKILLed runner loses no served call."""
-        self.ctx.store.add_model_calls(self.ctx.run_id, [call], try_number=self.rec.try_number)
+    def _call_sink(self) -> StoreSink:
+        """The gateway's sink: each call stored as it completes (by the gateway's writer
+        thread, committed with other trials' calls that completed with it), so a SIGKILLed
+        runner loses no served call."""
+        return StoreSink(self.ctx.store, self.ctx.run_id, self.rec.try_number,
+                         after=self._call_stored)
+
+    def _call_stored(self, call: ModelCallRecord) -> None:
         if call.seq in self._late:  # the try ended before this call: its totals again
             self.ctx.store.settle_books(self.ctx.run_id, self.rec.id, self.rec.try_number)
 

@@ -17,6 +17,9 @@ report's paged reads :mod:`agentmeter.store.browse`.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import threading
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -58,6 +61,10 @@ class Store:
         self._engine = engine
         self.runs_dir = runs_dir
         self.where = where
+        # the connection ``_sqlite_upsert`` keeps (model calls as they complete), and its pid
+        self._driver_lock = threading.Lock()
+        self._driver_raw: Any = None
+        self._driver_pid = 0
 
     # --- opening -------------------------------------------------------------------------
 
@@ -74,6 +81,10 @@ class Store:
                    describe_location(location))
 
     def close(self) -> None:
+        with self._driver_lock:
+            raw, self._driver_raw = self._driver_raw, None
+            if raw is not None and self._driver_pid == os.getpid():
+                raw.close()
         self._engine.dispose()
 
     def __enter__(self) -> Store:
@@ -349,11 +360,22 @@ class Store:
     def add_model_calls(self, run_id: str, calls: Sequence[ModelCallRecord],
                         try_number: int = 0) -> None:
         """Record metered calls (idempotent: a call is keyed by trial, try and seq)."""
-        rows = [s.model_call_to_row(run_id, try_number, c) for c in calls]
+        self._add_call_rows([s.model_call_to_row(run_id, try_number, c) for c in calls],
+                            f"model calls of run {run_id!r}")
+
+    def add_call_batch(self, calls: Sequence[tuple[str, int, ModelCallRecord]]) -> None:
+        """Record calls of any runs and tries, each given as (run id, try number, call), in one
+        transaction: all of them or none (the gateway's group commit, ``gateway.persist``)."""
+        runs = sorted({run_id for run_id, _, _ in calls})
+        self._add_call_rows([s.model_call_to_row(r, t, c) for r, t, c in calls],
+                            f"model calls of run{'s' if len(runs) > 1 else ''} "
+                            f"{', '.join(map(repr, runs))}")
+
+    def _add_call_rows(self, rows: list[dict[str, Any]], what: str) -> None:
         if rows and self._engine.dialect.name == "sqlite":
-            self._sqlite_upsert(s.model_calls, rows, f"model calls of run {run_id!r}")
+            self._sqlite_upsert(s.model_calls, rows, what)
             return
-        with self._write(f"model calls of run {run_id!r}") as conn:
+        with self._write(what) as conn:
             self._upsert(conn, s.model_calls, rows)
 
     def _sqlite_upsert(self, table: sa.Table, rows: Sequence[dict[str, Any]], what: str) -> None:
@@ -364,21 +386,39 @@ class Store:
         sql, order, processors = self._sqlite_plan(table, tuple(rows[0]))
         params = [tuple(processors[i](row[k]) if processors[i] else row[k]
                         for i, k in enumerate(order)) for row in rows]
-        raw = self._engine.raw_connection()
-        try:
+        with self._driver_lock:  # one connection kept for these writes (no pool round trip)
+            raw = self._driver_raw
+            if raw is None or self._driver_pid != os.getpid():  # none yet, or a forked copy's
+                raw = self._driver_raw = self._engine.raw_connection()
+                self._driver_pid = os.getpid()
             db = raw.driver_connection
             assert db is not None
-            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.execute("BEGIN IMMEDIATE")
+            except BaseException:
+                self._drop_driver_connection()
+                raise
             try:
                 db.executemany(sql, params)
             except BaseException as exc:
-                db.execute("ROLLBACK")
+                try:
+                    db.execute("ROLLBACK")
+                except BaseException:
+                    self._drop_driver_connection()
                 if isinstance(exc, self._engine.dialect.loaded_dbapi.IntegrityError):
                     raise StoreError(f"{what}: rejected by the database: {exc}") from None
                 raise
-            db.execute("COMMIT")
-        finally:
-            raw.close()
+            try:
+                db.execute("COMMIT")
+            except BaseException:
+                self._drop_driver_connection()
+                raise
+
+    def _drop_driver_connection(self) -> None:
+        raw, self._driver_raw = self._driver_raw, None
+        if raw is not None:
+            with contextlib.suppress(Exception):
+                raw.invalidate()
 
     def _sqlite_plan(self, table: sa.Table, columns: tuple[str, ...]
                      ) -> tuple[str, tuple[str, ...], list[Any]]:

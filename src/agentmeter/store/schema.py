@@ -224,6 +224,19 @@ def storable(value: Any) -> Any:
 
 
 
+def storable_row(row: dict[str, Any]) -> dict[str, Any]:
+    """``storable`` of a row whose keys are column names (storable already), in place: each
+    value checked once, only containers recursed into (a model call's row is written per call
+    as it completes: ``storable`` of the whole row was most of its conversion)."""
+    for k, v in row.items():
+        if isinstance(v, str):
+            if _UNSTORABLE.search(v):
+                row[k] = storable(v)
+        elif isinstance(v, dict | list | tuple):
+            row[k] = storable(v)
+    return row
+
+
 def usage_to_columns(usage: TokenUsage) -> dict[str, int | None]:
     """A usage as the values of its columns in the trials and model_calls tables."""
     return {col: getattr(usage, f) for f, col in USAGE_COLUMNS.items()}
@@ -295,7 +308,7 @@ def model_call_to_row(run_id: str, try_number: int, call: ModelCallRecord) -> di
     row.update(usage_to_columns(call.usage))
     row["run_id"] = run_id
     row["try_number"] = try_number
-    return storable(row)  # type: ignore[no-any-return]
+    return storable_row(row)
 
 
 def model_call_from_row(row: RowMapping) -> ModelCallRecord:
