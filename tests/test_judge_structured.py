@@ -41,6 +41,8 @@ def test_which_providers_declare_structured_output(monkeypatch: pytest.MonkeyPat
     declared = UpstreamModel.model_validate({"name": "vllm/q", "base_url": "http://h/v1",
                                              "structured_output": "openai"})
     assert declared.structured_output == "openai"
+    own = UpstreamModel.model_validate({"name": "my-judge", "base_url": "local"})
+    assert own.local and own.structured_output == "llamacpp"  # agentmeter's own server
 
 
 def test_the_request_carries_the_schema_only_when_declared() -> None:

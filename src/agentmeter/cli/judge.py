@@ -72,7 +72,9 @@ def check(
     report = asyncio.run(_check(judge_model, models_file, labelled, call_timeout))
     summary = report.summary()
     if as_json:
-        print(json.dumps(summary))
+        print(json.dumps({**summary, "disagreements": [
+            {"case": v.case, "item": v.item, "label": v.label, "judged": v.judged}
+            for v in report.verdicts if v.judged != v.label]}))
         return
     console.print(f"judge {summary['model']}: {summary['verdicts']} verdicts "
                   f"({summary['unusable']} unusable replies)")

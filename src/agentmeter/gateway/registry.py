@@ -68,9 +68,10 @@ class UpstreamModel(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _served_here_is_local(cls, data: Any) -> Any:
-        """A model the gateway serves itself (``base_url = "local"``) is a local server."""
-        if isinstance(data, dict) and data.get("base_url") == "local" and "local" not in data:
-            return {**data, "local": True}
+        """A model the gateway serves itself (``base_url = "local"``) is a local server, a
+        llama-cpp-python one (constrained decoding: ``structured_output = "llamacpp"``)."""
+        if isinstance(data, dict) and data.get("base_url") == "local":
+            return {"local": True, "structured_output": "llamacpp", **data}
         return data
 
     @property
