@@ -77,7 +77,8 @@ class _Upstream:
     """A chat upstream that records each request body and answers with ``replies`` in turn."""
 
     def __init__(self, replies: list[str]) -> None:
-        self.replies, self.bodies = replies, []  # type: list[str], list[dict[str, Any]]
+        self.replies = replies
+        self.bodies: list[dict[str, Any]] = []
 
     async def handle(self, request: web.Request) -> web.Response:
         self.bodies.append(await request.json())
