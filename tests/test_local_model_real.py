@@ -194,3 +194,26 @@ async def test_malformed_tool_call_arguments_are_the_models_not_the_harness(
     assert calls, json.loads(raw)
     assert calls[0].name == "run_shell"
     assert calls[0].parse_error is not None  # 4 tokens cannot close the JSON
+
+
+async def test_a_judge_with_constrained_output_gives_a_usable_verdict(
+        gateway: Gateway, tmp_path: Path) -> None:
+    """The SM judge's call to a local model carries the verdict's JSON schema (a grammar in the
+    server): SmolLM2-135M, which never wrote the verdict JSON unasked (docs/verifiers.md),
+    gives a parsable verdict at the first call. Whether the verdict is right is not asserted
+    (docs/verifiers.md has the agreement figures)."""
+    from agentmeter.records import CaseOutcome
+    from agentmeter.runner.judging import GatewayJudge
+    from agentmeter.verify.difftest import judging as sm
+    from agentmeter.verify.difftest.config import DifftestConfig
+
+    judge = GatewayJudge(gateway, MODEL, "judge", lambda call: None)
+    outcome = CaseOutcome(id="c", cls="check", key="c", status="valid", command="calc add 2 3",
+                          oracle_stdout="Result: 5\n", candidate_stdout="Result: 6\n")
+    equivalent, reason = await sm._ask(judge, sm.prompt(outcome, DifftestConfig(
+        cli_name="tool", language="python")))
+    meter = await judge.close()
+    assert equivalent is not None, reason
+    assert meter is not None and len(meter.calls) == 1  # no second asking
+    sent = json.loads((tmp_path / judge.gateway_trial / "00000-request.json").read_text())
+    assert sent["response_format"] == {"type": "json_object", "schema": sm.SCHEMA}
