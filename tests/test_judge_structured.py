@@ -64,6 +64,15 @@ def test_the_rubric_schema_fixes_every_item_and_agrees_with_the_parser() -> None
     assert [e["properties"]["id"]["const"] for e in entries] == ["names", "team"]
     assert schema["properties"]["items"]["items"] is False
     assert schema["properties"]["score"]["enum"] == list(range(11))
+    # free text: bounded, and no quote, backslash or control character (llama.cpp's grammar
+    # for a JSON string lets a raw newline through, which no JSON parser takes)
+    import re
+    for text in (entries[0]["properties"]["reason"], schema["properties"]["reason"],
+                 sm_judging.SCHEMA["properties"]["reason"]):
+        pattern = re.compile(text["pattern"])
+        assert pattern.match("x" * text["maxLength"]) and not pattern.match(
+            "x" * (text["maxLength"] + 1))
+        assert not any(pattern.match(f"a{c}b") for c in ('"', "\\", "\n", "\x00"))
     # an object of exactly the schema's shape is a usable verdict
     reply = {"items": [{"id": "names", "satisfied": True, "reason": "r"},
                        {"id": "team", "satisfied": False, "reason": "r"}],
@@ -159,7 +168,12 @@ UNUSABLE_RUBRIC = [
     '{"items": [{"id": "names", "satisfied": true, "reason": "it names',
     '{"items": [{"id": "names", "satisfied": true, "reason": "ok"}], "score": 10, "confide',
     '{"items": [{"id": "names", "satisfied": true, "reason": "ok"}], "score": 10}',
-    "score 10 " * 60]
+    "score 10 " * 60,
+    # Gemma 3 270M under llama.cpp's grammar for a plain JSON string: a raw newline in a
+    # reason (the schema's reason pattern now excludes control characters)
+    '{"items": [{"id": "names", "satisfied": true, "reason": "<one sentence> ><one\n" },'
+    ' {"id": "team", "satisfied": true, "reason": "x"}], "score": 0, "confidence": 1.0,'
+    ' "reason": "r"}']
 
 
 async def test_malformed_or_cut_off_structured_replies_are_unusable_never_a_pass(

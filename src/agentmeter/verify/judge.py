@@ -57,8 +57,13 @@ class JudgeReply(BaseModel):
 
 
 def bounded_text(max_length: int) -> dict[str, Any]:
-    """A reply schema's free-text field: a string of at most ``max_length`` characters."""
-    return {"type": "string", "maxLength": max_length}
+    """A reply schema's free-text field: at most ``max_length`` characters, none of them a
+    quote, a backslash or a control character. The pattern matters to llama.cpp's grammar,
+    whose JSON strings admit raw control characters: Gemma 3 270M wrote a raw newline in a
+    reason, which no JSON parser takes (llama-cpp-python uses the pattern and ignores
+    ``maxLength`` then, hence the length in the pattern too)."""
+    return {"type": "string", "maxLength": max_length,
+            "pattern": r'^[^"\\\x00-\x1f]{0,' + str(max_length) + "}$"}
 
 
 class JudgeClient(Protocol):
