@@ -10,6 +10,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -33,7 +34,8 @@ class _Capped:
         self.caps: list[int | None] = []
 
     async def complete(self, messages: Sequence[JudgeMessage], *, temperature: float = 0.0,
-                       max_tokens: int | None = None) -> JudgeReply:
+                       max_tokens: int | None = None,
+                       schema: dict[str, Any] | None = None) -> JudgeReply:
         self.caps.append(max_tokens)
         text = messages[-1].content[0]
         assert isinstance(text, str)

@@ -12,6 +12,7 @@ import json
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -144,7 +145,8 @@ class _Recorder:
         self.model = f"scripted/judge:{mode}"
 
     async def complete(self, messages: Sequence[JudgeMessage], *, temperature: float = 0.0,
-                       max_tokens: int | None = None) -> JudgeReply:
+                       max_tokens: int | None = None,
+                       schema: dict[str, Any] | None = None) -> JudgeReply:
         self.messages = list(messages)
         text = messages[-1].content[0]
         assert isinstance(text, str)

@@ -194,3 +194,24 @@ async def test_malformed_tool_call_arguments_are_the_models_not_the_harness(
     assert calls, json.loads(raw)
     assert calls[0].name == "run_shell"
     assert calls[0].parse_error is not None  # 4 tokens cannot close the JSON
+
+
+async def test_a_judge_with_constrained_output_gives_a_usable_verdict(
+        gateway: Gateway, tmp_path: Path) -> None:
+    """A judge call to a local model carries the verdict's JSON schema, which the server turns
+    into a grammar: SmolLM2-135M, which never wrote the verdict JSON unasked
+    (docs/verifiers.md), answers a prompt that does not even ask for JSON with an object the
+    SM judge's strict parser takes. A tiny prompt (CI's two cores); the verifiers' own prompts
+    and the verdicts' quality are measured by ``agentmeter judge check`` (docs/verifiers.md)."""
+    from agentmeter.runner.judging import GatewayJudge
+    from agentmeter.verify.difftest import judging as sm
+    from agentmeter.verify.judge import SM_MAX_TOKENS, JudgeMessage
+
+    judge = GatewayJudge(gateway, MODEL, "judge", lambda call: None)
+    reply = await judge.complete([JudgeMessage(role="user", content=("Are 5 and 6 equal?",))],
+                                 max_tokens=SM_MAX_TOKENS, schema=sm.SCHEMA)
+    meter = await judge.close()
+    assert sm.parse_reply(reply.text) is not None, reply.text
+    assert meter is not None and len(meter.calls) == 1 and meter.calls[0].error is None
+    sent = json.loads((tmp_path / judge.gateway_trial / "00000-request.json").read_text())
+    assert sent["response_format"] == {"type": "json_object", "schema": sm.SCHEMA}

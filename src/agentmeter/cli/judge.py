@@ -72,7 +72,10 @@ def check(
     report = asyncio.run(_check(judge_model, models_file, labelled, call_timeout))
     summary = report.summary()
     if as_json:
-        print(json.dumps(summary))
+        print(json.dumps({**summary, "disagreements": [
+            {"case": v.case, "item": v.item, "label": v.label, "judged": v.judged,
+             "unusable": v.unusable}
+            for v in report.verdicts if v.judged != v.label]}))
         return
     console.print(f"judge {summary['model']}: {summary['verdicts']} verdicts "
                   f"({summary['unusable']} unusable replies)")
@@ -83,8 +86,8 @@ def check(
                   f"{summary['output_tokens']} output tokens, {summary['seconds']} s")
     for v in report.verdicts:
         if v.judged != v.label:
-            console.print(f"  disagrees: {v.case}/{v.item}: label {v.label}, judged {v.judged}",
-                          markup=False)
+            console.print(f"  disagrees: {v.case}/{v.item}: label {v.label}, judged {v.judged}"
+                          + (f" ({v.unusable})" if v.unusable else ""), markup=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -20,7 +20,7 @@ llama.cpp server it starts (gateway/localmodels.py).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -31,6 +31,15 @@ from agentmeter.tomlfile import read_toml
 
 class ModelConfigError(ValueError):
     pass
+
+
+#: how a model is asked for output that follows a JSON schema (constrained decoding), used for
+#: the harness's judge calls (runner/judging.py): ``llamacpp``: ``response_format = {"type":
+#: "json_object", "schema": S}`` (llama-cpp-python's server, which turns it into a grammar, and
+#: llama.cpp's own ``llama-server``); ``openai``: ``response_format = {"type": "json_schema",
+#: "json_schema": {"name", "schema": S}}`` (OpenAI-compatible servers that support it: vLLM,
+#: Ollama, many hosted providers; set it per model in a models file). None: never sent.
+StructuredOutput = Literal["llamacpp", "openai"]
 
 
 class UpstreamModel(BaseModel):
@@ -48,6 +57,9 @@ class UpstreamModel(BaseModel):
                         "vllm): a call whose client hung up is cancelled upstream (it would "
                         "keep the server busy for nobody), not read to its end as for a paid "
                         "provider")
+    structured_output: StructuredOutput | None = Field(
+        default=None, description="how the model is asked for a reply that follows a JSON "
+        "schema (judge calls): 'llamacpp' or 'openai'; none: never asked")
 
     @property
     def scripted(self) -> bool:
@@ -56,9 +68,10 @@ class UpstreamModel(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _served_here_is_local(cls, data: Any) -> Any:
-        """A model the gateway serves itself (``base_url = "local"``) is a local server."""
-        if isinstance(data, dict) and data.get("base_url") == "local" and "local" not in data:
-            return {**data, "local": True}
+        """A model the gateway serves itself (``base_url = "local"``) is a local server, a
+        llama-cpp-python one (constrained decoding: ``structured_output = "llamacpp"``)."""
+        if isinstance(data, dict) and data.get("base_url") == "local":
+            return {"local": True, "structured_output": "llamacpp", **data}
         return data
 
     @property
@@ -93,6 +106,7 @@ class Provider(BaseModel):
     price_prefix: str | None = Field(default=None, description="the price key's provider, when "
                                      "not the provider's own name (``gemini/x`` → ``google/x``)")
     local: bool = False  # see ``UpstreamModel.local``
+    structured_output: StructuredOutput | None = None  # see ``UpstreamModel.structured_output``
 
 
 BUILTIN_PROVIDERS: dict[str, Provider] = {
@@ -110,7 +124,8 @@ BUILTIN_PROVIDERS: dict[str, Provider] = {
     "zhipu": Provider(base_url="https://open.bigmodel.cn/api/paas/v4", key_env="ZHIPU_API_KEY"),
     "minimax": Provider(base_url="https://api.minimax.io/v1", key_env="MINIMAX_API_KEY"),
     "vllm": Provider(base_url="http://127.0.0.1:8000/v1", local=True),
-    "llamacpp": Provider(base_url="http://127.0.0.1:8080/v1", local=True),
+    "llamacpp": Provider(base_url="http://127.0.0.1:8080/v1", local=True,
+                         structured_output="llamacpp"),
     "ollama": Provider(base_url="http://127.0.0.1:11434/v1", local=True),
 }
 #: servers a user starts (unpriced unless a snapshot prices them); ``local/`` models are started
@@ -171,7 +186,7 @@ class ModelRegistry:
                 f"({', '.join(sorted([*BUILTIN_PROVIDERS, 'local']))}); add it to a models file")
         return UpstreamModel(name=name, base_url=provider.base_url, wire_api=provider.wire_api,
                              extra_wire_apis=provider.extra_wire_apis, key_env=provider.key_env,
-                             local=provider.local,
+                             local=provider.local, structured_output=provider.structured_output,
                              price_key=None if prefix in _LOCAL else
                              f"{provider.price_prefix or prefix}/{rest}")
 
@@ -188,4 +203,5 @@ def _local_model(name: str, rest: str) -> UpstreamModel:
     except localmodels.LocalModelError as e:
         raise ModelConfigError(str(e)) from e
     return UpstreamModel(name=name, base_url=localmodels.LOCAL_BASE_URL, wire_api="chat",
-                         price_key=name, upstream_model=rest, local=True)
+                         price_key=name, upstream_model=rest, local=True,
+                         structured_output="llamacpp")

@@ -10,7 +10,11 @@ upstream still failing after its retries, a refusal, a reply without text) raise
 
 The client speaks OpenAI Chat Completions (temperature 0 by default; images as data-URL image
 parts), or Anthropic Messages for a model that speaks only that (the gateway does not translate
-from Chat to it).
+from Chat to it). When the verifier gives the reply's JSON schema and the judge model declares
+constrained decoding (``UpstreamModel.structured_output``: the ``local/`` models and
+``llamacpp/`` by default, any model of a models file by its ``structured_output`` key), a Chat
+call carries it as ``response_format``: a small local model can then only emit an object of that
+shape. The verifier still parses the reply strictly.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import aiohttp
 from agentmeter.gateway import Gateway, ScriptedContext, TrialMeter
 from agentmeter.gateway.errors import error_message
 from agentmeter.gateway.metering import CallSink, StoreSink
-from agentmeter.gateway.registry import UpstreamModel
+from agentmeter.gateway.registry import StructuredOutput, UpstreamModel
 from agentmeter.records import ModelCallRecord, WireApi
 from agentmeter.verify.judge import JudgeImage, JudgeMessage, JudgeReply
 from agentmeter.verify.protocol import VerificationError
@@ -74,9 +78,19 @@ def _content(msg: JudgeMessage, api: WireApi) -> str | list[dict[str, Any]]:
             for p in msg.content]
 
 
+def response_format(structured: StructuredOutput, schema: dict[str, Any]) -> dict[str, Any]:
+    """The ``response_format`` asking for a reply that follows ``schema``, in ``structured``'s
+    dialect (see ``gateway.registry.StructuredOutput``)."""
+    if structured == "llamacpp":
+        return {"type": "json_object", "schema": schema}
+    return {"type": "json_schema", "json_schema": {"name": "verdict", "schema": schema}}
+
+
 def request_body(api: WireApi, model: str, messages: Sequence[JudgeMessage], temperature: float,
-                 max_tokens: int | None) -> dict[str, Any]:
-    """The request for one judge call in ``api``'s shape."""
+                 max_tokens: int | None, schema: dict[str, Any] | None = None,
+                 structured: StructuredOutput | None = None) -> dict[str, Any]:
+    """The request for one judge call in ``api``'s shape (``schema`` sent only to a Chat model
+    that declares ``structured`` output)."""
     body: dict[str, Any] = {"model": model, "temperature": temperature, "stream": False}
     if api == "messages":
         system = [_content(m, api) for m in messages if m.role == "system"]
@@ -88,6 +102,8 @@ def request_body(api: WireApi, model: str, messages: Sequence[JudgeMessage], tem
     else:
         body["messages"] = [{"role": m.role, "content": _content(m, api)} for m in messages]
         body["max_tokens"] = max_tokens or DEFAULT_MAX_TOKENS
+        if schema is not None and structured is not None:
+            body["response_format"] = response_format(structured, schema)
     return body
 
 
@@ -117,7 +133,9 @@ class GatewayJudge:
         self._gateway, self._model, self._trial_id = gateway, model, trial_id
         self._timeout_s = timeout_s
         self._sink, self._first_seq, self._scripted = sink, first_seq, scripted
-        self._api = judge_api(gateway.models.resolve(model))
+        upstream = gateway.models.resolve(model)
+        self._api = judge_api(upstream)
+        self._structured = upstream.structured_output
         self._token: str | None = None
         self._session: aiohttp.ClientSession | None = None
 
@@ -153,8 +171,10 @@ class GatewayJudge:
         return self._session, self._token, _PATHS[self._api]
 
     async def complete(self, messages: Sequence[JudgeMessage], *, temperature: float = 0.0,
-                       max_tokens: int | None = None) -> JudgeReply:
-        body = request_body(self._api, self._model, messages, temperature, max_tokens)
+                       max_tokens: int | None = None,
+                       schema: dict[str, Any] | None = None) -> JudgeReply:
+        body = request_body(self._api, self._model, messages, temperature, max_tokens, schema,
+                            self._structured)
         session, token, path = self._open()
         headers = {"Authorization": f"Bearer {token}"}
         if self._api == "messages":

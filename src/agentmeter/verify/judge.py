@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -56,6 +56,16 @@ class JudgeReply(BaseModel):
     model: str
 
 
+def bounded_text(max_length: int) -> dict[str, Any]:
+    """A reply schema's free-text field: at most ``max_length`` characters, none of them a
+    quote, a backslash or a control character. The pattern matters to llama.cpp's grammar,
+    whose JSON strings admit raw control characters: Gemma 3 270M wrote a raw newline in a
+    reason, which no JSON parser takes (llama-cpp-python uses the pattern and ignores
+    ``maxLength`` then, hence the length in the pattern too)."""
+    return {"type": "string", "maxLength": max_length,
+            "pattern": r'^[^"\\\x00-\x1f]{0,' + str(max_length) + "}$"}
+
+
 class JudgeClient(Protocol):
     """Calls the run's judge model through the gateway, from the host.
 
@@ -68,4 +78,11 @@ class JudgeClient(Protocol):
     def model(self) -> str: ...
 
     async def complete(self, messages: Sequence[JudgeMessage], *, temperature: float = 0.0,
-                       max_tokens: int | None = None) -> JudgeReply: ...
+                       max_tokens: int | None = None,
+                       schema: dict[str, Any] | None = None) -> JudgeReply:
+        """``schema``: the JSON schema of the reply the caller will parse. A client whose model
+        declares constrained decoding (``structured_output`` in gateway/registry.py: the
+        ``local/`` models, ``llamacpp/``) sends it so the model can only emit such an object;
+        other clients ignore it. Either way the caller parses the reply strictly: a schema is a
+        help to a small model, never a guarantee."""
+        ...

@@ -9,6 +9,8 @@ under that per-call nonce, and the command line is a JSON string (``verify/quoti
 output cannot add a line to the prompt outside its block. The reply must hold ``{"equivalent":
 true|false, "reason": "..."}``; an unparsable reply is asked again once, then the case's verdict is
 n/a (its class's SM is n/a). A call the gateway cannot complete raises ``VerificationError``.
+The call carries the reply's JSON schema (``SCHEMA``), which a judge model with constrained
+decoding follows (runner/judging.py); the reply is parsed the same way either way.
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ import asyncio
 import hashlib
 import json
 import re
+from typing import Any
 
 from agentmeter.records import CaseOutcome
 from agentmeter.verify import quoting
 from agentmeter.verify.difftest.compare import with_verdict
 from agentmeter.verify.difftest.config import DifftestConfig
-from agentmeter.verify.judge import SM_MAX_TOKENS, JudgeClient, JudgeMessage
+from agentmeter.verify.judge import SM_MAX_TOKENS, JudgeClient, JudgeMessage, bounded_text
 
 #: judge calls in flight at once per trial
 CONCURRENCY = 8
@@ -37,6 +40,13 @@ SYSTEM = (
     'only: {"equivalent": true or false, "reason": "<one sentence>"}.\n')
 
 _OBJECT = re.compile(r"\{.*\}", re.S)
+#: the reply's longest reason in characters (what the schema allows; the parser keeps 500)
+REASON_CHARS = 200
+#: the reply's JSON schema, sent to a judge model with constrained decoding (verify/judge.py)
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"equivalent": {"type": "boolean"}, "reason": bounded_text(REASON_CHARS)},
+    "required": ["equivalent", "reason"], "additionalProperties": False}
 
 
 def _cut(text: str, limit: int) -> str:
@@ -77,7 +87,8 @@ def parse_reply(text: str) -> tuple[bool, str] | None:
 async def _ask(judge: JudgeClient, messages: list[JudgeMessage]) -> tuple[bool | None, str]:
     reply = ""
     for _ in range(2):  # an unparsable reply is asked again once
-        reply = (await judge.complete(messages, temperature=0.0, max_tokens=SM_MAX_TOKENS)).text
+        reply = (await judge.complete(messages, temperature=0.0, max_tokens=SM_MAX_TOKENS,
+                                      schema=SCHEMA)).text
         parsed = parse_reply(reply)
         if parsed is not None:
             return parsed

@@ -38,6 +38,8 @@ class Verdict:
     label: bool
     judged: bool | None  # None: no usable reply
     injection: bool
+    #: why there is no usable verdict (an unparsable reply, a call that timed out or failed)
+    unusable: str | None = None
 
 
 @dataclass
@@ -93,12 +95,15 @@ async def _sm(judge: JudgeClient, case: dict[str, Any]) -> list[Verdict]:
                           command=case["command"], oracle_stdout=case["oracle"],
                           candidate_stdout=case["candidate"])
     cfg = DifftestConfig(cli_name="tool", language="python")
+    why: str | None = None
     try:
-        equivalent, _ = await sm_judging._ask(judge, sm_judging.prompt(outcome, cfg))
-    except VerificationError:  # no reply (e.g. the call timed out): an unusable verdict
-        equivalent = None
+        equivalent, reason = await sm_judging._ask(judge, sm_judging.prompt(outcome, cfg))
+        if equivalent is None:
+            why = reason[:300]
+    except VerificationError as e:  # no reply (e.g. the call timed out): an unusable verdict
+        equivalent, why = None, str(e)[:300]
     return [Verdict(case["id"], "equivalent", bool(case["label"]), equivalent,
-                    bool(case.get("injection")))]
+                    bool(case.get("injection")), why)]
 
 
 async def _rubric(judge: JudgeClient, case: dict[str, Any], root: Path) -> list[Verdict]:
@@ -118,10 +123,11 @@ async def _rubric(judge: JudgeClient, case: dict[str, Any], root: Path) -> list[
         result = await judging.ask(judge, "text", judging.prompt("text", items, inputs), items,
                                    "items", [])
         got: dict[str, bool | None] = {i.id: result.items[i.id][0] for i in items}
-    except VerificationError:
-        got = {i.id: None for i in items}
+        why: str | None = None
+    except VerificationError as e:
+        got, why = {i.id: None for i in items}, str(e)[:300]
     return [Verdict(case["id"], i.id, bool(case["labels"][i.id]), got[i.id],
-                    bool(case.get("injection"))) for i in items]
+                    bool(case.get("injection")), why) for i in items]
 
 
 async def check(judge: JudgeClient, cases: list[dict[str, Any]] | None = None) -> CheckReport:

@@ -23,7 +23,10 @@ score to an integer (floats rounded, strings â†’ their first number, bool/None â
 0-10; confidence clamped to 0-1. Scoring ``items`` needs a verdict for every item of the judge
 (its score, if absent, is the items' weighted share); scoring ``judges`` needs ``score`` (items
 without a verdict follow ``score >= 6``). A reply that does not hold what is needed is asked
-again once, then raises VerificationError: an evaluation fault, never a zero.
+again once, then raises VerificationError: an evaluation fault, never a zero. Each call carries
+the reply's JSON schema (:func:`reply_schema`: one entry per item in order, with its id fixed,
+the score 0-10, bounded reasons), which a judge model with constrained decoding follows
+(runner/judging.py); the reply is parsed the same way either way.
 """
 
 from __future__ import annotations
@@ -36,7 +39,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agentmeter.verify import quoting
-from agentmeter.verify.judge import JudgeClient, JudgeImage, JudgeMessage, rubric_max_tokens
+from agentmeter.verify.judge import (
+    JudgeClient,
+    JudgeImage,
+    JudgeMessage,
+    bounded_text,
+    rubric_max_tokens,
+)
 from agentmeter.verify.protocol import VerificationError
 from agentmeter.verify.rubric.checks import Deliverables, ItemVerdict
 from agentmeter.verify.rubric.config import RubricItem, Scoring
@@ -385,13 +394,38 @@ def parse_reply(kind: JudgeKind, text: str, items: list[RubricItem],
                        items={i.id: verdicts[i.id] for i in items})
 
 
+#: the longest reasons the reply schema allows (characters): an item's, the overall one
+ITEM_REASON_CHARS = 160
+REASON_CHARS = 200
+
+
+def reply_schema(items: list[RubricItem]) -> dict[str, Any]:
+    """The reply's JSON schema: ``items`` holds exactly one entry per item, in order, its id
+    fixed; the score one of 0-10, the confidence one of 0.0-1.0 in tenths, reasons bounded."""
+    entries = [{"type": "object",
+                "properties": {"id": {"const": i.id}, "satisfied": {"type": "boolean"},
+                               "reason": bounded_text(ITEM_REASON_CHARS)},
+                "required": ["id", "satisfied", "reason"], "additionalProperties": False}
+               for i in items]
+    return {"type": "object",
+            "properties": {
+                "items": {"type": "array", "prefixItems": entries, "items": False,
+                          "minItems": len(items), "maxItems": len(items)},
+                "score": {"enum": list(range(11))},
+                "confidence": {"enum": [n / 10 for n in range(11)]},
+                "reason": bounded_text(REASON_CHARS)},
+            "required": ["items", "score", "confidence", "reason"],
+            "additionalProperties": False}
+
+
 async def ask(judge: JudgeClient, kind: JudgeKind, messages: list[JudgeMessage],
               items: list[RubricItem], scoring: Scoring, replies: list[str]) -> JudgeResult:
     """Ask ``judge``; an unusable reply is asked again once, then VerificationError. Every
     reply text is appended to ``replies`` (for the artifacts) as it comes."""
     for _ in range(2):
         reply = await judge.complete(messages, temperature=0.0,
-                                     max_tokens=rubric_max_tokens(len(items)))
+                                     max_tokens=rubric_max_tokens(len(items)),
+                                     schema=reply_schema(items))
         replies.append(reply.text)
         result = parse_reply(kind, reply.text, items, scoring)
         if result is not None:
