@@ -257,6 +257,8 @@ def test_every_built_in_cli_is_expressible_as_an_agent_file(name: str, tmp_path:
         "reported_usage": spec.reported_usage}
     if spec.completion_marker is not None:
         keys["completion_marker"] = spec.completion_marker
+    if spec.mcp is not None:
+        keys["mcp"] = spec.mcp
     path = _agent_file(tmp_path, "".join(f"{k} = {_toml_value(v)}\n" for k, v in keys.items()))
     agent = make_agent(path)
     assert isinstance(agent, InstalledCliAgent)

@@ -54,6 +54,8 @@ class AgentFileModel(BaseModel):
     completion_grace_s: float = Field(default=1.0, ge=0)
     continue_args: list[str] = Field(default_factory=list)
     reported_usage: list[UsageField] = Field(default_factory=list)
+    mcp: Literal["claude", "gemini", "codex"] | None = Field(
+        default=None, description="the config form the task's MCP servers are given in")
 
 
 def plain_parse(run: ParseInput) -> ParsedRun:
@@ -106,7 +108,7 @@ def load_agent_file(path: Path) -> CliDefinition:
         executable=argv[0], args=tuple(argv[1:]), env=f.env, files=f.files,
         completion_marker=f.completion_marker, completion_grace_s=f.completion_grace_s,
         transcripts=tuple(f.transcripts), continue_args=tuple(f.continue_args),
-        reported_usage=tuple(f.reported_usage))
+        reported_usage=tuple(f.reported_usage), mcp=f.mcp)
     try:
         cli = CliSpec(**spec)
     except ValidationError as e:
