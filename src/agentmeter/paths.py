@@ -1,8 +1,10 @@
-"""Where agentmeter keeps things on the host."""
+"""Where agentmeter keeps things on the host, and how a file there is written whole."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 from pathlib import Path
 
 
@@ -19,3 +21,18 @@ def default_runs_dir() -> Path:
     """Runs (database and artifacts): ``$AGENTMETER_RUNS`` or ``./.agentmeter``."""
     env = os.environ.get("AGENTMETER_RUNS")
     return Path(env).expanduser().resolve() if env else Path.cwd() / ".agentmeter"
+
+
+def write_atomic(path: Path, data: bytes | str, *, dir_mode: int = 0o777) -> None:
+    """Write ``path`` whole or not at all: a temporary file beside it, renamed into place (a
+    reader never sees half a file; a failed write leaves the old one). Text is UTF-8."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=dir_mode)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.part-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from agentmeter.paths import cache_dir
+from agentmeter.paths import cache_dir, write_atomic
 
 Kind = Literal["immutable", "index"]
 #: how long an index stays fresh before it is revalidated upstream (seconds)
@@ -124,7 +124,7 @@ class PackageCache:
 
     def _write_meta(self, url: str, meta: dict[str, object]) -> None:
         _, meta_path = self._paths(url)
-        _atomic_write(meta_path, json.dumps(meta).encode())
+        write_atomic(meta_path, json.dumps(meta).encode(), dir_mode=0o700)
 
     async def get(self, url: str, kind: Kind, opener: Opener, sink: Sink | None = None, *,
                   sha256: str | None = None, user_agent: str = "agentmeter") -> Entry | Response:
@@ -188,19 +188,6 @@ class PackageCache:
             "last_modified": headers.get("last-modified"), "etag": headers.get("etag")}
         self._write_meta(url, meta)
         return Entry(body_path, meta)
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".part-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 async def _request(opener: Opener, url: str, extra: dict[str, str]

@@ -44,7 +44,7 @@ from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from agentmeter.notices import notice
-from agentmeter.paths import cache_dir
+from agentmeter.paths import cache_dir, write_atomic
 from agentmeter.tasks.errors import TaskError, TaskProblem
 from agentmeter.tasks.models import Task
 from agentmeter.tasks.suite import (
@@ -139,18 +139,6 @@ def _read_bounded(stream: BinaryIO, what: str) -> bytes:
     return data
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def read_registry(source: str, cache: Path) -> list[object]:
     """The registry's rows: from an ``http(s)`` URL (kept in the cache; the kept copy is used,
     with a notice, when the URL cannot be reached), a ``file://`` URL or a path."""
@@ -159,7 +147,7 @@ def read_registry(source: str, cache: Path) -> list[object]:
         try:
             with urllib.request.urlopen(source, timeout=REGISTRY_TIMEOUT_S) as response:
                 data = _read_bounded(response, source)
-            _atomic_write(kept, data)
+            write_atomic(kept, data)
         except (urllib.error.URLError, OSError, TimeoutError) as e:
             if not kept.is_file():
                 raise DatasetError(f"registry {source}: cannot be read ({e}) and no copy of it "
@@ -404,7 +392,7 @@ def fetch_task(task: RegistryTask, cache: Path) -> Path:
             commit = listed[0]
             hit = _cached(cache, _entry_key(url, commit, path), name)
             if hit is not None:
-                _atomic_write(pointer, _entry_key(url, commit, path).encode())
+                write_atomic(pointer, _entry_key(url, commit, path).encode())
                 return hit
         key = _entry_key(url, commit, path)
         repo = tmp / "repo"
@@ -434,7 +422,7 @@ def fetch_task(task: RegistryTask, cache: Path) -> Path:
             if _cached(cache, key, name) is None:  # not a concurrent fetch that won: a real error
                 raise
         if task.git_commit_id is None or not _FULL_SHA.match(task.git_commit_id):
-            _atomic_write(pointer, key.encode())
+            write_atomic(pointer, key.encode())
     return final / name
 
 

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentmeter.paths import write_atomic
 from agentmeter.tasks.synth import assist
 from agentmeter.tasks.synth import generate as gen
 from agentmeter.tasks.synth.assist import ModelUse
@@ -79,12 +80,6 @@ def placeholder_hint(target: Path, schema: Schema, shown: int = 8) -> str:
             f"parameters' \"values\" (and \"fixtures\") there so the oracle accepts them, then "
             f"run `agentmeter difftest synth {target.parent}` (without --from-help)"
             + (f"; drafted values: {listed}" if drafts else ""))
-
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
 
 
 def _schema_target(task_dir: Path) -> Path:
