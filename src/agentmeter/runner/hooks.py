@@ -7,11 +7,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agentmeter.sandbox.protocol import Sandbox
 from agentmeter.sandbox.spec import ExecResult, LayerBuildError, SandboxError
 from agentmeter.tasks.models import CollectHook, Healthcheck, Task
+
+if TYPE_CHECKING:
+    from agentmeter.sandbox.dockerfile import ImageMetadata
 
 #: Harbor's conventional artifacts directory: always collected, writable by every user
 ARTIFACTS_DIR = "/logs/artifacts"
@@ -21,18 +26,24 @@ ARTIFACTS_DIR = "/logs/artifacts"
 KEEP_ALIVE = ("sh", "-c", "sleep infinity")
 
 
-def entrypoint(task: Task) -> list[str] | None:
-    """The ENTRYPOINT of the task's Dockerfile (final stage), if it has one."""
-    if task.dockerfile is None:
+def final_stage(dockerfile: Path | None) -> ImageMetadata | None:
+    """The final stage's metadata (ENTRYPOINT, CMD, …) of a Dockerfile, if it parses."""
+    if dockerfile is None:
         return None
     from agentmeter.sandbox.dockerfile import parse_dockerfile
 
     try:
-        parsed = parse_dockerfile(task.dockerfile.read_text(), str(task.dockerfile))
+        parsed = parse_dockerfile(dockerfile.read_text(), str(dockerfile))
     except (LayerBuildError, OSError, UnicodeDecodeError):
         return None  # the build says what is wrong
     stages = parsed.all_stages()
-    return stages[-1].metadata.entrypoint or None if stages else None
+    return stages[-1].metadata if stages else None
+
+
+def entrypoint(task: Task) -> list[str] | None:
+    """The ENTRYPOINT of the task's Dockerfile (final stage), if it has one."""
+    meta = final_stage(task.dockerfile)
+    return (meta.entrypoint or None) if meta is not None else None
 
 
 def start_entrypoint(sandbox: Sandbox, task: Task) -> asyncio.Task[ExecResult] | None:
@@ -54,9 +65,19 @@ async def stop_entrypoint(job: asyncio.Task[ExecResult] | None) -> None:
         await job
 
 
-def _tail(text: str) -> str:
+def output_tail(text: str) -> str:
+    """A command output's last non-empty line, cut to 300 characters (what a message quotes)."""
     lines = [ln for ln in text.splitlines() if ln.strip()]
     return lines[-1][:300] if lines else "(no output)"
+
+
+async def finish_despite_cancellation(aw: Awaitable[None]) -> None:
+    """Await cleanup to its end even if this task is cancelled again meanwhile."""
+    job = asyncio.ensure_future(aw)
+    while not job.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(job)
+    job.result()
 
 
 async def healthcheck(sandbox: Sandbox, check: Healthcheck) -> int:
@@ -76,7 +97,7 @@ async def healthcheck(sandbox: Sandbox, check: Healthcheck) -> int:
                 why = "timed out" if res.timed_out else f"exit {res.exit_code}"
                 raise SandboxError(
                     f"the environment's healthcheck never passed ({tries} tries; last: {why}: "
-                    f"{_tail(res.stderr or res.stdout)}): {check.command}")
+                    f"{output_tail(res.stderr or res.stdout)}): {check.command}")
         await asyncio.sleep(check.start_interval_s if in_start_period else check.interval_s)
 
 
@@ -98,5 +119,5 @@ async def collect(sandbox: Sandbox, hooks: tuple[CollectHook, ...],
             continue
         if not res.ok:
             why = "timed out" if res.timed_out else f"exit {res.exit_code}"
-            problems.append(f"{hook.command}: {why}: {_tail(res.stderr or res.stdout)}")
+            problems.append(f"{hook.command}: {why}: {output_tail(res.stderr or res.stdout)}")
     return problems

@@ -37,7 +37,6 @@ from agentmeter.runner.trial import (
     InfraError,
     TrialContext,
     TrialRunner,
-    _finish_despite_cancellation,
     sandbox_spec,
     staged_early,
 )
@@ -140,7 +139,7 @@ class StepRunner(TrialRunner):
         try:
             return await self._verify(box, self.next_seq, prefix)
         finally:
-            await _finish_despite_cancellation(box.stop())
+            await hooks.finish_despite_cancellation(box.stop())
 
     def _close(self, meters: list[TrialMeter], timings: PhaseTimings) -> None:
         rec = self.rec
@@ -278,9 +277,9 @@ class ScenarioRunner:
                     halted = SKIPPED.format(position=i + 1, task=task.id, why=why)
             return done
         finally:
-            await _finish_despite_cancellation(hooks.stop_entrypoint(service))
+            await hooks.finish_despite_cancellation(hooks.stop_entrypoint(service))
             if sandbox is not None:
-                await _finish_despite_cancellation(sandbox.stop())
+                await hooks.finish_despite_cancellation(sandbox.stop())
 
     def _skip(self, rec: TrialRecord, why: str) -> TrialRecord:
         now = utcnow()

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shlex
-from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
 from agentmeter.runner import hooks
@@ -26,7 +25,6 @@ from agentmeter.sandbox.protocol import Sandbox, SandboxBackend
 from agentmeter.sandbox.spec import (
     BaseImage,
     ExecResult,
-    LayerBuildError,
     LayerSpec,
     SandboxError,
     SandboxSpec,
@@ -63,19 +61,9 @@ async def prepare(backend: SandboxBackend, task: Task) -> None:
 
 def service_argv(sidecar: Sidecar) -> list[str]:
     """ENTRYPOINT + CMD as docker composes them: a compose ``entrypoint`` drops the image's CMD."""
-    entrypoint: list[str] = []
-    cmd: list[str] = []
-    if sidecar.dockerfile is not None:
-        from agentmeter.sandbox.dockerfile import parse_dockerfile
-
-        try:
-            stages = parse_dockerfile(sidecar.dockerfile.read_text(),
-                                      str(sidecar.dockerfile)).all_stages()
-        except (LayerBuildError, OSError, UnicodeDecodeError):
-            stages = []
-        if stages:
-            entrypoint = list(stages[-1].metadata.entrypoint or [])
-            cmd = list(stages[-1].metadata.cmd or [])
+    meta = hooks.final_stage(sidecar.dockerfile)
+    entrypoint = list(meta.entrypoint or []) if meta is not None else []
+    cmd = list(meta.cmd or []) if meta is not None else []
     if sidecar.entrypoint is not None:
         entrypoint, cmd = list(sidecar.entrypoint), []
     if sidecar.command is not None:
@@ -158,8 +146,7 @@ class Sidecars:
 
 
 def _tail(res: ExecResult) -> str:
-    lines = [ln for ln in (res.stderr or res.stdout).splitlines() if ln.strip()]
-    return lines[-1][:300] if lines else "(no output)"
+    return hooks.output_tail(res.stderr or res.stdout)
 
 
 async def start_sidecars(backend: SandboxBackend, task: Task, main: Sandbox) -> Sidecars:
@@ -182,17 +169,9 @@ async def start_sidecars(backend: SandboxBackend, task: Task, main: Sandbox) -> 
             await add_hosts(main, task)
         await running.wait_for(task, task.main_depends_on)
     except BaseException:
-        await _finish(running.stop())
+        await hooks.finish_despite_cancellation(running.stop())
         raise
     return running
-
-
-async def _finish(aw: Awaitable[None]) -> None:
-    """Await cleanup to its end even if this task is cancelled again meanwhile."""
-    job = asyncio.ensure_future(aw)
-    while not job.done():
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.shield(job)
 
 
 def describe(sidecar: Sidecar) -> str:

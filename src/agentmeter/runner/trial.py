@@ -12,7 +12,6 @@ import dataclasses
 import hashlib
 import time
 import traceback
-from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -131,15 +130,6 @@ def agent_is_root(sandbox: Sandbox) -> bool:
     """Whether the sandbox's agent account is its root (the image's USER: accounts.py)."""
     account = getattr(sandbox, "account", None)
     return bool(getattr(account, "root", False))
-
-
-async def _finish_despite_cancellation(aw: Awaitable[None]) -> None:
-    """Await cleanup to its end even if this task is cancelled again meanwhile."""
-    job = asyncio.ensure_future(aw)
-    while not job.done():
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.shield(job)
-    job.result()
 
 
 def sandbox_spec(task: Task, agent: Agent, gateway: Gateway | None) -> SandboxSpec:
@@ -313,11 +303,11 @@ class TrialRunner:
                 self._apply_meter(meter)
             rec.timings = timings
             self._save()  # first: a second cancellation must not leave the try 'running'
-            await _finish_despite_cancellation(hooks.stop_entrypoint(service))
-            await _finish_despite_cancellation(side.stop())
+            await hooks.finish_despite_cancellation(hooks.stop_entrypoint(service))
+            await hooks.finish_despite_cancellation(side.stop())
             if sandbox is not None:
                 box, sandbox = sandbox, None
-                await _finish_despite_cancellation(box.stop())
+                await hooks.finish_despite_cancellation(box.stop())
             raise
         except Exception as e:  # a harness bug must not take the run down
             rec.status = TrialStatus.INFRA_INVALID
