@@ -52,7 +52,7 @@ from agentmeter.tasks.suite import (
     SkippedTask,
     Suite,
     duplicate_problems,
-    load_task_dir,
+    load_or_skip,
 )
 
 #: Harbor's own registry (``--registry`` overrides it)
@@ -452,13 +452,7 @@ def load_dataset(ref: str, registry: str | None = None, strict: bool = False,
                 skipped.append(SkippedTask(id=PurePosixPath(entry.path).name or entry.name,
                                            path=where, problems=(f"{label}: {e}",)))
             continue
-        try:
-            tasks.extend(load_task_dir(directory))
-        except TaskError as e:
-            if strict:
-                problems.extend(e.problems)
-            else:
-                skipped.append(SkippedTask.of(directory, e))
+        load_or_skip(directory, strict, tasks, problems, skipped)
     problems.extend(duplicate_problems(tasks, where))
     if not tasks and not problems:
         problems.append(TaskProblem(where, "no task of the dataset can be had" if skipped

@@ -217,13 +217,7 @@ def _load_suite_dir(directory: Path, builtin: bool, strict: bool) -> Suite:
             notice(f"{sub}: a directory of tasks, not a task: not run (give it as a suite of "
                    "its own to run its tasks)")
             continue
-        try:
-            tasks.extend(load_task_dir(sub))
-        except TaskError as exc:
-            if strict:
-                problems.extend(exc.problems)
-            else:
-                skipped.append(SkippedTask.of(sub, exc))
+        load_or_skip(sub, strict, tasks, problems, skipped)
     if not tasks and skipped:
         problems.extend(TaskProblem(s.path, f"skipped: {s.reason}") for s in skipped)
         problems.append(TaskProblem(directory, f"none of the suite's {len(skipped)} tasks "
@@ -252,6 +246,19 @@ def _load_suite_dir(directory: Path, builtin: bool, strict: bool) -> Suite:
         subsets={k: tuple(v) for k, v in meta.subsets.items()},
         skipped=tuple(skipped),
     )
+
+
+def load_or_skip(directory: Path, strict: bool, tasks: list[Task],
+                 problems: list[TaskProblem], skipped: list[SkippedTask]) -> None:
+    """Load the task(s) of ``directory`` into ``tasks``; one that fails to load is a problem
+    when ``strict``, else skipped with its reason (one bad task never blocks a suite)."""
+    try:
+        tasks.extend(load_task_dir(directory))
+    except TaskError as exc:
+        if strict:
+            problems.extend(exc.problems)
+        else:
+            skipped.append(SkippedTask.of(directory, exc))
 
 
 def duplicate_problems(tasks: Sequence[Task], where: Path) -> list[TaskProblem]:
