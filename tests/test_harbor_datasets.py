@@ -1,6 +1,7 @@
-"""Harbor's dataset registry (``run -d``, ``tasks list -d``; ``tasks/datasets.py``): a registry
-and git repositories served on loopback over HTTP (``git http-backend``), Harbor's own example
-tasks in them; the fetch cache, offline reuse, and the registry as hostile input."""
+"""Harbor's dataset registry (``run -d``, ``tasks list -d``; ``tasks/datasets.py``, the fetching
+``tasks/gitfetch.py``): a registry and git repositories served on loopback over HTTP (``git
+http-backend``), Harbor's own example tasks in them; the fetch cache, offline reuse, and the
+registry as hostile input."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from dataset_server import make_repo, serve
 from typer.testing import CliRunner
 
 from agentmeter.cli import app
-from agentmeter.tasks import datasets
+from agentmeter.tasks import datasets, gitfetch
 from agentmeter.tasks.datasets import (
     DatasetError,
     FetchError,
@@ -162,9 +163,9 @@ def test_a_symlink_on_the_task_path_is_refused(tmp_path: Path) -> None:
     checkout.mkdir()
     (checkout / "out").symlink_to(elsewhere)
     with pytest.raises(FetchError, match="'out' is a symlink in the repository"):
-        datasets.check_checked_out(checkout, ("out", "t"))
+        gitfetch.check_checked_out(checkout, ("out", "t"))
     (checkout / "in" / "t").mkdir(parents=True)
-    assert datasets.check_checked_out(checkout, ("in", "t")) == checkout / "in" / "t"
+    assert gitfetch.check_checked_out(checkout, ("in", "t")) == checkout / "in" / "t"
 
 
 def test_git_speaks_only_the_allowed_protocols(tmp_path: Path) -> None:
@@ -172,9 +173,9 @@ def test_git_speaks_only_the_allowed_protocols(tmp_path: Path) -> None:
     which git allows by default, runs a command named by configuration)."""
     marker = tmp_path / "pwned"
     with pytest.raises(FetchError, match="transport 'ext' not allowed"):
-        datasets.run_git(["ls-remote", f"ext::sh -c touch% {marker}"], tmp_path, tmp_path)
+        gitfetch.run_git(["ls-remote", f"ext::sh -c touch% {marker}"], tmp_path, tmp_path)
     with pytest.raises(FetchError, match="transport 'ssh' not allowed"):
-        datasets.run_git(["ls-remote", "ssh://127.0.0.1:9/x.git"], tmp_path, tmp_path)
+        gitfetch.run_git(["ls-remote", "ssh://127.0.0.1:9/x.git"], tmp_path, tmp_path)
     assert not marker.exists()
 
 
@@ -218,7 +219,7 @@ def test_an_interrupted_fetch_leaves_nothing(served: tuple[Served, str], cache: 
 def test_size_bound(served: tuple[Served, str], cache: Path,
                     monkeypatch: pytest.MonkeyPatch) -> None:
     s, base = served
-    monkeypatch.setattr(datasets, "MAX_TASK_FILES", 2)
+    monkeypatch.setattr(gitfetch, "MAX_TASK_FILES", 2)
     with pytest.raises(FetchError, match="more than 2 files"):
         fetch_task(RegistryTask(name="w", git_url=f"{base}/git/tasks.git", git_commit_id=s.commit,
                                 path="hello-workdir"), cache)
@@ -259,7 +260,7 @@ def test_run_dataset_then_offline_from_cache(tmp_path: Path, cache: Path,
     assert _summary(first.output)["configs"][0]["passed"] == 1
     def no_git(*a: Any, **kw: Any) -> str:
         raise AssertionError("git ran for a pinned task in the cache")
-    monkeypatch.setattr(datasets, "run_git", no_git)
+    monkeypatch.setattr(gitfetch, "run_git", no_git)
     second = runner.invoke(app, [*args, "--store", str(tmp_path / "two")])
     assert second.exit_code == 0, second.output
     assert _summary(second.output)["configs"][0]["passed"] == 1

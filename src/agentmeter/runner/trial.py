@@ -128,8 +128,7 @@ def staged_early(task: Task) -> bool:
 
 def agent_is_root(sandbox: Sandbox) -> bool:
     """Whether the sandbox's agent account is its root (the image's USER: accounts.py)."""
-    account = getattr(sandbox, "account", None)
-    return bool(getattr(account, "root", False))
+    return sandbox.account.root
 
 
 def sandbox_spec(task: Task, agent: Agent, gateway: Gateway | None) -> SandboxSpec:

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from agentmeter.sandbox.accounts import Account
 from agentmeter.sandbox.archive import COPY_OUT_MAX_BYTES, READ_FILE_MAX_BYTES
 from agentmeter.sandbox.spec import DEFAULT_OUTPUT_LIMIT, ExecResult, FsDiff, FsSnapshot, SandboxSpec
 
@@ -17,10 +18,16 @@ OutputCallback = Callable[[bytes], None]
 
 @runtime_checkable
 class Sandbox(Protocol):
-    """A running sandbox. All methods are coroutines; ``stop`` is idempotent and always cleans up."""
+    """A running sandbox. All methods are coroutines; ``stop`` is idempotent and always cleans up.
+
+    ``account`` is who the exec user ``agent`` is (accounts.py): ``accounts.SANDBOX_ACCOUNT``
+    unless ``spec.agent_user`` names another, resolved before anything of the agent runs. A
+    backend states it from the start (a plug-in backend that knows no other sets
+    ``SANDBOX_ACCOUNT``); the runner reads it to learn whether the agent is root."""
 
     id: str
     spec: SandboxSpec
+    account: Account
 
     @property
     def workdir(self) -> str: ...
