@@ -22,7 +22,7 @@ from agentmeter.agents.cli import DEFINITIONS, ParseInput
 from agentmeter.agents.registry import make_agent
 from agentmeter.records import TokenUsage, TrialRecord, TrialStatus
 from agentmeter.runner.session import RunRequest, prepare, run
-from agentmeter.runner.trial import sandbox_spec
+from agentmeter.runner.tasksandbox import sandbox_spec
 from agentmeter.sandbox.local import LocalBackend
 from agentmeter.sandbox.spec import LayerBuildError
 from agentmeter.store.db import Store

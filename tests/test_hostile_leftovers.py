@@ -15,7 +15,7 @@ from polling import eventually_async
 from taskgen import make_task
 
 from agentmeter.agents.registry import make_agent
-from agentmeter.runner.trial import sandbox_spec
+from agentmeter.runner.tasksandbox import sandbox_spec
 from agentmeter.sandbox.docker import DockerBackend
 from agentmeter.sandbox.local import LocalBackend
 from agentmeter.sandbox.protocol import Sandbox, SandboxBackend

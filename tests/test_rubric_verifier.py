@@ -23,7 +23,7 @@ from agentmeter.pricing import PriceBook
 from agentmeter.records import ModelCallRecord, TrialStatus
 from agentmeter.runner.judging import GatewayJudge
 from agentmeter.runner.session import RunRequest, prepare, run
-from agentmeter.runner.trial import task_environment
+from agentmeter.runner.tasksandbox import task_environment
 from agentmeter.sandbox.local import LocalBackend
 from agentmeter.sandbox.protocol import Sandbox
 from agentmeter.sandbox.spec import AGENT_USER, SandboxSpec

@@ -23,7 +23,7 @@ from taskgen import make_task
 from agentmeter.agents.reference import OracleAgent
 from agentmeter.records import TrialStatus
 from agentmeter.runner.session import RunRequest, RunSetupError, prepare, run
-from agentmeter.runner.trial import sandbox_spec
+from agentmeter.runner.tasksandbox import sandbox_spec
 from agentmeter.sandbox.docker import DockerBackend
 from agentmeter.sandbox.dockerd import BASE_TAG, ensure_base_image, layer_tag
 from agentmeter.sandbox.images import adapted_digest

@@ -27,7 +27,7 @@ def setup(docker: Annotated[bool, typer.Option(help="also start dockerd and impo
 
     from agentmeter.agents.registry import UnknownAgentError, make_agent
     from agentmeter.runner.session import RunRequest, RunSetupError, prepare
-    from agentmeter.runner.trial import sandbox_spec
+    from agentmeter.runner.tasksandbox import sandbox_spec
     from agentmeter.sandbox import rootfs
     from agentmeter.sandbox.local import LocalBackend
     from agentmeter.sandbox.spec import SandboxError, SandboxSpec

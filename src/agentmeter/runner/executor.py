@@ -23,7 +23,8 @@ from agentmeter.records import TrialRecord, TrialStatus
 from agentmeter.runner import sidecars
 from agentmeter.runner.plan import PlannedTrial
 from agentmeter.runner.scenario import ScenarioRunner
-from agentmeter.runner.trial import INTERRUPTED, TrialContext, TrialRunner, sandbox_spec
+from agentmeter.runner.tasksandbox import sandbox_spec
+from agentmeter.runner.trial import INTERRUPTED, TrialContext, TrialRunner
 from agentmeter.sandbox.spec import SandboxError, SandboxSpec
 from agentmeter.store.db import Store
 

@@ -34,7 +34,8 @@ from agentmeter.pricing import PriceBook
 from agentmeter.records import ConfigRecord, TrialRecord, TrialStatus
 from agentmeter.runner import shipping, sidecars
 from agentmeter.runner.scenario import ScenarioRunner
-from agentmeter.runner.trial import GATEWAY_LIMITS, TrialContext, TrialRunner, sandbox_spec
+from agentmeter.runner.tasksandbox import sandbox_spec
+from agentmeter.runner.trial import GATEWAY_LIMITS, TrialContext, TrialRunner
 from agentmeter.sandbox import registry as sandbox_registry
 from agentmeter.sandbox.protocol import SandboxBackend
 from agentmeter.sandbox.spec import SandboxError, SandboxSpec

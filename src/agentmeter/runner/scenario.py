@@ -32,14 +32,8 @@ from agentmeter.records import ConfigRecord, PhaseTimings, TokenUsage, TrialReco
 from agentmeter.runner import feedback as fb
 from agentmeter.runner import hooks
 from agentmeter.runner.judging import merge_meters
-from agentmeter.runner.trial import (
-    INTERRUPTED,
-    InfraError,
-    TrialContext,
-    TrialRunner,
-    sandbox_spec,
-    staged_early,
-)
+from agentmeter.runner.tasksandbox import sandbox_spec, staged_early
+from agentmeter.runner.trial import INTERRUPTED, InfraError, TrialContext, TrialRunner
 from agentmeter.sandbox.protocol import Sandbox
 from agentmeter.sandbox.spec import AGENT_GID, AGENT_UID, AGENT_USER, ExecResult, SandboxError
 from agentmeter.tasks.models import Task

@@ -21,7 +21,8 @@ from agentmeter.runner import ray_cluster, ray_executor
 from agentmeter.runner.executor import PrepareCallback, ProgressCallback, RunProgress, execute
 from agentmeter.runner.lock import RunLockedError, run_lock
 from agentmeter.runner.plan import PlannedConfig, build_configs, build_plan
-from agentmeter.runner.trial import GATEWAY_LIMITS, TrialContext, base_image
+from agentmeter.runner.tasksandbox import base_image
+from agentmeter.runner.trial import GATEWAY_LIMITS, TrialContext
 from agentmeter.sandbox import registry as sandbox_registry
 from agentmeter.sandbox.dockerfile import local_refusals, parse_dockerfile
 from agentmeter.sandbox.hostpolicy import entries_naming_the_host
@@ -264,7 +265,7 @@ def _host_network(tasks: list[Task], allowed: bool) -> tuple[list[Task], dict[st
 
 def _local_problems(tasks: list[Task]) -> dict[str, str]:
     """Why a task cannot run on the local backend, by task id: a prebuilt image without a
-    recipe that it cannot have (not cached, its registry unreachable: see runner/trial.py:
+    recipe that it cannot have (not cached, its registry unreachable: see runner/tasksandbox.py:
     base_image) or a Dockerfile it cannot build (one that does not parse, an ADD of a URL: file
     and line named; a failing RUN step can only be found by building: see
     executor.prepare_environments)."""

@@ -2,6 +2,7 @@
 
 Every outcome becomes a TrialRecord with a status from the taxonomy; the harness never lets an
 agent's or a provider's behaviour crash it. Sandbox and harness failures are ``infra_invalid``.
+The sandbox's spec is the task's (tasksandbox.py).
 """
 
 from __future__ import annotations
@@ -37,28 +38,23 @@ from agentmeter.runner.network import (
     network_source,
     verifier_network_label,
 )
+from agentmeter.runner.tasksandbox import (
+    GATEWAY_PORT,
+    agent_is_root,
+    base_image,
+    sandbox_spec,
+    staged_early,
+    task_environment,
+)
 from agentmeter.sandbox import fsnames
 from agentmeter.sandbox.protocol import Sandbox, SandboxBackend
-from agentmeter.sandbox.spec import (
-    AGENT_GID,
-    AGENT_UID,
-    AGENT_USER,
-    BaseImage,
-    ExecResult,
-    ExposedSocket,
-    LayerSpec,
-    SandboxError,
-    SandboxSpec,
-    task_limits,
-)
+from agentmeter.sandbox.spec import AGENT_GID, AGENT_UID, AGENT_USER, ExecResult, SandboxError
 from agentmeter.store import leases
 from agentmeter.store.db import Store
 from agentmeter.tasks.models import Task, TaskArtifact
 from agentmeter.verify.protocol import Verdict, VerificationError, VerifierContext
 from agentmeter.verify.registry import make_verifier
 
-#: port the gateway appears on inside every sandbox
-GATEWAY_PORT = 18080
 #: what each trial (and each sandbox's bridge) may hold of a run's gateway (docs/security.md)
 GATEWAY_LIMITS = GatewayLimits()
 #: how often a running agent's budget state is checked (seconds)
@@ -91,69 +87,6 @@ class TrialContext:
     verbose_artifacts: bool = True
     #: the run's judge model (verifiers' model calls, metered as evaluation cost), if any
     judge_model: str | None = None
-
-
-def task_environment(task: Task) -> list[LayerSpec]:
-    if task.dockerfile is not None:
-        return [LayerSpec(kind="dockerfile", source=task.dockerfile.read_text(),
-                          origin=str(task.dockerfile), context=task.environment_dir,
-                          label=f"{task.id} environment", build_timeout_s=task.build_timeout_s)]
-    if task.setup_script is not None:
-        return [LayerSpec(kind="script", source=task.setup_script.read_text(),
-                          origin=str(task.setup_script), context=task.environment_dir,
-                          label=f"{task.id} setup", build_timeout_s=task.build_timeout_s)]
-    return []
-
-
-def base_image(task: Task) -> BaseImage | None:
-    """A task's prebuilt image as the sandbox's base (Harbor's semantics): with an environment
-    recipe too (Dockerfile or setup script), the image is the recipe's prebuilt form: both
-    backends use the image when they have or can pull it (the local backend through
-    sandbox/oci.py), else build the recipe. With no recipe the image is the environment: a
-    backend that cannot have it fails the trial (the local backend refuses it before the run when
-    its registry cannot be reached)."""
-    if task.docker_image is None:
-        return None
-    recipe = task_environment(task)
-    return BaseImage(ref=task.docker_image, origin=task.docker_image_origin or str(task.path),
-                     recipe=recipe[0] if recipe else None)
-
-
-def staged_early(task: Task) -> bool:
-    """Whether the task's verifier files are staged when the sandbox starts (agentmeter's own
-    account: hidden from it in a root-only directory) rather than uploaded after the agent's
-    processes are gone (Harbor's user, which may be root: Harbor's order)."""
-    return task.agent_user is None
-
-
-def agent_is_root(sandbox: Sandbox) -> bool:
-    """Whether the sandbox's agent account is its root (the image's USER: accounts.py)."""
-    return sandbox.account.root
-
-
-def sandbox_spec(task: Task, agent: Agent, gateway: Gateway | None) -> SandboxSpec:
-    sockets: tuple[ExposedSocket, ...] = ()
-    if gateway is not None and agent.uses_model and gateway.unix_socket is not None:
-        sockets = (ExposedSocket(host_path=gateway.unix_socket, port=GATEWAY_PORT),)
-    needs = make_verifier(task.verifier_kind).sandbox_needs(task)
-    image = base_image(task)
-    environment = [] if image is not None else task_environment(task)  # else: image.recipe
-    return SandboxSpec(
-        base=task.base,
-        image=image,
-        mounts=needs.mounts,
-        layers=tuple(environment + agent.layers()),
-        workdir=task.workdir,
-        env={**sidecars.proxy_bypass(task), **task.environment_env},
-        user=AGENT_USER,
-        agent_user=task.agent_user,
-        limits=task_limits(task.memory_mb, task.cpus, task.storage_mb),
-        network="full" if task.allow_internet else "allowlist" if task.allowed_hosts else "none",
-        allowed_hosts=() if task.allow_internet else task.allowed_hosts,
-        allow_host_network=task.host_network,
-        net_extras=True,  # package cache with network, no retries without (sandbox/netsetup.py)
-        exposed_sockets=sockets,
-    )
 
 
 class TrialRunner:

@@ -188,7 +188,7 @@ class Task(BaseModel):
     dockerfile: Path | None = None
     setup_script: Path | None = None
     #: a prebuilt image: the environment itself, or the prebuilt form of the Dockerfile (see
-    #: runner/trial.py: base_image for what each sandbox backend does with it)
+    #: runner/tasksandbox.py: base_image for what each sandbox backend does with it)
     docker_image: str | None = None
     docker_image_origin: str | None = Field(
         default=None, description="the file and key that named docker_image, for messages")

@@ -22,7 +22,7 @@ per-phase networks that differ are refused.
 ``build_timeout_sec`` bounds the environment build; ``artifacts`` are copied out after the trial.
 
 ``environment.docker_image`` names a prebuilt image, used as Harbor does (see
-``runner/trial.py: base_image``): with ``environment/Dockerfile`` too, the Dockerfile is the
+``runner/tasksandbox.py: base_image``): with ``environment/Dockerfile`` too, the Dockerfile is the
 recipe and the image its prebuilt form; the docker backend runs on the image (the daemon's copy,
 else pulled) and builds the Dockerfile only when the image cannot be had; the local backend,
 which never pulls, builds the Dockerfile. With only ``docker_image`` the image is the

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentmeter.runner.trial import base_image, task_environment
+from agentmeter.runner.tasksandbox import base_image, task_environment
 from agentmeter.sandbox.protocol import Sandbox
 from agentmeter.sandbox.registry import make_backend
 from agentmeter.sandbox.spec import SandboxSpec, task_limits
