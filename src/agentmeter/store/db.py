@@ -10,8 +10,8 @@ Trials are keyed by (run id, trial id, try number): trial ids ('{config}:{task}:
 repeat across runs, and every try of a retried trial is kept. Model calls and artifacts carry
 the same key, so spending of abandoned tries stays accountable.
 
-:class:`Store` writes and reads single records; the reads over runs (the selection rule, the
-columns metrics load, aggregates) are :mod:`agentmeter.store.queries`, the viewer's and the
+:class:`Store` is every write; every read is :mod:`agentmeter.store.queries` (the one read API:
+the Store's read methods are shorthands for its single-record reads), the viewer's and the
 report's paged reads :mod:`agentmeter.store.browse`.
 """
 
@@ -123,11 +123,6 @@ class Store:
         except sa.exc.IntegrityError as exc:
             raise StoreError(f"{what}: rejected by the database: {exc.orig}") from None
 
-    def _read(self, stmt: sa.Executable, params: dict[str, Any] | None = None
-              ) -> list[sa.RowMapping]:
-        with self._engine.connect() as conn:
-            return list(conn.execute(stmt, params or {}).mappings())
-
     def _upsert(self, conn: sa.Connection, table: sa.Table, rows: Sequence[dict[str, Any]],
                 ) -> None:
         if not rows:
@@ -165,9 +160,10 @@ class Store:
             conn.execute(sa.insert(s.runs).values(**s.run_to_row(run)))
         return run
 
+    # the read methods are shorthands for queries.py, the one read API
+
     def get_run(self, run_id: str) -> RunRecord | None:
-        rows = self._read(sa.select(s.runs).where(s.runs.c.id == run_id))
-        return s.run_from_row(rows[0]) if rows else None
+        return queries.get_run(self, run_id)
 
     def require_run(self, run_id: str) -> RunRecord:
         """The run, or :class:`StoreError` naming it and this store."""
@@ -178,10 +174,7 @@ class Store:
 
     def list_runs(self, limit: int | None = None) -> list[RunRecord]:
         """Newest first."""
-        stmt = sa.select(s.runs).order_by(s.runs.c.created_at.desc(), s.runs.c.id.desc())
-        if limit is not None:
-            stmt = stmt.limit(limit)
-        return [s.run_from_row(r) for r in self._read(stmt)]
+        return queries.list_runs(self, limit)
 
     def update_run_status(self, run_id: str, status: RunStatus,
                           finished_at: datetime | None = None) -> RunRecord:
@@ -206,14 +199,11 @@ class Store:
                 self._upsert(conn, s.run_configs, [{"run_id": run_id, "config_id": config.id}])
 
     def get_config(self, config_id: str) -> ConfigRecord | None:
-        rows = self._read(sa.select(s.configs).where(s.configs.c.id == config_id))
-        return s.config_from_row(rows[0]) if rows else None
+        return queries.get_config(self, config_id)
 
     def run_configs(self, run_id: str) -> list[ConfigRecord]:
-        c, rc = s.configs, s.run_configs
-        stmt = (sa.select(c).join(rc, rc.c.config_id == c.c.id)
-                .where(rc.c.run_id == run_id).order_by(c.c.id))
-        return [s.config_from_row(r) for r in self._read(stmt)]
+        """The run's configurations, in id order."""
+        return list(queries.run_configs(self, [run_id]).values())
 
     def upsert_task(self, task: TaskRecord, run_id: str | None = None) -> None:
         """Insert or update a task version (keyed by id + digest); with ``run_id`` also pin the
@@ -233,17 +223,13 @@ class Store:
                                               "task_digest": task.digest}])
 
     def get_task(self, task_id: str, digest: str) -> TaskRecord | None:
-        rows = self._read(sa.select(s.tasks).where(s.tasks.c.id == task_id,
-                                                   s.tasks.c.digest == digest))
-        return s.task_from_row(rows[0]) if rows else None
+        return queries.get_task(self, task_id, digest)
 
     def run_tasks(self, run_id: str) -> list[TaskRecord]:
-        """The task versions a run is pinned to."""
-        t, rt = s.tasks, s.run_tasks
-        stmt = (sa.select(t).join(rt, sa.and_(rt.c.task_id == t.c.id,
-                                              rt.c.task_digest == t.c.digest))
-                .where(rt.c.run_id == run_id).order_by(t.c.id))
-        return [s.task_from_row(r) for r in self._read(stmt)]
+        """The task versions a run is pinned to, in id order."""
+        run = self.get_run(run_id)
+        pinned = [] if run is None else queries.run_tasks(self, [run]).tasks.values()
+        return sorted(pinned, key=lambda t: t.id)
 
     # --- trials --------------------------------------------------------------------------
 
@@ -303,23 +289,12 @@ class Store:
     def get_trial(self, run_id: str, trial_id: str, try_number: int | None = None
                   ) -> TrialRecord | None:
         """One try of a trial; the latest try when ``try_number`` is None."""
-        t = s.trials
-        stmt = sa.select(t).where(t.c.run_id == run_id, t.c.id == trial_id)
-        if try_number is not None:
-            stmt = stmt.where(t.c.try_number == try_number)
-        rows = self._read(stmt.order_by(t.c.try_number.desc()).limit(1))
-        return s.trial_from_row(rows[0]) if rows else None
+        return queries.get_trial(self, run_id, trial_id, try_number)
 
     def trials(self, run_id: str,
                status: TrialStatus | Collection[TrialStatus] | None = None) -> list[TrialRecord]:
         """Every try of every trial of a run (optionally of some statuses), in a stable order."""
-        t = s.trials
-        stmt = sa.select(t).where(t.c.run_id == run_id)
-        if status is not None:
-            wanted = [status] if isinstance(status, TrialStatus) else list(status)
-            stmt = stmt.where(t.c.status.in_([st.value for st in wanted]))
-        stmt = stmt.order_by(t.c.config_id, t.c.task_id, t.c.attempt, t.c.try_number)
-        return [s.trial_from_row(r) for r in self._read(stmt)]
+        return queries.trials(self, run_id, status)
 
     def latest_completed_trials(self, run_id: str) -> list[TrialRecord]:
         """The run's selected tries: per (config, task, attempt) the completed try with the
@@ -435,14 +410,7 @@ class Store:
 
     def model_calls(self, run_id: str, trial_id: str | None = None,
                     try_number: int | None = None) -> list[ModelCallRecord]:
-        mc = s.model_calls
-        stmt = sa.select(mc).where(mc.c.run_id == run_id)
-        if trial_id is not None:
-            stmt = stmt.where(mc.c.trial_id == trial_id)
-        if try_number is not None:
-            stmt = stmt.where(mc.c.try_number == try_number)
-        stmt = stmt.order_by(mc.c.trial_id, mc.c.try_number, mc.c.seq)
-        return [s.model_call_from_row(r) for r in self._read(stmt)]
+        return queries.model_calls(self, run_id, trial_id, try_number)
 
     # --- artifacts -----------------------------------------------------------------------
 
@@ -469,14 +437,7 @@ class Store:
 
     def artifacts(self, run_id: str, trial_id: str | None = None,
                   try_number: int | None = None) -> list[ArtifactRecord]:
-        ar = s.artifacts
-        stmt = sa.select(ar).where(ar.c.run_id == run_id)
-        if trial_id is not None:
-            stmt = stmt.where(ar.c.trial_id == trial_id)
-        if try_number is not None:
-            stmt = stmt.where(ar.c.try_number == try_number)
-        stmt = stmt.order_by(ar.c.trial_id, ar.c.try_number, ar.c.name)
-        return [s.artifact_from_row(r) for r in self._read(stmt)]
+        return queries.artifacts(self, run_id, trial_id, try_number)
 
     # --- bulk writes: imports and repricing ---------------------------------------------
 

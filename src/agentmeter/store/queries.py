@@ -1,6 +1,8 @@
-"""The store's read API for scoring, summaries, exports and repricing: the runs of a scoring,
-their configurations and task versions, the selected trials, the trial columns the metrics
-load, per-agent tool use, the scripted configurations and the model-call usage of a run.
+"""The store's one read API: single records (a run, a configuration, a task version, a try,
+its model calls and artifacts; ``Store``'s read methods are shorthands for these), and for
+scoring, summaries, exports and repricing the runs of a scoring, their configurations and task
+versions, the selected trials, the trial columns the metrics load, per-agent tool use, the
+scripted configurations and the model-call usage of a run.
 
 Runs are read oldest first (creation time, then id), and where they overlap the latest run
 wins: a task's version, and — the **selection rule** (docs/architecture.md, AgentMeter §3.5) — the try
@@ -11,7 +13,7 @@ with ``metrics.frame.selected_mask``, because the spending of retried infra_inva
 in cost accounting; record readers get the selected tries (:func:`latest_completed`).
 
 Everything is aggregated in SQL where the figure is an aggregate; the paged reads of the viewer
-are in :mod:`agentmeter.store.browse`.
+are in :mod:`agentmeter.store.browse`, built on the same rules (:mod:`agentmeter.store.expressions`).
 """
 
 from __future__ import annotations
@@ -24,11 +26,14 @@ import sqlalchemy as sa
 
 from agentmeter.records import (
     USAGE_COLUMNS,
+    ArtifactRecord,
     ConfigRecord,
+    ModelCallRecord,
     RunRecord,
     TaskRecord,
     TokenUsage,
     TrialRecord,
+    TrialStatus,
 )
 from agentmeter.store import schema as s
 from agentmeter.store.engine import StoreError
@@ -55,6 +60,85 @@ TRIAL_COLUMNS = ("config_id", "task_id", "attempt", "try_order", "status_code", 
 
 def _oldest_first(runs: Sequence[RunRecord]) -> list[RunRecord]:
     return sorted(runs, key=lambda r: (r.created_at, r.id))
+
+
+# --- single records (the Store's read methods) -----------------------------------------------
+
+
+def _rows(store: Store, stmt: sa.Executable) -> list[sa.RowMapping]:
+    with store.engine.connect() as conn:
+        return list(conn.execute(stmt).mappings())
+
+
+def get_run(store: Store, run_id: str) -> RunRecord | None:
+    rows = _rows(store, sa.select(s.runs).where(s.runs.c.id == run_id))
+    return s.run_from_row(rows[0]) if rows else None
+
+
+def list_runs(store: Store, limit: int | None = None) -> list[RunRecord]:
+    """Newest first."""
+    stmt = sa.select(s.runs).order_by(s.runs.c.created_at.desc(), s.runs.c.id.desc())
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    return [s.run_from_row(r) for r in _rows(store, stmt)]
+
+
+def get_config(store: Store, config_id: str) -> ConfigRecord | None:
+    rows = _rows(store, sa.select(s.configs).where(s.configs.c.id == config_id))
+    return s.config_from_row(rows[0]) if rows else None
+
+
+def get_task(store: Store, task_id: str, digest: str) -> TaskRecord | None:
+    rows = _rows(store, sa.select(s.tasks).where(s.tasks.c.id == task_id,
+                                                 s.tasks.c.digest == digest))
+    return s.task_from_row(rows[0]) if rows else None
+
+
+def get_trial(store: Store, run_id: str, trial_id: str, try_number: int | None = None
+              ) -> TrialRecord | None:
+    """One try of a trial; the latest try when ``try_number`` is None."""
+    t = s.trials
+    stmt = sa.select(t).where(t.c.run_id == run_id, t.c.id == trial_id)
+    if try_number is not None:
+        stmt = stmt.where(t.c.try_number == try_number)
+    rows = _rows(store, stmt.order_by(t.c.try_number.desc()).limit(1))
+    return s.trial_from_row(rows[0]) if rows else None
+
+
+def trials(store: Store, run_id: str,
+           status: TrialStatus | Collection[TrialStatus] | None = None) -> list[TrialRecord]:
+    """Every try of every trial of a run (optionally of some statuses), in a stable order."""
+    t = s.trials
+    stmt = sa.select(t).where(t.c.run_id == run_id)
+    if status is not None:
+        wanted = [status] if isinstance(status, TrialStatus) else list(status)
+        stmt = stmt.where(t.c.status.in_([st.value for st in wanted]))
+    stmt = stmt.order_by(t.c.config_id, t.c.task_id, t.c.attempt, t.c.try_number)
+    return [s.trial_from_row(r) for r in _rows(store, stmt)]
+
+
+def model_calls(store: Store, run_id: str, trial_id: str | None = None,
+                try_number: int | None = None) -> list[ModelCallRecord]:
+    mc = s.model_calls
+    stmt = sa.select(mc).where(mc.c.run_id == run_id)
+    if trial_id is not None:
+        stmt = stmt.where(mc.c.trial_id == trial_id)
+    if try_number is not None:
+        stmt = stmt.where(mc.c.try_number == try_number)
+    stmt = stmt.order_by(mc.c.trial_id, mc.c.try_number, mc.c.seq)
+    return [s.model_call_from_row(r) for r in _rows(store, stmt)]
+
+
+def artifacts(store: Store, run_id: str, trial_id: str | None = None,
+              try_number: int | None = None) -> list[ArtifactRecord]:
+    ar = s.artifacts
+    stmt = sa.select(ar).where(ar.c.run_id == run_id)
+    if trial_id is not None:
+        stmt = stmt.where(ar.c.trial_id == trial_id)
+    if try_number is not None:
+        stmt = stmt.where(ar.c.try_number == try_number)
+    stmt = stmt.order_by(ar.c.trial_id, ar.c.try_number, ar.c.name)
+    return [s.artifact_from_row(r) for r in _rows(store, stmt)]
 
 
 # --- runs, configurations, task versions -----------------------------------------------------
