@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -250,6 +251,121 @@ async def test_a_stream_with_a_finish_reason_and_no_done_is_whole(
     meter = gw.close_trial("t")
     assert meter.infra_error is None, meter.infra_error
     assert [(c.error, c.usage.output) for c in meter.calls] == [(None, 7)] * 3
+
+
+# --- an upstream slow to send even its headers ----------------------------------------------
+
+#: the Google GenAI SDK's SSE reader (Gemini CLI 0.61.0's bundle): events are taken with this
+#: regex anchored at the start of its buffer; anything else there stalls every later event
+GENAI_EVENT = re.compile(r"^\s*data: (.*)(?:\n\n|\r\r|\r\n\r\n)")
+SLOW_PATHS = {**PATHS, "gemini": "/v1beta/models/fake-m:streamGenerateContent?alt=sse"}
+GEMINI_BODY = {"contents": [{"role": "user", "parts": [{"text": "Fix the bug in app.py"}]}]}
+
+
+def genai_events(stream: bytes) -> list[str]:
+    """The events the GenAI SDK reads from ``stream`` (asserting nothing is left unread)."""
+    buffer, out = stream.decode(), []
+    while (m := GENAI_EVENT.match(buffer)) is not None:
+        out.append(m.group(1))
+        buffer = buffer[m.end():]
+    assert not buffer.strip(), buffer[:200]  # the SDK: "Incomplete JSON segment at the end"
+    return out
+
+
+@pytest.fixture
+async def slow_headers() -> AsyncIterator[tuple[Gateway, list[float]]]:
+    """The scripted chat model behind a server that sends nothing, headers included, for
+    ``delay[0]`` seconds (then answers ``status[0]``; 200: the scripted reply)."""
+    from agentmeter.gateway.scripted.policy import Policy
+    from agentmeter.gateway.scripted.server import make_app
+
+    knobs = [1.0, 200.0]
+
+    @web.middleware
+    async def hold(request: web.Request, handler: Any) -> web.StreamResponse:
+        await request.read()
+        await asyncio.sleep(knobs[0])
+        if knobs[1] != 200:
+            return web.json_response({"error": {"message": "too long", "type": "x"}},
+                                     status=int(knobs[1]))
+        return await handler(request)  # type: ignore[no-any-return]
+
+    app = make_app(Policy("quitter"), apis=("chat",))
+    app.middlewares.append(hold)
+    runner, port = await serve(app)
+    gw = gateway_to(port, "fake-m", price_key="scripted/x")
+    gw.keepalive_s = 0.15
+    await gw.start(port=0)
+    yield gw, knobs
+    await gw.stop(drain_s=0)
+    await runner.cleanup()
+
+
+async def _slow_read(gw: Gateway, api: str, token: str) -> list[tuple[float, bytes]]:
+    out: list[tuple[float, bytes]] = []
+    t0 = time.perf_counter()
+    body = GEMINI_BODY if api == "gemini" else request_body(api, True)
+    headers = {"x-goog-api-key": token} if api == "gemini" else headers_for(api, token)
+    async with aiohttp.ClientSession() as s, s.post(gw.base_url + SLOW_PATHS[api], json=body,
+                                                    headers=headers) as r:
+        out.append((time.perf_counter() - t0, b""))  # the status line and headers
+        assert r.status == 200
+        async for data in r.content.iter_any():
+            out.append((time.perf_counter() - t0, data))
+    return out
+
+
+@pytest.mark.parametrize("api", [*APIS, "gemini"])
+async def test_slow_upstream_headers_get_the_client_its_stream_at_once(
+        slow_headers: tuple[Gateway, list[float]], api: str) -> None:
+    """The upstream sends its headers after 1 s: the client has its headers, start events
+    and keep-alives (its API's own) long before, then the whole answer; one call metered."""
+    gw, _ = slow_headers
+    token = gw.open_trial("t", "fake-m")
+    reads = await _slow_read(gw, api, token)
+    assert reads[0][0] < 0.6  # headers at once (not after the upstream's 1 s)
+    early = b"".join(d for t, d in reads if t < 0.9)
+    start = {"messages": b"event: message_start", "responses": b"event: response.created",
+             "chat": b": keep-alive", "gemini": b"\r\n"}[api]
+    assert early.startswith(start), early[:200]
+    keepalive = {"messages": b"event: ping", "responses": b": keep-alive",
+                 "chat": b": keep-alive", "gemini": b"\r\n"}[api]
+    assert early.count(keepalive) >= 3, early
+    whole = b"".join(d for _, d in reads)
+    if api == "gemini":
+        assert not early.strip()  # only whitespace before the first event: the SDK reads on
+        events = [json.loads(e) for e in genai_events(whole)]
+        assert events and "candidates" in events[0]
+        assert events[-1]["usageMetadata"]["candidatesTokenCount"] > 0
+    else:
+        assert whole.count(keepalive) >= 3 and len(whole) > len(early) + 100
+    meter = gw.close_trial("t")
+    (call,) = meter.calls
+    assert call.status_code == 200 and call.error is None and call.usage.output
+    assert call.ttft_s is not None and call.ttft_s >= 0.9  # keep-alives are not a first token
+
+
+@pytest.mark.parametrize("api", [*APIS, "gemini"])
+async def test_a_slow_refusal_reaches_an_open_stream_in_its_api_form(
+        slow_headers: tuple[Gateway, list[float]], api: str) -> None:
+    gw, knobs = slow_headers
+    knobs[:] = [0.5, 400]
+    token = gw.open_trial("t", "fake-m")
+    whole = b"".join(d for _, d in await _slow_read(gw, api, token))
+    tail = whole.strip().rsplit(b"\n", 1)[-1]
+    if api == "messages":
+        assert b"event: error" in whole and b'"invalid_request_error"' in whole
+    elif api == "responses":
+        assert b"event: response.failed" in whole and b'"status":"failed"' in whole
+    elif api == "chat":
+        assert json.loads(tail.removeprefix(b"data: "))["error"]["message"] == "too long"
+    else:  # the GenAI SDK raises a chunk that is an error object as an ApiError with its code
+        assert json.loads(tail)["error"]["code"] == 400
+    assert b"too long" in whole
+    meter = gw.close_trial("t")
+    (call,) = meter.calls
+    assert call.status_code == 400 and call.error == "upstream 400"
+    assert call.bytes_out == len(whole)
 
 
 # --- abandoned generations stop costing (local providers) ----------------------------------
