@@ -436,6 +436,34 @@ async def test_a_local_provider_stops_generating_when_its_client_hangs_up(stream
         await runner.cleanup()
 
 
+async def test_a_paid_provider_call_whose_client_hung_up_unstreamed_is_read_and_metered() -> None:
+    """Not local: the client's hang-up does not cancel the upstream request; the answer is read
+    to its end and metered (the provider bills it), the record says the client was gone."""
+    up = SlowUpstream(1.0)
+    runner, port = await serve_chat(up.handle)
+    gw = gateway_to(port, "paid/m", price_key="scripted/x")
+    await gw.start(port=0)
+    try:
+        token = gw.open_trial("t", "paid/m")
+        async with aiohttp.ClientSession() as s:
+            post = asyncio.ensure_future(s.post(gw.base_url + PATHS["chat"],
+                                                json=request_body("chat", False),
+                                                headers=headers_for("chat", token)))
+            await asyncio.sleep(0.3)
+            post.cancel()  # the client hangs up waiting for the whole answer
+            with contextlib.suppress(asyncio.CancelledError):
+                await post
+        meter = await gw.finish_trial("t", settle_s=5)
+        assert up.finished == 1
+        (call,) = meter.calls
+        assert call.status_code == 200 and (call.usage.input, call.usage.output) == (120, 5)
+        assert call.cost_usd is not None and call.cost_usd > 0
+        assert call.error is not None and call.error.startswith("client disconnected")
+    finally:
+        await gw.stop(drain_s=0)
+        await runner.cleanup()
+
+
 # --- smaller faults ------------------------------------------------------------------------
 
 async def _empty(request: web.Request) -> web.StreamResponse:

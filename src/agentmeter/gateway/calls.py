@@ -239,6 +239,9 @@ async def forward(request: web.Request, call: Call, env: CallEnv) -> web.StreamR
     if reply.infra_error:
         call.trial.infra_error = reply.infra_error
         call.error = reply.infra_error
+    elif client is None and hung_up(request):  # a paid provider's answer, read and metered
+        call.client_gone = True
+        call.error = "client disconnected before the answer (read to its end, metered)"
     try:
         if reply.streaming:
             assert client is not None
