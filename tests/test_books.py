@@ -227,7 +227,7 @@ async def test_a_slow_first_token_gets_start_events_and_keepalives_at_once(
     first = {"messages": b"event: message_start", "responses": b"event: response.created",
              "chat": b": upstream is processing"}[api]  # chat: passed through as it is
     assert early.startswith(first), early[:200]
-    keepalive = {"messages": b"event: ping", "responses": b": keep-alive",
+    keepalive = {"messages": b"event: ping", "responses": b"event: response.in_progress",
                  "chat": b": keep-alive"}[api]
     assert early.count(keepalive) >= 3, early  # every 0.1 s while the upstream is quiet
     whole = b"".join(d for _, d in reads)
@@ -328,7 +328,7 @@ async def test_slow_upstream_headers_get_the_client_its_stream_at_once(
     start = {"messages": b"event: message_start", "responses": b"event: response.created",
              "chat": b": keep-alive", "gemini": b"\r\n"}[api]
     assert early.startswith(start), early[:200]
-    keepalive = {"messages": b"event: ping", "responses": b": keep-alive",
+    keepalive = {"messages": b"event: ping", "responses": b"event: response.in_progress",
                  "chat": b": keep-alive", "gemini": b"\r\n"}[api]
     assert early.count(keepalive) >= 3, early
     whole = b"".join(d for _, d in reads)

@@ -38,6 +38,7 @@ from agentmeter.gateway.sse import SseEvent, SseParser, encode, loads_object
 from agentmeter.gateway.upstream import Upstream, UpstreamReply, UpstreamRequest
 from agentmeter.gateway.wire_gemini import Framing
 from agentmeter.gateway.wire_messages import MessagesStreamWriter
+from agentmeter.gateway.wire_responses import ResponsesStreamWriter
 from agentmeter.records import ModelCallRecord, TokenUsage, WireApi, utcnow
 
 if TYPE_CHECKING:
@@ -516,10 +517,13 @@ class ClientStream:
         await self.to_client(self.resp.write(data))
 
     async def keep_alive(self) -> None:
-        """A keep-alive when the client heard nothing for ``keepalive_s`` (between events)."""
+        """A keep-alive when the client heard nothing for ``keepalive_s`` (between events).
+        A translated Responses stream gets an event (``ResponsesStreamWriter.keepalive``):
+        Codex's idle timeout counts events, not bytes."""
         if self.keepalive is not None and not self.partial() and \
                 time.perf_counter() - self.sent_at >= self.env.keepalive_s:
-            await self.emit(self.keepalive, content=False)
+            await self.emit(self.writer.keepalive() if isinstance(
+                self.writer, ResponsesStreamWriter) else self.keepalive, content=False)
 
     async def fail(self, reply: UpstreamReply) -> web.StreamResponse:
         """An upstream reply that is no answer (an error status, a malformed body) once the
