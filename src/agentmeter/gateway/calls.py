@@ -538,11 +538,9 @@ class ClientStream:
             del call.out_log[logged:]
         await self.emit(stream_error(call.client_api, answer.status, error_message(body)),
                         content=False)
-        if not self.call.client_gone:
+        if not call.client_gone:
             await self.to_client(self.resp.write_eof())
         return self.resp
-
-
 
 
 async def _paced(chunks: AsyncIterator[bytes], every_s: float) -> AsyncGenerator[bytes | None, None]:
