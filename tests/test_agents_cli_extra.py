@@ -211,3 +211,17 @@ def test_qwen_code_client_retries_are_off() -> None:
     from agentmeter.agents.cli.qwen_code import SPEC
     settings = json.loads(SPEC.files["${home}/.qwen/settings.json"])
     assert settings["model"]["generationConfig"]["maxRetries"] == 0
+    # its stream guards (240 s without a chunk, 900 s in all) would drop and re-send a call to
+    # a model slow to its first token: the agent timeout decides instead
+    assert settings["model"]["generationConfig"]["streamIdleTimeoutMs"] == 0
+    assert settings["model"]["generationConfig"]["streamMaxLifetimeMs"] == 0
+
+
+def test_codex_waits_for_a_slow_first_token() -> None:
+    """Codex drops a stream with no SSE event for 300 s by default (its provider setting)."""
+    import tomllib
+
+    from agentmeter.agents.cli.codex import CONFIG
+    provider = tomllib.loads(CONFIG.replace("${", "{"))["model_providers"]["agentmeter"]
+    assert provider["stream_idle_timeout_ms"] >= 3_600_000
+    assert provider["stream_max_retries"] == provider["request_max_retries"] == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -195,7 +196,7 @@ async def faulty(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[Gateway
     up = FaultyUpstream()
     runner, port = await serve_chat(up.handle)
     gw = gateway_to(port, "fake/m", price_key="scripted/x")
-    gw.keepalive_s = 0.2
+    gw.keepalive_s = 0.1
     await gw.start(port=0)
     yield gw, up
     await gw.stop(drain_s=0)
@@ -219,22 +220,22 @@ async def _timed_read(gw: Gateway, api: str, token: str) -> list[tuple[float, by
 async def test_a_slow_first_token_gets_start_events_and_keepalives_at_once(
         faulty: tuple[Gateway, FaultyUpstream], api: str) -> None:
     gw, up = faulty
-    up.first_token_s = 1.5
+    up.first_token_s = 0.8
     token = gw.open_trial("trial-SECRET-NAME", "fake/m")
     reads = await _timed_read(gw, api, token)
-    early = b"".join(d for t, d in reads if t < 1.2)  # before the first token
+    early = b"".join(d for t, d in reads if t < 0.65)  # before the first token
     first = {"messages": b"event: message_start", "responses": b"event: response.created",
              "chat": b": upstream is processing"}[api]  # chat: passed through as it is
     assert early.startswith(first), early[:200]
-    keepalive = {"messages": b"event: ping", "responses": b": keep-alive",
+    keepalive = {"messages": b"event: ping", "responses": b"event: response.in_progress",
                  "chat": b": keep-alive"}[api]
-    assert early.count(keepalive) >= 3, early  # every 0.2 s while the upstream is quiet
+    assert early.count(keepalive) >= 3, early  # every 0.1 s while the upstream is quiet
     whole = b"".join(d for _, d in reads)
     assert b"HELLO" in whole and b"HELLO" not in early
     assert b"trial-SECRET-NAME" not in whole  # the trial's id names the task: not in ids
     meter = gw.close_trial("trial-SECRET-NAME")
     (call,) = meter.calls
-    assert call.ttft_s is not None and call.ttft_s >= 1.4  # keep-alives are not a first token
+    assert call.ttft_s is not None and call.ttft_s >= 0.75  # keep-alives are not a first token
     assert (call.usage.input, call.usage.output) == (50, 7) and call.error is None
 
 
@@ -250,6 +251,121 @@ async def test_a_stream_with_a_finish_reason_and_no_done_is_whole(
     meter = gw.close_trial("t")
     assert meter.infra_error is None, meter.infra_error
     assert [(c.error, c.usage.output) for c in meter.calls] == [(None, 7)] * 3
+
+
+# --- an upstream slow to send even its headers ----------------------------------------------
+
+#: the Google GenAI SDK's SSE reader (Gemini CLI 0.61.0's bundle): events are taken with this
+#: regex anchored at the start of its buffer; anything else there stalls every later event
+GENAI_EVENT = re.compile(r"^\s*data: (.*)(?:\n\n|\r\r|\r\n\r\n)")
+SLOW_PATHS = {**PATHS, "gemini": "/v1beta/models/fake-m:streamGenerateContent?alt=sse"}
+GEMINI_BODY = {"contents": [{"role": "user", "parts": [{"text": "Fix the bug in app.py"}]}]}
+
+
+def genai_events(stream: bytes) -> list[str]:
+    """The events the GenAI SDK reads from ``stream`` (asserting nothing is left unread)."""
+    buffer, out = stream.decode(), []
+    while (m := GENAI_EVENT.match(buffer)) is not None:
+        out.append(m.group(1))
+        buffer = buffer[m.end():]
+    assert not buffer.strip(), buffer[:200]  # the SDK: "Incomplete JSON segment at the end"
+    return out
+
+
+@pytest.fixture
+async def slow_headers() -> AsyncIterator[tuple[Gateway, list[float]]]:
+    """The scripted chat model behind a server that sends nothing, headers included, for
+    ``delay[0]`` seconds (then answers ``status[0]``; 200: the scripted reply)."""
+    from agentmeter.gateway.scripted.policy import Policy
+    from agentmeter.gateway.scripted.server import make_app
+
+    knobs = [0.6, 200.0]
+
+    @web.middleware
+    async def hold(request: web.Request, handler: Any) -> web.StreamResponse:
+        await request.read()
+        await asyncio.sleep(knobs[0])
+        if knobs[1] != 200:
+            return web.json_response({"error": {"message": "too long", "type": "x"}},
+                                     status=int(knobs[1]))
+        return await handler(request)  # type: ignore[no-any-return]
+
+    app = make_app(Policy("quitter"), apis=("chat",))
+    app.middlewares.append(hold)
+    runner, port = await serve(app)
+    gw = gateway_to(port, "fake-m", price_key="scripted/x")
+    gw.keepalive_s = 0.1
+    await gw.start(port=0)
+    yield gw, knobs
+    await gw.stop(drain_s=0)
+    await runner.cleanup()
+
+
+async def _slow_read(gw: Gateway, api: str, token: str) -> list[tuple[float, bytes]]:
+    out: list[tuple[float, bytes]] = []
+    t0 = time.perf_counter()
+    body = GEMINI_BODY if api == "gemini" else request_body(api, True)
+    headers = {"x-goog-api-key": token} if api == "gemini" else headers_for(api, token)
+    async with aiohttp.ClientSession() as s, s.post(gw.base_url + SLOW_PATHS[api], json=body,
+                                                    headers=headers) as r:
+        out.append((time.perf_counter() - t0, b""))  # the status line and headers
+        assert r.status == 200
+        async for data in r.content.iter_any():
+            out.append((time.perf_counter() - t0, data))
+    return out
+
+
+@pytest.mark.parametrize("api", [*APIS, "gemini"])
+async def test_slow_upstream_headers_get_the_client_its_stream_at_once(
+        slow_headers: tuple[Gateway, list[float]], api: str) -> None:
+    """The upstream sends its headers after 0.6 s: the client has its headers, start events
+    and keep-alives (its API's own) long before, then the whole answer; one call metered."""
+    gw, _ = slow_headers
+    token = gw.open_trial("t", "fake-m")
+    reads = await _slow_read(gw, api, token)
+    assert reads[0][0] < 0.45  # headers at once (not after the upstream's 0.6 s)
+    early = b"".join(d for t, d in reads if t < 0.55)
+    start = {"messages": b"event: message_start", "responses": b"event: response.created",
+             "chat": b": keep-alive", "gemini": b"\r\n"}[api]
+    assert early.startswith(start), early[:200]
+    keepalive = {"messages": b"event: ping", "responses": b"event: response.in_progress",
+                 "chat": b": keep-alive", "gemini": b"\r\n"}[api]
+    assert early.count(keepalive) >= 3, early
+    whole = b"".join(d for _, d in reads)
+    if api == "gemini":
+        assert not early.strip()  # only whitespace before the first event: the SDK reads on
+        events = [json.loads(e) for e in genai_events(whole)]
+        assert events and "candidates" in events[0]
+        assert events[-1]["usageMetadata"]["candidatesTokenCount"] > 0
+    else:
+        assert whole.count(keepalive) >= 3 and len(whole) > len(early) + 100
+    meter = gw.close_trial("t")
+    (call,) = meter.calls
+    assert call.status_code == 200 and call.error is None and call.usage.output
+    assert call.ttft_s is not None and call.ttft_s >= 0.55  # keep-alives are no first token
+
+
+@pytest.mark.parametrize("api", [*APIS, "gemini"])
+async def test_a_slow_refusal_reaches_an_open_stream_in_its_api_form(
+        slow_headers: tuple[Gateway, list[float]], api: str) -> None:
+    gw, knobs = slow_headers
+    knobs[:] = [0.3, 400]
+    token = gw.open_trial("t", "fake-m")
+    whole = b"".join(d for _, d in await _slow_read(gw, api, token))
+    tail = whole.strip().rsplit(b"\n", 1)[-1]
+    if api == "messages":
+        assert b"event: error" in whole and b'"invalid_request_error"' in whole
+    elif api == "responses":
+        assert b"event: response.failed" in whole and b'"status":"failed"' in whole
+    elif api == "chat":
+        assert json.loads(tail.removeprefix(b"data: "))["error"]["message"] == "too long"
+    else:  # the GenAI SDK raises a chunk that is an error object as an ApiError with its code
+        assert json.loads(tail)["error"]["code"] == 400
+    assert b"too long" in whole
+    meter = gw.close_trial("t")
+    (call,) = meter.calls
+    assert call.status_code == 400 and call.error == "upstream 400"
+    assert call.bytes_out == len(whole)
 
 
 # --- abandoned generations stop costing (local providers) ----------------------------------
@@ -315,6 +431,34 @@ async def test_a_local_provider_stops_generating_when_its_client_hangs_up(stream
         (call,) = meter.calls
         assert call.error is not None and "local provider" in call.error, call.error
         assert meter.infra_error is None  # the client's doing, not the provider's
+    finally:
+        await gw.stop(drain_s=0)
+        await runner.cleanup()
+
+
+async def test_a_paid_provider_call_whose_client_hung_up_unstreamed_is_read_and_metered() -> None:
+    """Not local: the client's hang-up does not cancel the upstream request; the answer is read
+    to its end and metered (the provider bills it), the record says the client was gone."""
+    up = SlowUpstream(0.5)
+    runner, port = await serve_chat(up.handle)
+    gw = gateway_to(port, "paid/m", price_key="scripted/x")
+    await gw.start(port=0)
+    try:
+        token = gw.open_trial("t", "paid/m")
+        async with aiohttp.ClientSession() as s:
+            post = asyncio.ensure_future(s.post(gw.base_url + PATHS["chat"],
+                                                json=request_body("chat", False),
+                                                headers=headers_for("chat", token)))
+            await asyncio.sleep(0.2)
+            post.cancel()  # the client hangs up waiting for the whole answer
+            with contextlib.suppress(asyncio.CancelledError):
+                await post
+        meter = await gw.finish_trial("t", settle_s=5)
+        assert up.finished == 1
+        (call,) = meter.calls
+        assert call.status_code == 200 and (call.usage.input, call.usage.output) == (120, 5)
+        assert call.cost_usd is not None and call.cost_usd > 0
+        assert call.error is not None and call.error.startswith("client disconnected")
     finally:
         await gw.stop(drain_s=0)
         await runner.cleanup()

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import secrets
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,14 +24,21 @@ from aiohttp import web
 
 from agentmeter.gateway import translate
 from agentmeter.gateway import usage as usage_fields
-from agentmeter.gateway.errors import convert_error, error_bytes, gemini_budget_bytes
+from agentmeter.gateway.errors import (
+    convert_error,
+    error_body,
+    error_bytes,
+    error_message,
+    gemini_budget_bytes,
+)
 from agentmeter.gateway.metering import Reservation, StreamUsage, TrialState, body_usage
 from agentmeter.gateway.neutral import NeutralUsage, completion_events
 from agentmeter.gateway.persist import CallWriter
-from agentmeter.gateway.sse import SseEvent, SseParser, loads_object
+from agentmeter.gateway.sse import SseEvent, SseParser, encode, loads_object
 from agentmeter.gateway.upstream import Upstream, UpstreamReply, UpstreamRequest
 from agentmeter.gateway.wire_gemini import Framing
 from agentmeter.gateway.wire_messages import MessagesStreamWriter
+from agentmeter.gateway.wire_responses import ResponsesStreamWriter
 from agentmeter.records import ModelCallRecord, TokenUsage, WireApi, utcnow
 
 if TYPE_CHECKING:
@@ -213,11 +221,13 @@ async def forward(request: web.Request, call: Call, env: CallEnv) -> web.StreamR
     req = UpstreamRequest(call.upstream_api, sent, call.stream and not restream, headers,
                           cache_key=call.trial.trial_id,
                           solution_script=call.trial.scripted.solution_script)
+    client = ClientStream(request, call, env) if call.stream else None
     try:
-        got = await _send(request, call, env, req)
+        got = await _send(request, call, env, req, client)
         if got is None:  # a local provider's client hung up: nobody to answer
             await finish_call(call, env)
-            return web.Response(status=499)
+            return client.resp if client is not None and client.opened else \
+                web.Response(status=499)
         reply = got
     except asyncio.CancelledError:
         _cancelled(call)
@@ -230,11 +240,18 @@ async def forward(request: web.Request, call: Call, env: CallEnv) -> web.StreamR
     if reply.infra_error:
         call.trial.infra_error = reply.infra_error
         call.error = reply.infra_error
+    elif client is None and hung_up(request):  # a paid provider's answer, read and metered
+        call.client_gone = True
+        call.error = "client disconnected before the answer (read to its end, metered)"
     try:
         if reply.streaming:
-            return await _stream(request, call, env, reply, injected)
-        if restream and reply.status == 200 and _answered(reply):
-            return await _restream(request, call, env, reply)
+            assert client is not None
+            return await _stream(client, reply, injected)
+        if client is not None and reply.status == 200 and _answered(call, reply) and (
+                restream or client.opened):
+            return await _restream(client, reply)
+        if client is not None and client.opened:  # the client's stream is open: the error in it
+            return await client.fail(reply)
         response = _whole(call, env, reply)
     except asyncio.CancelledError:  # the run ended (``Gateway.stop``): the call's fate recorded
         _cancelled(call)
@@ -254,41 +271,48 @@ def whole_then_stream(call: Call) -> bool:
     return call.stream and call.trial.model.served_here and call.upstream_api == "chat"
 
 
-def _answered(reply: UpstreamReply) -> bool:
+def _answered(call: Call, reply: UpstreamReply) -> bool:
     obj = loads_object(reply.body or b"")
-    return obj is not None and bool(obj.get("choices"))
+    if obj is None:
+        return False
+    return bool(obj.get("choices")) if call.upstream_api == "chat" else "error" not in obj
 
 
-async def _restream(request: web.Request, call: Call, env: CallEnv,
-                    reply: UpstreamReply) -> web.StreamResponse:
+async def _restream(client: ClientStream, reply: UpstreamReply) -> web.StreamResponse:
     """A whole chat reply (with choices) sent to a streaming client as a stream in its own API
     (the translation's stream writers, fed the completion's events); metered with the reply's
     usage before the client sees the end of the stream."""
+    call, env = client.call, client.env
     body = reply.body or b""
     obj = loads_object(body)
     assert obj is not None
     call.status, call.upstream_bytes = 200, len(body)
     call.usage = body_usage(call.upstream_api, obj)
-    framing = Framing(call.sse) if call.client_api == "gemini" else None
-    writer = translate.stream_writer(call.client_api, call.body, _client_model(call),
-                                     call_id(call), framing)
+    writer = client.writer or translate.stream_writer(
+        call.client_api, call.body, _client_model(call), call_id(call), client.framing)
     completion = translate.completion(call.upstream_api, obj)
-    # a Messages client reads the input usage from message_start: known here, so sent there
-    start = writer.start(completion.usage) if isinstance(writer, MessagesStreamWriter) \
-        else writer.start()
+    start = b""
+    if not (client.opened and client.writer is not None):  # else sent when the stream opened
+        # a Messages client reads the input usage from message_start: known here, sent there
+        start = writer.start(completion.usage) if isinstance(writer, MessagesStreamWriter) \
+            else writer.start()
     events = completion_events(completion)
     data = _scrub(start + b"".join(writer.feed(ev) for ev in events) + writer.end(),
                   env.secret)
-    resp = web.StreamResponse(status=200, headers={"Cache-Control": "no-cache"})
-    resp.content_type = JSON if framing is not None and not framing.sse else "text/event-stream"
     call.ttft = time.perf_counter() - call.t0
-    call.bytes_out = len(data)
+    call.bytes_out += len(data)
     if call.out_log is not None:
         call.out_log.append(data)
     await finish_call(call, env)  # before the client sees the end of the stream
+    if client.opened:
+        if not call.client_gone:
+            await client.to_client(client.resp.write(data))
+            await client.to_client(client.resp.write_eof())
+        return client.resp
+    resp = client.resp
     try:
         async with asyncio.timeout(env.write_timeout_s):
-            await resp.prepare(request)
+            await resp.prepare(client.request)
             await resp.write(data)
             await resp.write_eof()
     except (ConnectionError, RuntimeError, TimeoutError):
@@ -361,23 +385,40 @@ def hung_up(request: web.Request) -> bool:
     return transport is None or transport.is_closing()
 
 
-async def _send(request: web.Request, call: Call, env: CallEnv,
-                req: UpstreamRequest) -> UpstreamReply | None:
+#: how long a streamed call waits for its upstream's reply before it opens the client's stream
+#: (headers, start events, then keep-alives): an upstream's quick refusal still reaches the
+#: client as its HTTP status; a slow one (a local server that answers when its first token is
+#: ready) leaves no client waiting for headers
+OPEN_AFTER_S = 1.0
+
+
+async def _send(request: web.Request, call: Call, env: CallEnv, req: UpstreamRequest,
+                client: ClientStream | None) -> UpstreamReply | None:
     """The upstream's reply; for a local provider, ``None`` when the client hung up first (the
-    request is then cancelled: its connection closed, which stops the server)."""
-    if not call.trial.model.local:
+    request is then cancelled: its connection closed, which stops the server). While a streamed
+    call (``client``) waits, its client's stream is opened after ``OPEN_AFTER_S`` and kept
+    alive."""
+    local = call.trial.model.local
+    if not local and client is None:
         return await env.upstream.send(req)
+    open_after = min(OPEN_AFTER_S, env.keepalive_s)
+    tick = min(LOCAL_POLL_S if local else open_after, open_after)
     task = asyncio.ensure_future(env.upstream.send(req))
     try:
         while True:
-            done, _ = await asyncio.wait({task}, timeout=LOCAL_POLL_S)
+            done, _ = await asyncio.wait({task}, timeout=tick)
             if done:
                 return task.result()
-            if hung_up(request):
+            if local and hung_up(request):
                 call.client_gone = True
                 call.error = f"client disconnected; {LOCAL_CANCELLED}"
                 call.status = 499
                 return None
+            if client is not None:
+                if client.opened:
+                    await client.keep_alive()
+                elif time.perf_counter() - call.t0 >= open_after:
+                    await client.open()
     finally:
         if not task.done():
             task.cancel()
@@ -387,12 +428,119 @@ async def _send(request: web.Request, call: Call, env: CallEnv,
 
 #: a keep-alive in each client API's own form: Anthropic's ``ping`` event; an SSE comment for
 #: the OpenAI APIs (ignored by SSE parsers; OpenAI-compatible servers send such comments).
-#: Gemini clients get none: their SDKs read ``data:`` lines only and a comment could stall them.
+#: Gemini: a blank line. The Google GenAI SDK (Gemini CLI) reads its SSE with a regex anchored
+#: at the start of its buffer, ``^\s*data: (.*)\r\n\r\n``: a comment there would never be
+#: consumed and would stall every later event; whitespace is taken with the next event (and is
+#: whitespace between the items of the JSON-array form too). See docs/agents.md.
 KEEPALIVES: dict[WireApi, bytes] = {
     "messages": b'event: ping\ndata: {"type": "ping"}\n\n',
     "chat": b": keep-alive\n\n",
     "responses": b": keep-alive\n\n",
+    "gemini": b"\r\n",
 }
+
+
+def stream_error(api: WireApi, status: int, message: str) -> bytes:
+    """An error inside a stream already answered 200, in the client API's own form: Anthropic's
+    ``error`` event; Responses' ``response.failed``; a Chat chunk with ``error`` (OpenAI's SDKs
+    raise it); Gemini, the error body on its own (the GenAI SDK raises a chunk that is an error
+    object as an ``ApiError`` with its code)."""
+    body = error_body(api, status, message)
+    if api == "messages":
+        return encode(body, "error")
+    if api == "responses":
+        err = body["error"]
+        code = "rate_limit_exceeded" if status == 429 else err.get("code") or "server_error"
+        return encode({"type": "response.failed", "response": {
+            "id": f"gw_failed_{status}", "object": "response", "status": "failed",
+            "error": {"code": code, "message": message}, "output": []}}, "response.failed")
+    if api == "gemini":
+        return json.dumps(body).encode() + b"\n"
+    return encode(body)
+
+
+class ClientStream:
+    """The client's side of a streamed call: its 200 response, opened once (headers, then the
+    translation's start events), its keep-alives and writes."""
+
+    def __init__(self, request: web.Request, call: Call, env: CallEnv) -> None:
+        self.request, self.call, self.env = request, call, env
+        self.framing = Framing(call.sse) if call.client_api == "gemini" else None
+        self.writer = translate.stream_writer(call.client_api, call.body, _client_model(call),
+                                              call_id(call), self.framing) \
+            if call.translated else None
+        self.keepalive = KEEPALIVES.get(call.client_api)
+        self.resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream",
+                                                            "Cache-Control": "no-cache"})
+        if self.framing is not None and not self.framing.sse:  # a Gemini stream as one array
+            self.resp.content_type = JSON
+        self.sent_at = time.perf_counter()  # when the client was last sent something
+        self.opened = False
+        self.partial: Callable[[], bool] = lambda: False  # part of an event sent, not ended
+
+    async def open(self) -> None:
+        """Headers, then the translation's start events (once)."""
+        if self.opened:
+            return
+        self.opened = True
+        await self.to_client(self.resp.prepare(self.request))
+        if self.writer is not None:
+            await self.emit(self.writer.start(), content=False)
+
+    async def to_client(self, step: Awaitable[Any]) -> None:
+        call, env = self.call, self.env
+        try:
+            async with asyncio.timeout(env.write_timeout_s):
+                await step
+        except (ConnectionError, RuntimeError) as e:  # the client went away: keep reading
+            call.client_gone = True
+            call.error = f"client disconnected: {type(e).__name__}"
+        except TimeoutError:  # the client takes nothing: drop it, keep reading the upstream
+            call.client_gone = True
+            call.error = f"client disconnected: took no data for {env.write_timeout_s:g} s"
+            if self.request.transport is not None:
+                self.request.transport.abort()
+
+    async def emit(self, data: bytes, content: bool = True) -> None:
+        """Send ``data``; ``content``: it carries the model's output (the first such is the
+        time to first token; start events and keep-alives are not)."""
+        call = self.call
+        if not data or call.client_gone:
+            return
+        data = _scrub(data, self.env.secret)
+        if content and call.ttft is None:
+            call.ttft = time.perf_counter() - call.t0
+        call.bytes_out += len(data)
+        if call.out_log is not None:
+            call.out_log.append(data)
+        self.sent_at = time.perf_counter()
+        await self.to_client(self.resp.write(data))
+
+    async def keep_alive(self) -> None:
+        """A keep-alive when the client heard nothing for ``keepalive_s`` (between events).
+        A translated Responses stream gets an event (``ResponsesStreamWriter.keepalive``):
+        Codex's idle timeout counts events, not bytes."""
+        if self.keepalive is not None and not self.partial() and \
+                time.perf_counter() - self.sent_at >= self.env.keepalive_s:
+            await self.emit(self.writer.keepalive() if isinstance(
+                self.writer, ResponsesStreamWriter) else self.keepalive, content=False)
+
+    async def fail(self, reply: UpstreamReply) -> web.StreamResponse:
+        """An upstream reply that is no answer (an error status, a malformed body) once the
+        stream is open: metered as ``_whole`` meters it, sent as the client API's stream error
+        (``stream_error``), and the stream ended."""
+        call = self.call
+        sent, logged = call.bytes_out, len(call.out_log) if call.out_log is not None else 0
+        answer = _whole(call, self.env, reply)
+        body = answer.body if isinstance(answer.body, bytes) else b""
+        call.bytes_out = sent  # what ``_whole`` would have sent was not: the stream error is
+        if call.out_log is not None:
+            del call.out_log[logged:]
+        await self.emit(stream_error(call.client_api, answer.status, error_message(body)),
+                        content=False)
+        if not call.client_gone:
+            await self.to_client(self.resp.write_eof())
+        return self.resp
 
 
 async def _paced(chunks: AsyncIterator[bytes], every_s: float) -> AsyncGenerator[bytes | None, None]:
@@ -428,57 +576,17 @@ def _usage_only(ev: SseEvent) -> bool:
     return obj is not None and obj.get("choices") == [] and isinstance(obj.get("usage"), dict)
 
 
-async def _stream(request: web.Request, call: Call, env: CallEnv, reply: UpstreamReply,
+async def _stream(client: ClientStream, reply: UpstreamReply,
                   drop_usage_chunk: bool) -> web.StreamResponse:
     assert reply.chunks is not None
+    request, call, env = client.request, client.call, client.env
     call.status = 200
-    resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream",
-                                                   "Cache-Control": "no-cache"})
     parser, tracker = SseParser(), StreamUsage(call.upstream_api)
-    framing = Framing(call.sse) if call.client_api == "gemini" else None
-    reader, writer, start = None, None, b""
-    if call.translated:
+    framing, writer, reader = client.framing, client.writer, None
+    if writer is not None:
         reader = translate.stream_reader(call.upstream_api)
-        writer = translate.stream_writer(call.client_api, call.body, _client_model(call),
-                                         call_id(call), framing)
-        start = writer.start()  # sent at once: a client waiting for a slow first token hears
-    keepalive = KEEPALIVES.get(call.client_api) if framing is None else None
-    sent_at = [time.perf_counter()]  # when the client was last sent something
-    if framing is not None and not framing.sse:  # a Gemini stream as one JSON array
-        resp.content_type = JSON
-
-    async def to_client(step: Awaitable[Any]) -> None:
-        try:
-            async with asyncio.timeout(env.write_timeout_s):
-                await step
-        except (ConnectionError, RuntimeError) as e:  # the client went away: keep reading
-            call.client_gone = True
-            call.error = f"client disconnected: {type(e).__name__}"
-        except TimeoutError:  # the client takes nothing: drop it, keep reading the upstream
-            call.client_gone = True
-            call.error = f"client disconnected: took no data for {env.write_timeout_s:g} s"
-            if request.transport is not None:
-                request.transport.abort()
-
-    async def emit(data: bytes, content: bool = True) -> None:
-        """Send ``data``; ``content``: it carries the model's output (the first such is the
-        time to first token; start events and keep-alives are not)."""
-        if not data or call.client_gone:
-            return
-        data = _scrub(data, env.secret)
-        if content and call.ttft is None:
-            call.ttft = time.perf_counter() - call.t0
-        call.bytes_out += len(data)
-        if call.out_log is not None:
-            call.out_log.append(data)
-        sent_at[0] = time.perf_counter()
-        await to_client(resp.write(data))
-
-    async def keep_alive() -> None:
-        """A keep-alive when the client heard nothing for ``keepalive_s`` (between events)."""
-        if keepalive is not None and not parser.partial and \
-                time.perf_counter() - sent_at[0] >= env.keepalive_s:
-            await emit(keepalive, content=False)
+    client.partial = lambda: parser.partial
+    emit, keep_alive = client.emit, client.keep_alive
 
     def translated(events: list[SseEvent]) -> bytes:
         assert reader is not None and writer is not None
@@ -490,8 +598,7 @@ async def _stream(request: web.Request, call: Call, env: CallEnv, reply: Upstrea
         assert framing is not None
         return b"".join(framing.item(ev.data) for ev in events if ev.data)
 
-    await to_client(resp.prepare(request))
-    await emit(start, content=False)
+    await client.open()  # start events at once: a client waiting for a slow first token hears
     broke = cancelled_locally = False
     local = call.trial.model.local
     paced = _paced(reply.chunks, min(env.keepalive_s, LOCAL_POLL_S) if local else env.keepalive_s)
@@ -556,8 +663,8 @@ async def _stream(request: web.Request, call: Call, env: CallEnv, reply: Upstrea
         await reply.release()
     await finish_call(call, env)  # before the client sees the end of the stream
     if not call.client_gone:
-        await to_client(resp.write_eof())
-    return resp
+        await client.to_client(client.resp.write_eof())
+    return client.resp
 
 
 def _upstream_problem(call: Call, problem: str) -> None:

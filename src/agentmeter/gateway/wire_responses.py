@@ -75,6 +75,12 @@ class ResponsesStreamWriter:
         return self._ev("response.created", response=snap) + self._ev(
             "response.in_progress", response=snap)
 
+    def keepalive(self) -> bytes:
+        """A keep-alive that is an event: ``response.in_progress`` again. Codex's stream idle
+        timeout (300 s) counts SSE events, and an SSE comment is none."""
+        snap = _response(self._id, self._model, self._created, "in_progress", [], None, None)
+        return self._ev("response.in_progress", response=snap)
+
     def _close_open(self) -> bytes:
         item, self._open = self._open, None
         if item is None:

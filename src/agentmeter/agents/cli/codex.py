@@ -5,6 +5,11 @@ is ignored). Stdout is JSONL: ``item.*`` events and ``turn.completed`` with the 
 turn; the process lingers a few seconds after that (a plugin sync), so the harness ends it once
 ``turn.completed`` is seen. The rollout (``$CODEX_HOME/sessions/**/rollout-*.jsonl``) has the
 model's own tool names (``exec_command``, ``apply_patch``, …) and per-call ``token_count`` events.
+
+``request_max_retries`` and ``stream_max_retries`` 0: retrying is the gateway's decision.
+``stream_idle_timeout_ms`` one hour: by default Codex drops a stream that sent no SSE event for
+300 s ("idle timeout waiting for SSE"; an SSE comment is no event), which a model slow to its
+first token exceeds; how long a call may take is the harness's decision (the agent timeout).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ env_key = "AGENTMETER_API_KEY"
 wire_api = "responses"
 request_max_retries = 0
 stream_max_retries = 0
+stream_idle_timeout_ms = 3600000
 
 [analytics]
 enabled = false

@@ -7,6 +7,9 @@ the final ``result`` event carries the run's usage.
 ``model.generationConfig.maxRetries`` 0: no client retries (the OpenAI SDK's own, 2 by default,
 and its rate-limit loop, 10 by default with minutes of backoff); retrying is the gateway's
 decision. Two replays of a stream cut before any output are built in and cannot be turned off.
+``streamIdleTimeoutMs`` and ``streamMaxLifetimeMs`` 0: its stream guards are off (by default it
+drops a stream with no chunk for 240 s, SSE comments not counted, or waiting 900 s in all, and
+retries it); how long a call may take is the harness's decision (the agent timeout).
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ SETTINGS = """\
  "privacy": {"usageStatisticsEnabled": false},
  "telemetry": {"enabled": false},
  "general": {"disableAutoUpdate": true, "disableUpdateNag": true},
- "model": {"generationConfig": {"maxRetries": 0}}}
+ "model": {"generationConfig": {"maxRetries": 0, "streamIdleTimeoutMs": 0,
+                                 "streamMaxLifetimeMs": 0}}}
 """
 
 SPEC = CliSpec(
