@@ -18,6 +18,8 @@ built once more (docs/security.md gives the measured time).
 from __future__ import annotations
 
 import fcntl
+import ipaddress
+import json
 import os
 import pwd
 import stat
@@ -27,6 +29,7 @@ from pathlib import Path
 
 from agentmeter.notices import notice
 from agentmeter.paths import cache_dir
+from agentmeter.sandbox.hosttools import DOCKER_USERNS_TOOLS, ensure_tools
 from agentmeter.sandbox.idmap import SHIFT_BASE, SHIFT_SIZE
 from agentmeter.sandbox.spec import SandboxError
 
@@ -46,6 +49,11 @@ EXEC_ROOT = Path("/run/agentmeter-dockerd")
 SYSTEM_DATA_ROOT = Path("/var/lib/agentmeter/dockerd-userns")
 #: one past the highest id a range may use ((uid_t)-1 is "no id")
 MAX_ID = (1 << 32) - 1
+#: the own daemon's bridge (beside another daemon's docker0, whose iptables chains it leaves
+#: alone: its NAT and forwarding rules are agentmeter's, see :func:`ensure_bridge`)
+BRIDGE = "agentmeter-d0"
+#: the bridge's subnet: the first of these that no route or address of the host overlaps
+BRIDGE_SUBNETS = ("172.29.254.0/24", "172.30.254.0/24", "10.213.254.0/24", "192.168.213.0/24")
 SUBUID = Path("/etc/subuid")
 SUBGID = Path("/etc/subgid")
 
@@ -171,7 +179,7 @@ class OwnDaemon:
                 f"--exec-root={self.exec_root}", f"--data-root={self.data_root}",
                 f"--pidfile={self.pidfile}",
                 # beside another daemon: neither its docker0 nor its iptables chains
-                "--iptables=false", "--bridge=none")
+                "--iptables=false", f"--bridge={BRIDGE}")
 
 
 def own_daemon() -> OwnDaemon:
@@ -180,12 +188,71 @@ def own_daemon() -> OwnDaemon:
     return OwnDaemon(exec_root=EXEC_ROOT, data_root=data_root)
 
 
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise SandboxError(f"ip {' '.join(args)} failed: {r.stderr.strip()}")
+    return r
+
+
+def pick_subnet(used: list[str], candidates: tuple[str, ...] = BRIDGE_SUBNETS) -> str:
+    """The first candidate that overlaps none of the ``used`` networks."""
+    nets = [ipaddress.ip_network(u, strict=False) for u in used]
+    for c in candidates:
+        net = ipaddress.ip_network(c)
+        if not any(net.overlaps(n) for n in nets if n.version == 4 and n.prefixlen > 0):
+            return c
+    raise SandboxError(f"no free subnet for the {BRIDGE} bridge (tried {', '.join(candidates)})")
+
+
+def _iptables_rule(table: str, chain: str, rule: list[str]) -> None:
+    """Insert ``rule`` at the top of ``chain`` unless it is there (idempotent)."""
+    if subprocess.run(["iptables", "-w", "-t", table, "-C", chain, *rule],
+                      capture_output=True).returncode == 0:
+        return
+    r = subprocess.run(["iptables", "-w", "-t", table, "-I", chain, *rule],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SandboxError(f"iptables -t {table} -I {chain} {' '.join(rule)}: {r.stderr.strip()}")
+
+
+def ensure_bridge() -> str:
+    """The own daemon's bridge, made once (its subnet kept while it exists), with NAT to the
+    outside and forwarding in and out (not between its containers); returns its subnet. The
+    rules are agentmeter's own, so another daemon's chains are never touched."""
+    shown = _ip("-j", "-4", "addr", "show", "dev", BRIDGE, check=False)
+    addrs = [a for link in (json.loads(shown.stdout or "[]") if shown.returncode == 0 else [])
+             for a in link.get("addr_info", [])]
+    if addrs:
+        subnet = str(ipaddress.ip_network(f"{addrs[0]['local']}/{addrs[0]['prefixlen']}",
+                                          strict=False))
+    else:
+        routes = json.loads(_ip("-j", "-4", "route", "show", "table", "all").stdout or "[]")
+        subnet = pick_subnet([r["dst"] for r in routes if r.get("dst", "default") != "default"
+                              and r.get("dev") != BRIDGE])
+        if shown.returncode != 0:
+            _ip("link", "add", BRIDGE, "type", "bridge")
+        gateway = next(ipaddress.ip_network(subnet).hosts())
+        _ip("addr", "add", f"{gateway}/{ipaddress.ip_network(subnet).prefixlen}", "dev", BRIDGE)
+    _ip("link", "set", BRIDGE, "up")
+    _iptables_rule("nat", "POSTROUTING", ["-s", subnet, "!", "-o", BRIDGE, "-j", "MASQUERADE"])
+    _iptables_rule("filter", "FORWARD", ["-i", BRIDGE, "!", "-o", BRIDGE, "-j", "ACCEPT"])
+    _iptables_rule("filter", "FORWARD", ["-o", BRIDGE, "-m", "conntrack", "--ctstate",
+                                         "RELATED,ESTABLISHED", "-j", "ACCEPT"])
+    forward = Path("/proc/sys/net/ipv4/ip_forward")
+    if forward.read_text().strip() != "1":
+        forward.write_text("1")  # as dockerd itself does for its bridge
+    return subnet
+
+
 def prepare(own: OwnDaemon) -> SubIds:
-    """What dockerd needs before it starts with ``--userns-remap``: the account, its
-    subordinate ranges, and the directories (searchable, so the remapped root can reach its
-    own subdirectory of the data-root)."""
+    """What dockerd needs before it starts with ``--userns-remap``: the tools, the account,
+    its subordinate ranges, the bridge, and the directories (searchable, so the remapped root
+    can reach its own subdirectory of the data-root)."""
+    ensure_tools(DOCKER_USERNS_TOOLS, "agentmeter's own Docker daemon (user-namespace remap)")
     _ensure_account()
     ids = ensure_subids()
+    ensure_bridge()
     for d in (own.exec_root, own.data_root):
         d.mkdir(parents=True, exist_ok=True, mode=0o711)
     return ids
