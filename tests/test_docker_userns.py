@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from docker_fixtures import shared_dir
 from notices_capture import captured_notices
 
 from agentmeter.sandbox import dockeruserns
@@ -96,10 +97,16 @@ def own_docker() -> Iterator[DockerDaemon]:
     except SandboxError as e:
         pytest.skip(f"agentmeter's own remapped dockerd could not start: {e}")
     assert daemon_answers(host=own.host)
+    # under xdist another worker may find it answering and use it: the controller stops it
+    # at the end of the run (docker_fixtures.stop_shared_dockerd); alone, the module does
+    shared = shared_dir()
+    if shared is not None and daemon.started and daemon.proc is not None:
+        (shared / "dockerd-userns.pid").write_text(str(daemon.proc.pid))
     try:
         yield daemon
     finally:
-        daemon.stop()
+        if shared is None:
+            daemon.stop()
         if before is None:
             os.environ.pop("DOCKER_HOST", None)
         else:
