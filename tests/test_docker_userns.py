@@ -22,6 +22,7 @@ from agentmeter.sandbox.dockeruserns import (
     ensure_subids,
     map_id,
     pick_start,
+    pick_subnet,
 )
 from agentmeter.sandbox.idmap import SHIFT_BASE, SHIFT_SIZE
 from agentmeter.sandbox.spec import AGENT_USER, Mount, SandboxError, SandboxSpec
@@ -55,6 +56,13 @@ def test_subids_are_added_once_beside_other_users_lines(tmp_path: Path) -> None:
     subgid.write_text(f"{REMAP_USER}:{first.start + REMAP_SIZE}:{REMAP_SIZE}\n")
     with pytest.raises(SandboxError, match="different or short ranges"):
         ensure_subids(subuid, subgid, lock_dir=tmp_path)
+
+
+def test_the_bridge_subnet_avoids_the_hosts_networks() -> None:
+    assert pick_subnet(["0.0.0.0/0", "192.0.2.0/24"]) == "172.29.254.0/24"  # default route aside
+    assert pick_subnet(["172.29.0.0/16", "172.30.254.7/32"]) == "10.213.254.0/24"
+    with pytest.raises(SandboxError, match="no free subnet"):
+        pick_subnet(["0.0.0.0/1", "128.0.0.0/1"])
 
 
 def test_host_uids_through_a_uid_map() -> None:
