@@ -30,7 +30,8 @@ from agentmeter.sandbox.spec import SandboxError
 RUN_DIR_ENV = "AGENTMETER_TEST_RUN_DIR"
 
 
-def _shared_dir() -> Path | None:
+def shared_dir() -> Path | None:
+    """The run's shared directory when this is an xdist worker."""
     d = os.environ.get(RUN_DIR_ENV)
     return Path(d) if d and os.environ.get("PYTEST_XDIST_WORKER") else None
 
@@ -45,9 +46,18 @@ def _ensure_shared(shared: Path) -> DockerDaemon:
         return daemon
 
 
+#: the files in the run's directory naming a daemon a worker started: the session's, and
+#: agentmeter's own remapped one (tests/test_docker_userns.py)
+SHARED_PID_FILES = ("dockerd.pid", "dockerd-userns.pid")
+
+
 def stop_shared_dockerd(shared: Path, timeout: float = 20) -> None:
-    """The controller's end of an xdist run: stop the daemon a worker started, if any."""
-    pid_file = shared / "dockerd.pid"
+    """The controller's end of an xdist run: stop the daemons workers started, if any."""
+    for name in SHARED_PID_FILES:
+        _stop_recorded(shared / name, timeout)
+
+
+def _stop_recorded(pid_file: Path, timeout: float) -> None:
     if not pid_file.exists():
         return
     pid = int(pid_file.read_text())
@@ -69,7 +79,7 @@ def stop_shared_dockerd(shared: Path, timeout: float = 20) -> None:
 
 @pytest.fixture(scope="session", name="docker_daemon")
 def docker_daemon_fixture() -> Iterator[DockerDaemon]:
-    shared = _shared_dir()
+    shared = shared_dir()
     try:
         daemon = _ensure_shared(shared) if shared is not None else ensure_dockerd()
     except SandboxError as e:

@@ -27,7 +27,16 @@ from pathlib import Path
 
 from agentmeter.notices import notice
 from agentmeter.paths import cache_dir
-from agentmeter.sandbox import accounts, copyout, dockerdisk, droppings, fsnames, images, seccomp
+from agentmeter.sandbox import (
+    accounts,
+    copyout,
+    dockerdisk,
+    dockeruserns,
+    droppings,
+    fsnames,
+    images,
+    seccomp,
+)
 from agentmeter.sandbox.archive import COPY_OUT_MAX_BYTES, READ_FILE_MAX_BYTES
 from agentmeter.sandbox.bridge import BridgeProcess, start_bridge
 from agentmeter.sandbox.dockerd import (
@@ -267,7 +276,7 @@ class DockerBackend:
                 raise
         if spec.exposed_sockets or spec.network == "full":
             try:
-                pid = int((await docker("inspect", "-f", "{{.State.Pid}}", name)).stdout)
+                pid = await box.init_pid()
                 if spec.network == "full":  # fenced off the host's addresses (netsetup.py)
                     await self._fence(pid)
                 if spec.exposed_sockets:
@@ -359,6 +368,7 @@ class DockerSandbox:
         self.bridge: BridgeProcess | None = None
         self.network = SandboxNetwork()  # the proxy, if any (netsetup.py)
         self._stopped = False
+        self._init_pid: int | None = None
         #: who the exec user 'agent' is (resolved at start: accounts.py)
         self.account = accounts.SANDBOX_ACCOUNT
 
@@ -444,6 +454,13 @@ class DockerSandbox:
             proc.kill()
             await proc.wait()
 
+    async def init_pid(self) -> int:
+        """The host pid of the container's init (asked once: it lives as long as the container)."""
+        if self._init_pid is None:
+            self._init_pid = int((await docker("inspect", "-f", "{{.State.Pid}}",
+                                               self.id)).stdout)
+        return self._init_pid
+
     async def kill_user_processes(self, user: str) -> int:
         """Kill every process of ``user`` from the host: the container is frozen first (cgroup
         freezer), so nothing forks meanwhile, not even a fork bomb that has used up the pids
@@ -454,8 +471,11 @@ class DockerSandbox:
         # a root agent (the image's USER, accounts.py): every process but the container's init.
         # After a frozen round nothing of the agent runs again, so later rounds look only at
         # its survivors (init's own sleep, restarted on thaw, is new).
-        init = int((await docker("inspect", "-f", "{{.State.Pid}}", self.id)).stdout) \
-            if uid == "0" else -1
+        init = await self.init_pid()
+        root = uid == "0"
+        # docker top shows host uids: shifted under a remapped daemon (dockeruserns.py)
+        if uid.isdigit():
+            uid = str(dockeruserns.host_uid(init, int(uid)))
         survivors: set[int] | None = None
         found = 0
         for _ in range(50):
@@ -476,7 +496,7 @@ class DockerSandbox:
             if not pids:
                 return found
             found = found or len(pids)
-            survivors = set(pids) if frozen and uid == "0" else None
+            survivors = set(pids) if frozen and root else None
             await asyncio.sleep(0.05)
         raise SandboxError(f"processes of uid {uid} in {self.id} survive SIGKILL")
 

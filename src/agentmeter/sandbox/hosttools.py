@@ -30,6 +30,8 @@ LOCAL_TOOLS = {"bwrap": "bubblewrap", "unshare": "util-linux", "nsenter": "util-
 KEYRING_TOOLS = {"keyctl": "keyutils"}
 DEBIAN_BASE_TOOLS = {"debootstrap": "debootstrap"}
 DOCKER_TOOLS = {"dockerd": "docker.io", "docker": "docker.io"}
+#: agentmeter's own remapped dockerd: its bridge and NAT (dockeruserns.py), its remap account
+DOCKER_USERNS_TOOLS = {"ip": "iproute2", "iptables": "iptables", "useradd": "passwd"}
 #: OCI images as local base images (oci.py)
 OCI_TOOLS = {"skopeo": "skopeo", "umoci": "umoci"}
 
