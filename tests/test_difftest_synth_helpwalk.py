@@ -61,6 +61,7 @@ a.add_argument("item")
 a.add_argument("-n", "--count", type=int, metavar="N", default=1)
 a.add_argument("--kind", choices=["book", "tool"])
 a.add_argument("--out", metavar="FILE")
+a.add_argument("-t", "--tag", required=True)
 r = sub.add_parser("remove", help="remove items")
 r.add_argument("items", nargs="+")
 args = p.parse_args()
@@ -102,11 +103,15 @@ def test_argparse_subcommands_and_types(tmp_path: Path) -> None:
     w = walk(run, [sys.executable, str(prog)], command="inv")
     assert w.schema.command == "inv" and len(w.help) == 3
     names = {c.name.split(str(prog))[1].strip(): c for c in w.schema.classes}
-    assert "add <item>" in names and "remove <items>" in names
-    count = names["add --count <N> <item>"]  # the long name is the class's
+    assert "remove <items>" in names
+    # argparse marks a required option only by leaving it unbracketed in the usage line: it
+    # belongs to every class of its command (the oracle refuses any case without it)
+    assert "add --tag <TAG> <item>" in names and "add <item>" not in names
+    count = names["add --count <N> --tag <TAG> <item>"]  # the long name is the class's
     assert count.params[0].flag == "--count" and count.params[0].type == "int"
-    assert names["add --kind <{book,tool}> <item>"].params[0].values == ["book", "tool"]
-    assert names["add --out <FILE> <item>"].params[0].type == "path"
+    assert count.params[1].flag == "--tag" and count.params[1].required
+    assert names["add --kind <{book,tool}> --tag <TAG> <item>"].params[0].values == ["book", "tool"]
+    assert names["add --out <FILE> --tag <TAG> <item>"].params[0].type == "path"
     assert not any(n.startswith("--verbose") for n in names)  # the root only has subcommands
 
 

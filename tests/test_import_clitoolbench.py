@@ -9,6 +9,7 @@ against the published docs/LEADERBOARD.md row."""
 
 from __future__ import annotations
 
+import html
 import json
 import math
 from pathlib import Path
@@ -101,6 +102,21 @@ def test_released_rows_reproduce_the_publishers_leaderboard(tmp_path: Path) -> N
     assert code == 0, err
     assert "SM SD" in out and "0.322" in out and "±5.5%" in out and "79.8%" in out
     check_released_analyses(funnel_json, out)  # RQ2–4, §5.1, Table 2 (test_funnel_analyses)
+    # the HTML report draws them (inline SVG, no script)
+    from agentmeter.report.html import render_report_html
+
+    with Store.open(tmp_path) as st:
+        page = render_report_html(st, [RUN])
+    funnel = page.split('<section id="funnel">', 1)[1].split("</section>", 1)[0]
+    assert '<a href="#funnel">CLI generation</a>' in page
+    for chart in ("funnel", "complexity", "complexity-trend", "funnel-cost", "funnel-structure",
+                  "funnel-runtime"):
+        assert f'<svg class="chart" data-chart="{chart}"' in funnel, chart
+    # the released rows carry no negative cases: robustness is n/a, with the reason
+    assert 'data-chart-na="funnel-robustness"' in funnel and "no negative case" in funnel
+    assert "<script" not in funnel
+    first = funnel_json["rows"][0]["label"]  # ranked by SM: the first bar group is the best
+    assert funnel.index(html.escape(first)) < funnel.index(html.escape(funnel_json["rows"][1]["label"]))
 
 
 def test_row_fields_become_trial_and_task_records(tmp_path: Path) -> None:

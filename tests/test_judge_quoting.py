@@ -28,6 +28,7 @@ from agentmeter.verify.protocol import Verdict
 from agentmeter.verify.rubric import judging
 from agentmeter.verify.rubric.checks import Deliverables, ItemVerdict
 from agentmeter.verify.rubric.config import RubricItem
+from agentmeter.verify.rubric.frames import Frames
 
 MARK = "INJECTED"
 
@@ -81,7 +82,8 @@ def test_rubric_prompt_quotes_deliverables_names_output_and_diagnostics(
         task_id="t", instruction="Do it.", deliverables=planted_site(tmp_path), checks=checks,
         diagnostics={"title": injection(5), "labels": {"x": injection(6)}},
         screenshot_names=[("shot" + injection(7) + ".png", 3)],
-        videos=[("v" + injection(8) + ".webm", 4)])
+        videos=[("v" + injection(8) + ".webm", 4)],
+        frames=[Frames(video="v" + injection(8) + ".webm", problem="no frames: " + injection(9))])
     items = [i for i in ITEMS if i.check == f"{kind}_judge"]
     system, user = judging.prompt(kind, items, inputs)
     text = user.content[0]
@@ -161,12 +163,16 @@ async def test_user_simulation_quotes_the_evaluation(tmp_path: Path) -> None:
     verdict = Verdict(reward=0.2, pass_threshold=0.6, problem=injection(1), extra={
         "rubric_failed": [{"id": "a", "description": "names him", "reason": injection(2)}]})
     judge = _Recorder()
-    report = await feedback.user_sim(verdict, task, judge)
+    # the deliverables go with the evaluation (paper: the user simulation sees them), quoted
+    report = await feedback.user_sim(verdict, task, judge, planted_site(tmp_path))
     text = judge.messages[-1].content[0]
     assert isinstance(text, str)
     assert_quoted(text)
     nonce = text.split("Data nonce: ", 1)[1].split("\n", 1)[0]
     assert "Score 2.0/10; a pass needs 6.0/10." in quoting.outside(text, [nonce])
+    answer = scripted_rubric.block_of(text, nonce, "deliverable")
+    assert answer is not None and "Paul George" in answer
+    assert scripted_rubric.block_of(text, nonce, "listing") is not None
     assert "Not met: names him" in report  # the scripted user simulation read the block
 
 

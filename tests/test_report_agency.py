@@ -11,6 +11,7 @@ import gzip
 import html
 import json
 import re
+import shutil
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -97,6 +98,14 @@ def test_static_report(tmp_path: Path) -> None:
     # the screenshot is embedded (the report works offline), the video linked next to it
     assert img == "data:image/png;base64," + base64.b64encode(png()).decode()
     assert (target.parent / unquote(video)).read_bytes() == WEBM
+    # copied beside the report: the report and report_media/ move together, away from the store
+    assert unquote(video).startswith("report_media/") and not video.startswith("..")
+    moved = tmp_path / "elsewhere"
+    moved.mkdir()
+    shutil.move(target, moved / "report.html")
+    shutil.move(target.parent / "report_media", moved / "report_media")
+    shutil.rmtree(tmp_path / "store")
+    assert (moved / unquote(video)).read_bytes() == WEBM
     shown = {a["name"]: a for a in d["artifacts"]}
     for name in ("rounds/2/board.png", "rounds/2/play.webm"):  # not embedded a second time
         assert shown[name]["shown"] == "AgencyBench rounds" and "data" not in shown[name]

@@ -290,7 +290,8 @@ def test_report_command(tmp_path: Path) -> None:
     target = tmp_path / "out" / "report.html"
     res = runner.invoke(app, ["report", "grid", "--store", str(tmp_path), "--html", str(target)])
     assert res.exit_code == 0 and target.is_file() and str(target) in res.output.replace("\n", "")
-    assert [p.name for p in target.parent.iterdir()] == ["report.html"]  # no temp file left
+    # no temp file left; the trials' images and videos beside the report (report_media/)
+    assert sorted(p.name for p in target.parent.iterdir()) == ["report.html", "report_media"]
     res = runner.invoke(app, ["report", "nope", "--store", str(tmp_path)])
     assert res.exit_code == 2 and "no run 'nope'" in res.output
     res = runner.invoke(app, ["report", "grid", "--store", str(tmp_path), "--sort", "x"])

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from browser import require_chromium
+from test_video_frames import _video
 
 from agentmeter.gateway import Gateway, ModelRegistry
 from agentmeter.gateway.scripted import rubric as scripted_rubric
@@ -356,7 +357,7 @@ weight = 2
 id = "chart"
 description = "a chart is drawn"
 check = "vision_judge"
-inputs = ["*.png"]
+inputs = ["*.png", "*.mp4"]
 """
 
 
@@ -378,6 +379,7 @@ async def test_judged_items_through_the_gateway_with_the_scripted_judge(
     async with sandbox_for(task, local_backend) as sb:
         await as_agent(sb, "echo 'Paul George' > /app/answer.txt")
         await sb.copy_in(tmp_path / "chart.png", "/app/chart.png", user=AGENT_USER)
+        await sb.copy_in(_video(tmp_path / "demo.mp4"), "/app/demo.mp4", user=AGENT_USER)
         v = await RubricVerifier().verify(task, sb, context(tmp_path, judge, registered))
     await judge.close()
     rows = {r["id"]: r["satisfied"] for r in v.extra["rubric"]}
@@ -399,6 +401,10 @@ async def test_judged_items_through_the_gateway_with_the_scripted_judge(
     assert "chart.png" not in user.split("## Deliverables")[1].split("##")[0]  # inputs=*.txt
     vision_prompt = json.loads((tmp_path / "artifacts" / "judge_vision_prompt.json").read_text())
     assert vision_prompt[1]["content"][1] == {"image": "chart.png", "media_type": "image/png"}
+    # a video deliverable: frames sampled after the screenshots (issue 29 item 5)
+    assert [c["image"] for c in vision_prompt[1]["content"][2:]] == [
+        f"demo_frame{k}.png" for k in range(1, 5)]
+    assert ("frames/0/demo_frame1.png", "screenshot") in registered
 
     # scoring "judges": the mean of the text and vision judges' scores (the paper's rule)
     task = load_native_task(rubric_task(tmp_path, "judges", JUDGED.format(scoring="judges")))

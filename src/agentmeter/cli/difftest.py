@@ -114,10 +114,7 @@ def new_task(
     """Make a complete CLI-generation task for a new oracle: task.toml, the environment (the
     oracle installed out of the agent's reach, offline package sources), solution/solve.sh and
     a placeholder instruction; then run `difftest synth TASK --from-help --prompt`."""
-    import subprocess
-    import sys
-
-    from agentmeter.tasks.synth.scaffold import ScaffoldError, scaffold
+    from agentmeter.tasks.synth.scaffold import ScaffoldError, default_command, scaffold
 
     given = [(s, v) for s, v in (("pypi", oracle_pypi), ("apt", oracle_apt),
                                  ("dir", None if oracle_dir is None else str(oracle_dir)))
@@ -131,13 +128,7 @@ def new_task(
         raise _fail(str(e)) from None
     console.print(f"task written to {task}")
     if source == "pypi" and fetch_solution:
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary",
-                            ":all:", "-q", "-d", str(task / "solution"), spec],
-                           capture_output=True, text=True, check=False)
-        if r.returncode != 0:
-            console.print("[yellow]the sdist could not be downloaded[/yellow] (put the oracle's "
-                          "source archive in solution/ for the reference): "
-                          f"{(r.stderr.strip().splitlines() or ['?'])[-1][:200]}")
+        _fetch_reference(task, spec, command or default_command("pypi", spec))
     if source == "apt":
         console.print("[yellow]no reference solution[/yellow]: write one under "
                       "solution/ (see solution/solve.sh); `tasks check` reports the task broken "
@@ -145,6 +136,43 @@ def new_task(
     console.print(f"next: agentmeter difftest synth {task} --from-help --prompt  (then edit "
                   "the placeholder values it lists in schema.json and rerun without "
                   "--from-help)")
+
+
+def _fetch_reference(task: Path, spec: str, command: str) -> None:
+    """The PyPI oracle's reference: its sdist in solution/, else (a release that ships only a
+    pure-Python wheel) a source tree derived from the wheel."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from rich.markup import escape
+
+    from agentmeter.tasks.synth.scaffold import ScaffoldError, reference_from_wheel
+
+    def download(into: Path, binary: str) -> str | None:
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", binary,
+                            ":all:", "-q", "-d", str(into), spec],
+                           capture_output=True, text=True, check=False)
+        return None if r.returncode == 0 else (r.stderr.strip().splitlines() or ["?"])[-1][:200]
+
+    error = download(task / "solution", "--no-binary")
+    if error is None:
+        return
+    with tempfile.TemporaryDirectory(prefix="agentmeter-wheel-") as tmp:
+        werror = download(Path(tmp), "--only-binary")
+        wheels = sorted(Path(tmp).glob("*.whl"))
+        if werror is None and wheels:
+            try:
+                ref = reference_from_wheel(wheels[0], task, command)
+            except ScaffoldError as e:
+                werror = str(e)
+            else:
+                console.print(f"no sdist ({escape(error)}): the reference is {ref}, "
+                              f"derived from {wheels[0].name} (its modules, a pyproject.toml "
+                              "from its metadata)")
+                return
+    console.print("[yellow]no reference could be downloaded[/yellow] (put the oracle's source "
+                  f"archive in solution/): sdist: {escape(error)}; wheel: {escape(werror or '?')}")
 
 
 def _fail(message: str) -> typer.Exit:

@@ -12,7 +12,9 @@ simulation agent returns the 4 failed rubrics with their reasons." Two modes
   harness puts the opening line (status and score) before it. The prompt's second line is
   ``Data nonce: <nonce>``; the evaluation (its failed items' reasons quote judges and program
   output) is the data block ``evaluation`` under that per-call nonce, the score and threshold
-  (the harness's facts) stand outside it (``verify/quoting.py``).
+  (the harness's facts) stand outside it (``verify/quoting.py``). The agent's deliverables go
+  with it (the paper gives the user simulation the deliverables and artifacts): the working
+  directory's listing and files, quoted as the text judge quotes them, and the media names.
 
 Either way the text opens with ``FEEDBACK_OPENING``. An agent that continues its conversation gets
 the feedback alone; one that starts afresh gets the step's instruction again, then the feedback.
@@ -21,13 +23,16 @@ the feedback alone; one that starts afresh gets the step's instruction again, th
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentmeter.records import FEEDBACK_OPENING, USER_SIM_HEADER
 from agentmeter.tasks.models import Task
 from agentmeter.verify import quoting
 from agentmeter.verify.judge import USER_SIM_MAX_TOKENS, JudgeClient, JudgeMessage
 from agentmeter.verify.protocol import Verdict
+
+if TYPE_CHECKING:
+    from agentmeter.verify.rubric.checks import Deliverables
 
 #: the most characters of one failed item's reason quoted back
 REASON_CHARS = 400
@@ -70,19 +75,45 @@ def template(verdict: Verdict) -> str:
     return "\n".join(lines)
 
 
-async def user_sim(verdict: Verdict, task: Task, judge: JudgeClient) -> str:
+async def user_sim(verdict: Verdict, task: Task, judge: JudgeClient,
+                   deliverables: Deliverables | None = None) -> str:
     """The paper's user simulation through the judge model (raises VerificationError when the
-    model cannot answer: the harness then falls back to nothing, the round is infra)."""
+    model cannot answer: the harness then falls back to nothing, the round is infra). It sees
+    what the text judge sees of the agent's work: the working directory's listing and its
+    files (``deliverables``, a host copy), each in a data block, and the names of the
+    verification's media (screenshots, video frames)."""
+    from agentmeter.verify.rubric import judging
+
     evaluation = {"score": None if verdict.reward is None else round(10 * verdict.reward, 2),
                   "threshold": round(10 * verdict.pass_threshold, 2),
                   "failed_items": failed_items(verdict), "problem": verdict.problem}
     quoted = json.dumps(evaluation, indent=1, ensure_ascii=False)
-    nonce = quoting.nonce_for([quoted])
+    media = json.dumps([a.name for a in verdict.artifacts if a.kind in ("screenshot", "video")],
+                       ensure_ascii=False)
+    texts = [quoted, media]
+    listing = None
+    if deliverables is not None and deliverables.root is not None:
+        listing = judging.listing(deliverables)
+        texts.append(listing)
+        for rel in deliverables.glob([], hidden=False):
+            data = deliverables.read(rel, judging.FILE_CHARS * 4)
+            texts += [rel] + ([] if data is None else [data.decode("utf-8", errors="replace")])
+    nonce = quoting.nonce_for(texts)  # drawn once everything quoted is known
+    work = ["## The agent's work"]
+    if listing is not None and deliverables is not None:
+        parts, _ = judging.deliverable_blocks(nonce, deliverables, [])
+        work += ["Working directory: every directory (name/) and file, one JSON string a line:",
+                 quoting.block(nonce, "listing", listing),
+                 "Its files (each in its own data block):", *(parts or ["(no files)"])]
+    else:
+        why = "not given" if deliverables is None else deliverables.problem
+        work.append(f"(the working directory could not be read: {why})")
+    work += ["Media the evaluation recorded (names):", quoting.block(nonce, "media", media)]
     prompt = (f"{USER_SIM_HEADER}\nData nonce: {nonce}\n{quoting.untrusted_notice(nonce)}\n\n"
               f"## The task the agent was given\n{task.instruction}\n\n"
               f"## The evaluation\nScore {evaluation['score']}/10; a pass needs "
               f"{evaluation['threshold']}/10. The evaluation's details (JSON):\n"
-              f"{quoting.block(nonce, 'evaluation', quoted)}\n")
+              f"{quoting.block(nonce, 'evaluation', quoted)}\n\n" + "\n".join(work) + "\n")
     system = f"{USER_SIM_SYSTEM}\n{quoting.untrusted_notice(nonce)}"
     reply = await judge.complete([JudgeMessage(role="system", content=(system,)),
                                   JudgeMessage(role="user", content=(prompt,))],

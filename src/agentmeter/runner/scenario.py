@@ -23,8 +23,11 @@ scenario counted: the executor restarts the scenario from its first step (``exec
 from __future__ import annotations
 
 import asyncio
+import shutil
+import tempfile
 import time
 from collections import Counter
+from pathlib import Path
 
 from agentmeter.agents.base import Agent, AgentRun, AgentSession
 from agentmeter.gateway import TrialMeter
@@ -101,7 +104,8 @@ class StepRunner(TrialRunner):
                 if stop:
                     break
                 await self._restage(sandbox)
-                text = await self._feedback(verdict, feedback_mode, f"rounds/{r + 1}/")
+                text = await self._feedback(verdict, feedback_mode, f"rounds/{r + 1}/",
+                                            sandbox)
                 texts.append(text)
                 rec.extra["feedback"] = texts
                 prompt = fb.next_prompt(task, text, continued=session.resumes)
@@ -175,16 +179,23 @@ class StepRunner(TrialRunner):
         if staged_early(self.task):  # else uploaded at verification (runner/trial.py)
             await make_verifier(self.task.verifier_kind).stage(self.task, sandbox)
 
-    async def _feedback(self, verdict: Verdict, mode: str, prefix: str) -> str:
+    async def _feedback(self, verdict: Verdict, mode: str, prefix: str,
+                        sandbox: Sandbox) -> str:
         if mode == "user_sim":
+            from agentmeter.verify.rubric.verifier import copy_deliverables, seeds_of
+
             judge = self._judge(self.next_seq)
             if judge is None:
                 raise InfraError("feedback = 'user_sim' needs a judge model (--judge-model)")
             settle = False
-            try:
-                text = await fb.user_sim(verdict, self.task, judge)
+            copy = Path(tempfile.mkdtemp(prefix=".deliverables-", dir=self.dir))
+            try:  # the user simulation sees the deliverables, as the text judge does
+                files = await copy_deliverables(sandbox, self.task.workdir or sandbox.workdir,
+                                                copy / "workdir", seeds_of(self.task))
+                text = await fb.user_sim(verdict, self.task, judge, files)
                 settle = True
             finally:
+                shutil.rmtree(copy, ignore_errors=True)
                 await self._close_judge(judge, settle)
         else:
             text = fb.template(verdict)

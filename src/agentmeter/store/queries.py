@@ -283,6 +283,17 @@ def has_scenario_trials(store: Store, run_ids: Sequence[str]) -> bool:
         return conn.execute(stmt).first() is not None
 
 
+def has_difftest_trials(store: Store, run_ids: Sequence[str]) -> bool:
+    """Whether some try of the runs is a differential test (CLI-Tool-Bench): its rewards have
+    the funnel's ``build`` key (run here, or imported)."""
+    t = s.trials
+    stmt = (sa.select(t.c.id).where(t.c.run_id.in_(list(run_ids)),
+                                    t.c.rewards["build"].as_float().is_not(None))
+            .limit(1))
+    with store.engine.connect() as conn:
+        return conn.execute(stmt).first() is not None
+
+
 def scripted_configs(store: Store, run_ids: Sequence[str]) -> set[str]:
     """Configurations of the runs driven by the scripted test model: by model name, or because
     one of their agents' calls was served by it (a scripted judge does not make it one)."""

@@ -109,7 +109,7 @@ class NativeAgent:
         opts = self.options
         workdir = ctx.task.workdir or ctx.sandbox.workdir
         tools = ToolBox(ctx.sandbox, workdir, max_output_chars=opts.max_output_chars,
-                        shell_timeout_s=opts.shell_timeout_s)
+                        shell_timeout_s=opts.shell_timeout_s, search_url=opts.search_url)
         meter = ContextMeter(opts.context_window, opts.compact_at)
         session = ctx.session
         earlier = session.state.get("messages") if session is not None else None

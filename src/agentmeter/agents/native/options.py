@@ -29,5 +29,9 @@ class NativeOptions(BaseModel):
         f"default (Messages requires a value: {MESSAGES_DEFAULT_MAX_TOKENS})")
     temperature: float | None = Field(default=None, ge=0)
     request_timeout_s: float = Field(default=600.0, gt=0, description="per model call")
+    search_url: str = Field(
+        default="https://html.duckduckgo.com/html/?q={query}", pattern=r"^https?://.*\{query\}",
+        description="web_search's results page ({query} replaced); it and web_fetch go "
+        "through the sandbox's egress proxy, so the task's network decides")
     host_base_url: str | None = Field(
         default=None, description="gateway URL as seen from the host (overrides the endpoint's)")

@@ -1,14 +1,17 @@
 """The native agent's tools, run inside the sandbox as the ``agent`` user from the workdir.
 
-Every tool returns text for the model; a failure (bad arguments, missing file, non-unique edit,
+``web_search`` and ``web_fetch`` run on the host through the sandbox's egress proxy (web.py). Every
+tool returns text for the model; a failure (bad arguments, missing file, non-unique edit,
 sandbox trouble) is returned as an ``error: …`` text, never raised.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any
 
+from agentmeter.agents.native import web
 from agentmeter.agents.native.messages import ToolCall, truncate
 from agentmeter.sandbox.protocol import Sandbox
 from agentmeter.sandbox.spec import AGENT_USER, ExecResult
@@ -51,6 +54,12 @@ TOOLS: tuple[ToolSpec, ...] = (
              "after old turns are dropped. mode 'append' (default) or 'replace'.",
              {"content": _STR, "mode": {"type": "string", "enum": ["append", "replace"]}},
              ("content",)),
+    ToolSpec("web_search", "Search the web; returns result titles and URLs. Works only when "
+             "the task's network allows it (else an error says so).",
+             {"query": _STR}, ("query",)),
+    ToolSpec("web_fetch", "Fetch a web page (http or https URL) and return it as text. Works "
+             "only when the task's network allows it (else an error says so).",
+             {"url": _STR}, ("url",)),
     ToolSpec(FINISH, "Finish the task, with a short final message on what you did.",
              {"message": _STR}, ("message",)),
 )
@@ -69,9 +78,10 @@ def _arg(args: dict[str, Any], key: str, default: str | None = None) -> str:
 
 class ToolBox:
     def __init__(self, sandbox: Sandbox, workdir: str, *, max_output_chars: int,
-                 shell_timeout_s: float) -> None:
+                 shell_timeout_s: float, search_url: str = web.SEARCH_URL) -> None:
         self.sandbox, self.workdir = sandbox, workdir
         self.max_output_chars, self.shell_timeout_s = max_output_chars, shell_timeout_s
+        self.search_url = search_url
 
     async def run(self, call: ToolCall) -> str:
         """The text result of one tool call (errors included)."""
@@ -176,3 +186,34 @@ class ToolBox:
         if r.exit_code != 0:
             raise ToolError(r.stderr.strip() or "cannot write the memory bank")
         return f"memory {'updated' if mode == 'append' else 'replaced'}"
+
+    async def _web(self, url: str) -> web.Page:
+        """``url`` through the sandbox's egress proxy (agents/native/web.py), or a ToolError
+        saying why not."""
+        why = web.unavailable(self.sandbox)
+        sock = web.proxy_socket(self.sandbox)
+        if why is not None or sock is None:
+            raise ToolError(why or "no egress proxy")
+        try:
+            return await asyncio.to_thread(web.fetch, sock, url)
+        except web.WebError as e:
+            raise ToolError(str(e)) from None
+
+    async def _tool_web_fetch(self, args: dict[str, Any]) -> str:
+        url = _arg(args, "url").strip()
+        page = await self._web(url)
+        if page.status >= 400:
+            raise ToolError(f"{page.url}: HTTP {page.status}: {web.page_text(page)[:500]}")
+        return f"[{page.status} {page.url}]\n{web.page_text(page)}"
+
+    async def _tool_web_search(self, args: dict[str, Any]) -> str:
+        query = _arg(args, "query").strip()
+        if not query:
+            raise ToolError("query must not be empty")
+        page = await self._web(web.search_url(self.search_url, query))
+        if page.status >= 400:
+            raise ToolError(f"the search page answered HTTP {page.status}")
+        results = web.search_results(page)
+        if not results:
+            return f"no results for {query!r}"
+        return "\n".join(f"{n}. {title}\n   {url}" for n, (title, url) in enumerate(results, 1))

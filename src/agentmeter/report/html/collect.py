@@ -14,7 +14,7 @@ import numpy as np
 
 from agentmeter.metrics import ScoringSpec, load_frame, prepare, score
 from agentmeter.metrics.frame import SCORED, CellMatrix
-from agentmeter.metrics.from_store import AgencyReport, agency_report
+from agentmeter.metrics.from_store import AgencyReport, FunnelReport, agency_report, funnel_report
 from agentmeter.metrics.scorecard import Scorecard
 from agentmeter.pricing import PriceBook
 from agentmeter.records import RunRecord
@@ -53,6 +53,8 @@ class ReportData:
     evaluation: dict[str, queries.EvaluationCost] = field(default_factory=dict)
     #: the AgencyBench metrics, when some try is a scenario step
     agency: AgencyReport | None = None
+    #: the CLI-Tool-Bench funnel and its analyses, when some try is a differential test
+    funnel: FunnelReport | None = None
 
     @property
     def scripted_any(self) -> bool:
@@ -97,6 +99,13 @@ def collect(store: Store, run_ids: Sequence[str], spec: ScoringSpec | None = Non
             agency = agency_report(queries.selected_trials(store, ids))
         except ValueError as e:  # n/a, not fatal
             problems.append(f"AgencyBench metrics failed: {e}")
+    funnel: FunnelReport | None = None
+    if queries.has_difftest_trials(store, ids):
+        try:
+            got = funnel_report(queries.selected_trials(store, ids))
+            funnel = got if got.tasks else None
+        except ValueError as e:  # n/a, not fatal
+            problems.append(f"funnel analyses failed: {e}")
     scripted = queries.scripted_configs(store, ids)
     configs = [ConfigView(id=c.id, label=c.label, model=c.model, agent=c.agent,
                           scripted=c.id in scripted) for c in frame.configs]
@@ -105,7 +114,8 @@ def collect(store: Store, run_ids: Sequence[str], spec: ScoringSpec | None = Non
                       stored_tiers=list(frame.task_tiers), cells=cells,
                       tools=queries.tool_usage(store, ids), store_where=store.where,
                       generated_at=datetime.now(UTC), spec=spec, problems=problems,
-                      evaluation=queries.evaluation_costs(store, ids), agency=agency)
+                      evaluation=queries.evaluation_costs(store, ids), agency=agency,
+                      funnel=funnel)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from importlib.resources import files
 from typing import Any
 
 from agentmeter.records import TrialStatus
-from agentmeter.report.html import agency, charts, charts_bars, sections
+from agentmeter.report.html import agency, charts, charts_bars, charts_funnel, sections
 from agentmeter.report.html.collect import ReportData
 from agentmeter.report.html.fmt import esc
 from agentmeter.report.html.trials import CALL_COLUMNS, ROW_COLUMNS
@@ -64,7 +64,8 @@ def main_content(data: ReportData, task_offset: int = 0, task_limit: int | None 
     """The part of the page that changes as a run progresses (swapped in place when live)."""
     return (f'<section id="leaderboard"><h2>Leaderboard</h2>{sections.leaderboard(data)}'
             f"{sections.winners(data)}{sections.notes(data)}</section>"
-            f"{agency.section(data.agency, data.configs)}{charts_section(data)}"
+            f"{agency.section(data.agency, data.configs)}{charts_funnel.section(data.funnel)}"
+            f"{charts_section(data)}"
             f'<section id="tasks"><h2>Tasks</h2>{task_pager}'
             f"{sections.task_table(data, task_offset, task_limit)}{task_pager}</section>")
 
@@ -109,6 +110,7 @@ def render_page(data: ReportData, title: str, *, trials_payload: str | None = No
         f'<body data-mode="{meta["mode"]}">{sections.header(data, title)}'
         f'<nav>{nav_extra}<a href="#leaderboard">Leaderboard</a>'
         + ('<a href="#agency">AgencyBench</a>' if data.agency is not None else "")
+        + ('<a href="#funnel">CLI generation</a>' if data.funnel is not None else "")
         + '<a href="#charts">Charts</a>'
         '<a href="#tasks">Tasks</a><a href="#trials">Trials</a></nav>'
         f'<main id="main">{main_content(data, task_offset, task_limit, task_pager)}</main>'

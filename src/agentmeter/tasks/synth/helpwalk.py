@@ -63,11 +63,14 @@ class Option:
     names: list[str]
     metavar: str | None
     help: str = ""
+    #: named outside brackets in the usage line (argparse's ``usage: prog [-c C] -t TEXT``)
+    in_usage: bool = False
 
     @property
     def required(self) -> bool:
-        """click's ``[required]``, cobra's ``(required)``"""
-        return re.search(r"[\[(]required[\])]", self.help, re.IGNORECASE) is not None
+        """click's ``[required]``, cobra's ``(required)``, or bare in the usage line"""
+        return self.in_usage or re.search(r"[\[(]required[\])]", self.help,
+                                          re.IGNORECASE) is not None
 
     @property
     def name(self) -> str:
@@ -206,6 +209,9 @@ def parse_help(text: str, prog: str) -> HelpPage | None:
             opt = _option(m.group(1), m.group(2))
             if opt.names and all(o.name != opt.name for o in options):
                 options.append(opt)
+    bare = {tok.split("=", 1)[0] for tok in _top_tokens(usage) if re.match(r"^-{1,2}\w", tok)}
+    for opt in options:
+        opt.in_usage = bool(bare & set(opt.names))
     metavars = {o.metavar for o in options if o.metavar}
     positionals, has_sub = _positionals(usage, prog, metavars)
     for tok in _top_tokens(usage):

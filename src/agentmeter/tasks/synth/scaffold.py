@@ -8,14 +8,18 @@ installed under ``/opt/oracle`` out of every PATH), ``instruction.md`` (a placeh
 comes from a directory (a Python project: copied into ``environment/oracle`` and, as the
 reference solution, into ``solution/<command>``), from PyPI (installed at image build; the
 reference is the sdist placed in ``solution/``) or from Debian (``apt-get``; no reference can be
-derived: solve.sh says so). Then: ``difftest synth TASK --from-help`` drafts the schema, whose
-placeholder values are listed to edit.
+derived: solve.sh says so). A PyPI release that ships no sdist (only a pure-Python wheel) gets its
+reference from the wheel: its modules with a ``pyproject.toml`` rebuilt from the wheel's metadata
+and entry points (``reference_from_wheel``). Then: ``difftest synth TASK --from-help`` drafts the
+schema, whose placeholder values are listed to edit.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
+import zipfile
+from email.parser import Parser
 from importlib import resources
 from pathlib import Path
 from typing import Literal
@@ -132,12 +136,16 @@ INSTRUCTION = ("Placeholder: `agentmeter difftest synth TASK --prompt` writes th
                "tool's overview, its --help text and one sample per command class).\n")
 
 
+def default_command(source: Source, spec: str) -> str:
+    """The oracle's command when none is given: the directory's or the package's name."""
+    return Path(spec).name if source == "dir" else re.split(r"[=<>!~\[ ]", spec, maxsplit=1)[0]
+
+
 def scaffold(parent: Path, name: str, source: Source, spec: str, command: str | None = None,
              tier: str = "easy", category: str = "utility") -> Path:
     """Write the task ``parent/name``; returns its directory. ``spec``: the PyPI requirement,
     the Debian package, or the oracle project's directory."""
-    command = command or (Path(spec).name if source == "dir" else
-                          re.split(r"[=<>!~\[ ]", spec, maxsplit=1)[0])
+    command = command or default_command(source, spec)
     for label, value in (("task name", name), ("command", command)):
         if not NAME.match(value):
             raise ScaffoldError(f"{label} {value!r}: letters, digits and . _ + - only")
@@ -174,3 +182,68 @@ def scaffold(parent: Path, name: str, source: Source, spec: str, command: str | 
                                                 encoding="utf-8")
     (task / "solution" / "solve.sh").chmod(0o755)
     return task
+
+
+def reference_from_wheel(wheel: Path, task: Path, command: str) -> Path:
+    """The reference candidate from a pure-Python wheel (a release without an sdist): the
+    wheel's files but its ``.dist-info`` in ``solution/<command>``, a ``pyproject.toml``
+    (setuptools, from the wheel's name, version, requirements and console scripts) and the copy
+    solve.sh. Returns the candidate's directory."""
+    if not wheel.name.endswith("-none-any.whl"):
+        raise ScaffoldError(f"{wheel.name}: not a pure-Python wheel (no source to derive a "
+                            "reference from)")
+    dest = task / "solution" / command
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        info = next((n.split("/", 1)[0] for n in names
+                     if n.endswith(".dist-info/METADATA") and n.count("/") == 1), None)
+        if info is None:
+            raise ScaffoldError(f"{wheel.name}: no .dist-info/METADATA")
+        meta = Parser().parsestr(z.read(f"{info}/METADATA").decode("utf-8", "replace"))
+        entry = (z.read(f"{info}/entry_points.txt").decode("utf-8", "replace")
+                 if f"{info}/entry_points.txt" in names else "")
+        for n in names:
+            top = n.split("/", 1)[0]
+            if top == info or top.endswith(".data") or n.endswith("/") or ".." in n.split("/"):
+                continue
+            target = dest / n
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(z.read(n))
+    scripts = _console_scripts(entry)
+    if not scripts:
+        raise ScaffoldError(f"{wheel.name}: the wheel declares no console script")
+    packages = sorted(".".join(p.parent.relative_to(dest).parts) for p in dest.rglob("__init__.py"))
+    modules = sorted(p.stem for p in dest.glob("*.py"))
+    requires = [r for r in meta.get_all("Requires-Dist") or [] if "extra" not in r]
+    lines = ["[build-system]", 'requires = ["setuptools"]',
+             'build-backend = "setuptools.build_meta"', "", "[project]",
+             f"name = {_q(meta.get('Name') or command)}",
+             f"version = {_q(meta.get('Version') or '0')}",
+             f"dependencies = [{', '.join(_q(r) for r in requires)}]", "",
+             "[project.scripts]", *(f"{_q(k)} = {_q(v)}" for k, v in scripts.items()), "",
+             "[tool.setuptools]", f"packages = [{', '.join(_q(p) for p in packages)}]",
+             f"py-modules = [{', '.join(_q(m) for m in modules)}]", "",
+             "[tool.setuptools.package-data]", '"*" = ["*"]', ""]
+    (dest / "pyproject.toml").write_text("\n".join(lines), encoding="utf-8")
+    solve = task / "solution" / "solve.sh"
+    solve.write_text(SOLVE_COPY.replace("{command}", command), encoding="utf-8")
+    solve.chmod(0o755)
+    return dest
+
+
+def _console_scripts(entry_points: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    section = ""
+    for line in entry_points.splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            section = line.strip("[]").strip()
+        elif "=" in line and section == "console_scripts":
+            k, v = line.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+def _q(text: str) -> str:
+    """A TOML basic string."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

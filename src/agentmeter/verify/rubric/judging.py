@@ -15,7 +15,8 @@ the entries the agent made or changed (not as the task seeded them), what delive
 images were given: what the offline scripted judge evaluates), the deliverables (text judge: the
 ``inputs`` files, else every non-hidden file, one block each with its path escaped on the first
 line; binary files by size), the capture diagnostics and the media names. The vision judge gets
-the capture's screenshots and ``inputs`` images as images.
+the capture's screenshots and ``inputs`` images as images, then frames sampled from each video
+(the capture's recording, video ``inputs``; frames.py), or the reason there are none.
 
 The reply must hold one JSON object ``{"items": [{"id", "satisfied", "reason"}], "score",
 "confidence", "reason"}``: the whole reply, else its outermost ``{…}``. Coercions (spec §3.2):
@@ -49,6 +50,7 @@ from agentmeter.verify.judge import (
 from agentmeter.verify.protocol import VerificationError
 from agentmeter.verify.rubric.checks import Deliverables, ItemVerdict
 from agentmeter.verify.rubric.config import RubricItem, Scoring
+from agentmeter.verify.rubric.frames import Frames
 
 HEADER = "AGENTMETER RUBRIC JUDGE v1"
 NONCE_LINE = "Data nonce: "
@@ -134,6 +136,8 @@ class JudgeInputs:
     screenshots: list[JudgeImage] = field(default_factory=list)
     screenshot_names: list[tuple[str, int]] = field(default_factory=list)
     videos: list[tuple[str, int]] = field(default_factory=list)
+    #: frames sampled from each video (frames.py), attached after the screenshots
+    frames: list[Frames] = field(default_factory=list)
 
 
 def _dump(value: Any, limit: int | None = None) -> str:
@@ -153,7 +157,7 @@ def _text(data: bytes, limit: int) -> str | None:
         return None
 
 
-def _deliverables(nonce: str, files: Deliverables, items: list[RubricItem]
+def deliverable_blocks(nonce: str, files: Deliverables, items: list[RubricItem]
                   ) -> tuple[list[str], list[str]]:
     """The deliverables' data blocks (text judge: text files whole up to the budgets, binary
     files by size) and the names given."""
@@ -184,7 +188,7 @@ def _deliverables(nonce: str, files: Deliverables, items: list[RubricItem]
     return parts, given
 
 
-def _listing(files: Deliverables) -> str:
+def listing(files: Deliverables) -> str:
     """Every directory (``name/``) and file of the working directory, one JSON string a line."""
     rows = [f"{d}/" for d in files.directories()] + files.files()
     shown = sorted(rows)[:LISTING_ENTRIES]
@@ -246,14 +250,15 @@ def prompt(kind: JudgeKind, items: list[RubricItem], inputs: JudgeInputs) -> lis
                          if kind == "text" else [])
     images = [n for n, _ in inputs.screenshot_names]
     reasons = {c.id: c.reason for c in inputs.checks}
-    listing = _listing(inputs.deliverables)
-    media = [n for n, _ in inputs.screenshot_names] + [n for n, _ in inputs.videos]
+    listed = listing(inputs.deliverables)
+    media = ([n for n, _ in inputs.screenshot_names] + [n for n, _ in inputs.videos]
+             + [f.problem or "" for f in inputs.frames])
     diag = None
     if inputs.diagnostics is not None:
         diag = _dump(inputs.diagnostics, TEXT_DIAGNOSTICS_CHARS if kind == "text"
                      else VISION_DIAGNOSTICS_CHARS)
     # the nonce is drawn once everything quoted is known: no quoted text contains it
-    quoted = [listing, _dump(reasons), diag or "", *media, *deliverable_names]
+    quoted = [listed, _dump(reasons), diag or "", *media, *deliverable_names]
     for rel in deliverable_names:
         data = inputs.deliverables.read(rel, FILE_CHARS * 4)
         if data is not None:
@@ -263,7 +268,7 @@ def prompt(kind: JudgeKind, items: list[RubricItem], inputs: JudgeInputs) -> lis
     nonce = quoting.nonce_for(quoted)
     body: list[str] = []
     if kind == "text":
-        parts, given = _deliverables(nonce, inputs.deliverables, items)
+        parts, given = deliverable_blocks(nonce, inputs.deliverables, items)
         body += ["## Deliverables (each file in its own data block)",
                  *(parts or ["(no deliverables)"])]
     if inputs.deliverables.root is None:
@@ -281,24 +286,36 @@ def prompt(kind: JudgeKind, items: list[RubricItem], inputs: JudgeInputs) -> lis
     checks = [f"- [{c.id}] {c.description}: {'satisfied' if c.satisfied else 'NOT satisfied'}"
               for c in inputs.checks]
     shots = f"{len(inputs.screenshot_names)} attached in order" if images else "none"
+    frame_images = [JudgeImage(path=p, media_type="image/png") for f in inputs.frames
+                    for p in f.paths] if kind == "vision" else []
+    frames_line = (f"{len(frame_images)} frames sampled from them attached after the "
+                   "screenshots" if frame_images else
+                   "their frames not attached" if kind == "vision" and inputs.frames else
+                   "not attached")
     lines += ["", "## Deterministic checks already decided by the harness (context only)",
               *(checks or ["(none)"])]
     if checks:
         lines += ["Their output (JSON: item id -> the check's reason, quoting program output):",
                   quoting.block(nonce, "check-output", _dump(reasons))]
     lines += ["", "## Working directory: every directory (name/) and file, one JSON string a line",
-              quoting.block(nonce, "listing", listing), "",
+              quoting.block(nonce, "listing", listed), "",
               "## Evidence (machine-readable; quotes agent-made content)",
               quoting.block(nonce, "evidence", _dump(ev)),
               "", *body, "", "## Media",
-              f"Screenshots: {shots}; videos: {len(inputs.videos)} (not attached). Their names "
-              "and sizes:",
+              f"Screenshots: {shots}; videos: {len(inputs.videos)}, {frames_line}. Their "
+              "names and sizes, and each video's frames (name, seconds into the video) or why "
+              "it has none:",
               quoting.block(nonce, "media", _dump(
-                  {"screenshots": inputs.screenshot_names, "videos": inputs.videos})),
+                  {"screenshots": inputs.screenshot_names, "videos": inputs.videos,
+                   "video_frames": {f.video: ({"frames": [[p.name, t] for p, t in
+                                                          zip(f.paths, f.times, strict=True)]}
+                                              if f.paths else {"problem": f.problem})
+                                    for f in inputs.frames}})),
               "", "## Answer", ANSWER]
     content: list[str | JudgeImage] = ["\n".join(lines) + "\n"]
     if kind == "vision":
         content += inputs.screenshots
+        content += frame_images
     system = f"{SYSTEM[kind]}\n{quoting.untrusted_notice(nonce)}"
     return [JudgeMessage(role="system", content=(system,)),
             JudgeMessage(role="user", content=tuple(content))]

@@ -21,6 +21,7 @@ host files and judge replies: nothing the agent writes in the sandbox is read as
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import tempfile
@@ -40,7 +41,7 @@ from agentmeter.verify.protocol import (
     VerifierArtifact,
     VerifierContext,
 )
-from agentmeter.verify.rubric import judging
+from agentmeter.verify.rubric import frames, judging
 from agentmeter.verify.rubric.capture import CaptureOutcome, plan_timeout, run_capture
 from agentmeter.verify.rubric.checks import (
     Deliverables,
@@ -219,6 +220,9 @@ class _Run:
             if self.capture.video is not None:
                 inputs.videos.append((self.capture.video.name, self.capture.video.stat().st_size))
         patterns = [p for i in self.rubric.judged("vision_judge") for p in i.inputs]
+        videos: list[tuple[str, Path]] = []
+        if self.capture is not None and self.capture.video is not None:
+            videos.append((self.capture.video.name, self.capture.video))
         if patterns and self.files.root is not None:
             for rel in self.files.glob(patterns):
                 media = judging.image_of(rel)
@@ -226,11 +230,22 @@ class _Run:
                     inputs.screenshots.append(JudgeImage(path=self.files.root / rel,
                                                          media_type=media))
                     inputs.screenshot_names.append((rel, self.files.size(rel)))
+                elif frames.is_video(rel):  # a video deliverable: its frames, like the capture's
+                    inputs.videos.append((rel, self.files.size(rel)))
+                    videos.append((rel, self.files.root / rel))
+        if self.rubric.judged("vision_judge"):
+            out = self.ctx.artifact_dir / "frames"
+            for n, (label, path) in enumerate(videos):
+                got = frames.sample(path, out / str(n), label=label,
+                                    timeout=max(1.0, min(frames.TIMEOUT_S, self._left())))
+                inputs.frames.append(got)
+                for f in got.paths:
+                    self._add(f"frames/{n}/{f.name}", f, "screenshot")
         return inputs
 
     async def _judges(self, judge: JudgeClient) -> dict[str, judging.JudgeResult]:
         out: dict[str, judging.JudgeResult] = {}
-        inputs = self._inputs()
+        inputs = await asyncio.to_thread(self._inputs)  # ffmpeg, maybe its install
         kinds: tuple[judging.JudgeKind, ...] = ("text", "vision")
         for kind in kinds:
             items = self.rubric.judged("text_judge" if kind == "text" else "vision_judge")

@@ -1,0 +1,99 @@
+"""Frames of a video for the vision judge (AgencyBench: the judge sees the recorded run, not only
+its screenshots): ``N`` frames sampled evenly over the video's length with ffmpeg, installed
+through the host-tool installer (``sandbox/hosttools.py``) when it is missing. When frames
+cannot be had (no ffmpeg and no way to install it, an unreadable video, a time-out) the reason
+is returned, and the judge's prompt says it beside the video's name.
+
+The video is the capture's recording or a deliverable named by a vision item's ``inputs``
+(``VIDEO_TYPES``). ffmpeg runs on the host, on a file copied out of the sandbox, under a time
+limit, its output frames scaled to at most ``MAX_WIDTH`` pixels wide.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: video files a vision item's inputs may name
+VIDEO_TYPES = (".mp4", ".webm", ".mov", ".mkv", ".avi", ".m4v", ".ogv")
+#: frames per video (the prompt's images stay few)
+DEFAULT_FRAMES = 4
+MAX_WIDTH = 1280
+TIMEOUT_S = 60.0
+TOOLS = {"ffmpeg": "ffmpeg", "ffprobe": "ffmpeg"}
+
+
+@dataclass
+class Frames:
+    """The frames sampled from one video, or why there are none."""
+
+    video: str
+    paths: list[Path] = field(default_factory=list)
+    #: seconds into the video, one per frame
+    times: list[float] = field(default_factory=list)
+    problem: str | None = None
+
+
+def is_video(name: str) -> bool:
+    return name.lower().endswith(VIDEO_TYPES)
+
+
+def ensure_ffmpeg() -> str | None:
+    """None when ffmpeg and ffprobe can be run (installing them if this process may), else why
+    not."""
+    from agentmeter.sandbox.hosttools import ensure_tools
+    from agentmeter.sandbox.spec import SandboxError
+
+    try:
+        ensure_tools(TOOLS, "video frames for the vision judge", log=None)
+    except SandboxError as e:
+        return str(e).splitlines()[0]
+    return None
+
+
+def duration(video: Path, timeout: float = TIMEOUT_S) -> float | None:
+    r = subprocess.run(["ffprobe", "-v", "error", "-show_entries", "format=duration", "-of",
+                        "default=noprint_wrappers=1:nokey=1", str(video)],
+                       capture_output=True, text=True, timeout=timeout, check=False,
+                       stdin=subprocess.DEVNULL)
+    try:
+        value = float(r.stdout.strip().splitlines()[0])
+    except (ValueError, IndexError):
+        return None
+    return value if value > 0 else None
+
+
+def sample(video: Path, out_dir: Path, n: int = DEFAULT_FRAMES, label: str | None = None,
+           timeout: float = TIMEOUT_S) -> Frames:
+    """``n`` PNG frames of ``video`` in ``out_dir`` (``<stem>_frame<k>.png``), at the middles
+    of ``n`` equal spans of its length."""
+    got = Frames(video=label or video.name)
+    problem = ensure_ffmpeg()
+    if problem is not None:
+        got.problem = f"no frames: {problem}"
+        return got
+    try:
+        length = duration(video, timeout)
+        if length is None:
+            got.problem = "no frames: ffprobe found no duration (not a readable video)"
+            return got
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for k in range(n):
+            t = round(length * (k + 0.5) / n, 3)
+            out = out_dir / f"{video.stem}_frame{k + 1}.png"
+            r = subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-y", "-ss", f"{t}", "-i",
+                                str(video), "-frames:v", "1", "-vf",
+                                f"scale='min({MAX_WIDTH},iw)':-2", str(out)],
+                               capture_output=True, text=True, timeout=timeout, check=False)
+            if r.returncode == 0 and out.is_file() and out.stat().st_size > 0:
+                got.paths.append(out)
+                got.times.append(t)
+            elif not got.paths and k == n - 1:
+                tail = (r.stderr.strip().splitlines() or ["?"])[-1][:200]
+                got.problem = f"no frames: ffmpeg exited {r.returncode}: {tail}"
+    except subprocess.TimeoutExpired:
+        got.problem = f"no frames: ffmpeg took more than {timeout:.0f}s"
+    except OSError as e:
+        got.problem = f"no frames: {e}"
+    return got
