@@ -296,3 +296,29 @@ async def test_trial_states_its_network_and_why_it_failed(tmp_path: Path) -> Non
     assert trial.status is TrialStatus.FAILED
     assert (trial.error or "").startswith("failed: the tests needed the network ('"), trial.error
     assert 'network_mode = "no-network"' in (trial.error or "")
+
+
+async def test_failed_trial_names_the_host_the_proxy_could_not_reach(tmp_path: Path) -> None:
+    """Harbor's hello-mcp: its solution's ``curl https://astral.sh/…`` met the proxy's 502 and
+    the trial's reason named the next line (``uv: command not found``). The reason names the
+    host first, for the agent and for the tests (curl's CONNECT, spoken with bash alone)."""
+    connect = (r'exec 3<>/dev/tcp/127.0.0.1/{port}; printf "CONNECT %s:443 HTTP/1.1\r\n'
+               r'Host: %s\r\n\r\n" {host} {host} >&3; head -1 <&3'.replace("{port}", str(PROXY_PORT)))
+    suite = tmp_path / "suite"
+    d = make_task(suite, "no-egress", solve=connect.replace("{host}", "astral.invalid")
+                  + "\nuv-not-here run x.py")
+    d.joinpath("tests", "test.sh").write_text(
+        "#!/bin/bash\n" + connect.replace("{host}", "tests.invalid")
+        + "\necho 0 > /logs/verifier/reward.txt\n")
+    toml = d / "task.toml"
+    toml.write_text(toml.read_text().replace("allow_internet = false", 'network_mode = "public"'))
+    store = Store.open(tmp_path / "runs")
+    rid, _ = await run(store, prepare(RunRequest(suites=[str(suite)], agents=["oracle"])))
+    (trial,) = store.latest_completed_trials(rid)
+    assert trial.status is TrialStatus.FAILED and trial.extra["network"] == "public", trial
+    error = trial.error or ""
+    assert error.startswith("failed: the agent tried to reach astral.invalid:443, which this "
+                            "machine cannot reach (cannot resolve astral.invalid"), error
+    assert "the tests tried to reach tests.invalid:443" in error, error
+    assert "then: " in error and "uv-not-here" in error, error
+    assert set(trial.extra["unreachable"]) == {"the agent", "the tests"}, trial.extra
