@@ -43,7 +43,7 @@ from pydantic import BaseModel, Field
 
 from agentmeter.notices import notice
 from agentmeter.paths import cache_dir
-from agentmeter.sandbox import droppings, idmap, oci, rootfs
+from agentmeter.sandbox import accounts, droppings, idmap, oci, rootfs
 from agentmeter.sandbox.buildcopy import copy_step
 from agentmeter.sandbox.dockerfile import (
     DEFAULT_SHELL,
@@ -122,6 +122,11 @@ class _Chain:
 
     def lowers(self) -> list[str]:
         return [f"{n}/fs" for n in reversed(self.names)] + [self.base]
+
+
+def _as_root(meta: LayerMeta) -> bool:
+    """Whether a build step under ``meta`` runs as root (no USER, or USER root)."""
+    return not accounts.needs_files(meta.user)
 
 
 def _digest(*parts: str) -> str:
@@ -372,6 +377,8 @@ class LocalLayerCache:
         layer (built unless cached)."""
         meta = chain.meta
         marker = ("independent",) if independent else ()
+        if not _as_root(meta):  # built as the USER account since (not as uid 1000)
+            marker = (*marker, "as-user")
         chain.digest = _digest(chain.digest, step.key, meta.model_dump_json(), *marker)
         st = step.docker
         if st is not None and st.kind in ("ENV", "ARG", "USER"):
@@ -402,9 +409,17 @@ class LocalLayerCache:
         if self.log:
             self.log(f"building layer {name[:12]}: {step.label}")
         meta = chain.meta
+        # a step after a non-root USER runs as that account, resolved against the build's own
+        # /etc/passwd and /etc/group as docker build resolves it (accounts.py)
         build_spec = SandboxSpec(base=spec.base, network=step.network,  # type: ignore[arg-type]
-                                 user="root", workdir=meta.workdir or "/")
-        sb = await self.backend.start_raw(build_spec, chain.lowers(), meta)
+                                 user="root", workdir=meta.workdir or "/",
+                                 agent_user=None if _as_root(meta) else meta.user)
+        try:
+            sb = await self.backend.start_raw(build_spec, chain.lowers(), meta)
+        except SandboxError as e:
+            if build_spec.agent_user is None:
+                raise
+            raise LayerBuildError(f"{step.origin}: {step.label}: {e}") from None
         tmp = self.dir / f".tmp-{name}-{os.getpid()}"
         ok = False
         try:
@@ -428,7 +443,7 @@ class LocalLayerCache:
     async def _run_step(self, sb, step: _Step, meta: LayerMeta, args: dict[str, str],  # type: ignore[no-untyped-def]
                         timeout: float, spec: SandboxSpec) -> None:
         env = {**args, **meta.env}
-        user = "root" if meta.user in (None, "", "root", "0") else AGENT_USER
+        user = "root" if _as_root(meta) else AGENT_USER  # the USER account (_build)
         cwd = meta.workdir or "/"
         if step.script is not None:
             if step.context is not None:
