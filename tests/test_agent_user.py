@@ -148,6 +148,55 @@ async def test_docker_run_after_user_agrees(docker_backend: DockerBackend,
     assert await _run_steps_after_user(docker_backend, tmp_path) == _AFTER_USER_SEEN
 
 
+def test_cli_and_native_agents_use_the_accounts_home() -> None:
+    """A CLI agent's HOME, config files and state, and the native agent's memory bank, are in
+    the HOME of the account the agent runs as (was: /home/agent for a root agent too)."""
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from agentmeter.agents.base import GatewayEndpoint
+    from agentmeter.agents.cli.agent import InstalledCliAgent
+    from agentmeter.agents.native.tools import ToolBox
+    from agentmeter.agents.registry import make_agent
+
+    bob = Account(1234, 1300, "/home/bob", "bob")
+    for account, home in ((ROOT_ACCOUNT, "/root"), (bob, "/home/bob"),
+                          (SANDBOX_ACCOUNT, "/home/agent")):
+        box = SimpleNamespace(account=account, workdir="/app")
+        ctx = cast(Any, SimpleNamespace(
+            sandbox=box, task=SimpleNamespace(workdir="/app"), instruction="x",
+            gateway=GatewayEndpoint(base_url="http://127.0.0.1:1", token="t", model="m/m")))
+        for name in ("gemini-cli", "codex"):
+            agent = make_agent(name)
+            assert isinstance(agent, InstalledCliAgent)
+            v = agent.values(ctx)
+            assert (v["home"], v["state"]) == (home, f"{home}/.agentmeter/{name}"), name
+        tools = ToolBox(cast(Any, box), "/app", max_output_chars=100, shell_timeout_s=1)
+        assert tools.memory_path == f"{home}/.agentmeter-memory.md"
+
+
+async def test_as_agent_runs_as_the_agents_account(local_backend: LocalBackend,
+                                                   tmp_path: Path) -> None:
+    """``$AS_AGENT`` runs agent code as the account the agent ran as: a named USER's ids and
+    HOME, root's for a root agent (was: uid 1000, HOME /home/agent, whatever the agent was)."""
+    from agentmeter.verify.command import AS_AGENT, stage_verifier
+
+    task = load_native_task(_task(tmp_path, "t", dockerfile="FROM debian:trixie\n",
+                                  solve="true", cond="true"))
+    seen = {}
+    for value in ("nobody:nogroup", IMAGE_USER):
+        sb = await local_backend.start(SandboxSpec(agent_user=value))
+        try:
+            await stage_verifier(task, sb)
+            r = await sb.exec([AS_AGENT, "sh", "-c", 'echo "$(id -u) $(id -g) $HOME $USER"'],
+                              user="root", cwd="/")
+            seen[value] = r.stdout.strip() or r.stderr
+        finally:
+            await sb.stop()
+    assert seen == {"nobody:nogroup": "65534 65534 /nonexistent nobody",
+                    IMAGE_USER: "0 0 /root root"}, seen
+
+
 @pytest.mark.slow
 def test_harbor_user_probes_pass_their_oracle(tmp_path: Path) -> None:
     """The other public Harbor benchmark's shape (``WORKDIR /root``, no USER: ``bwrap: Can't
