@@ -115,7 +115,7 @@ def _pattern(reason: str | None) -> str | None:
     if reason is None:
         return None
     first = reason.splitlines()[0][:200]
-    cut = first.find(" (", 40)  # the details after it vary by machine (resolver errors, …)
+    cut = first.find(" (", 20)  # the details after it vary by machine (resolver errors, …)
     first = first[:cut] if cut > 0 else first
     return re.sub(r"\d+(?:\\\.\d+)*", r"[\\d.]+", re.escape(first).replace(r"\ ", " "))
 
