@@ -322,3 +322,24 @@ async def test_failed_trial_names_the_host_the_proxy_could_not_reach(tmp_path: P
     assert "the tests tried to reach tests.invalid:443" in error, error
     assert "then: " in error and "uv-not-here" in error, error
     assert set(trial.extra["unreachable"]) == {"the agent", "the tests"}, trial.extra
+
+
+def test_unreachable_reason_names_each_phases_network() -> None:
+    """Refused hosts are named against the network of the phase that asked: the task's for the
+    agent, a separate verifier's own for the tests (network-policy-matrix v-ve-diff)."""
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from agentmeter.runner.network import unreachable_failure
+
+    sep = SimpleNamespace(allow_internet=False, allowed_hosts=("www.iana.org",))
+    task = cast(Any, SimpleNamespace(allow_internet=False, allowed_hosts=(), separate_verifier=sep))
+    blocked = {"the agent": {"a.org:443": "refused: not in this task's allowed_hosts"},
+               "the tests": {"www.iana.org:443": "unreachable: cannot resolve www.iana.org: x",
+                             "example.com:443": "refused: not in this task's allowed_hosts"}}
+    assert unreachable_failure(task, blocked, "boom") == (
+        "failed: the agent tried to reach a.org:443, which the task's network (no-network) does "
+        "not admit; the tests tried to reach www.iana.org:443, which this machine cannot reach "
+        "(cannot resolve www.iana.org: x); the tests tried to reach example.com:443, which its "
+        "verifier's network (allowlist: www.iana.org) does not admit; then: boom")
+    assert unreachable_failure(task, {"the agent": {}}, "boom") is None

@@ -76,8 +76,10 @@ def unreachable_failure(task: Task, blocked: dict[str, dict[str, str]],
             said.append(f"{who} tried to reach {', '.join(lost)}, which this machine cannot reach "
                         f"({hosts[lost[0]].removeprefix('unreachable: ')})")
         if refused:
-            said.append(f"{who} tried to reach {', '.join(refused)}, which the task's network "
-                        f"({network_label(task)}) does not admit")
+            verifier = verifier_network_label(task) if who == "the tests" else None
+            whose = "its verifier's network" if verifier else "the task's network"
+            said.append(f"{who} tried to reach {', '.join(refused)}, which {whose} "
+                        f"({verifier or network_label(task)}) does not admit")
         parts.append("; ".join(said))
     if not parts:
         return None
