@@ -35,7 +35,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -108,6 +108,8 @@ class LocalRoot:
     meta: LayerMeta
     #: the image the tree is (None: agentmeter's Debian base or the host skeleton)
     image: str | None = None
+    #: why the FROM image it stands in for could not be had ("FROM x: no registry is …")
+    stand_in_for: str | None = None
 
 
 @dataclass
@@ -119,6 +121,8 @@ class _Chain:
     names: list[str] = field(default_factory=list)   # cached layers, bottom first
     meta: LayerMeta = field(default_factory=LayerMeta)
     args: dict[str, str] = field(default_factory=dict)
+    #: LocalRoot.stand_in_for of its root
+    stand_in_for: str | None = None
 
     def lowers(self) -> list[str]:
         return [f"{n}/fs" for n in reversed(self.names)] + [self.base]
@@ -210,7 +214,7 @@ class LocalLayerCache:
         found = await self.image_root(image)
         if isinstance(found, str):
             oci.say_fallback(image, f"{origin}:{line}", found)
-            return self.debian_root(spec)
+            return replace(self.debian_root(spec), stand_in_for=f"{image}: {found}")
         return found
 
     async def _plan(self, spec: SandboxSpec) -> tuple[LocalRoot, list[LayerSpec], list[LayerSpec]]:
@@ -295,7 +299,7 @@ class LocalLayerCache:
                            trees: dict[int | str, _Chain]) -> _Chain:
         """Build (or find cached) the layers of a stage FROM ``image`` made of ``steps``."""
         root = await self.from_root(spec, image, layer.origin, line)
-        chain = _Chain(root.chain, root.lower, meta=root.meta)
+        chain = _Chain(root.chain, root.lower, meta=root.meta, stand_in_for=root.stand_in_for)
         if root.image is not None:  # the image itself: no Debian emulation of its runtime
             steps = [st for st in steps if st.line != line]
         for step in await self._docker_steps(steps, layer, spec, deadline, trees):
@@ -329,7 +333,7 @@ class LocalLayerCache:
         on the root, then the adapt step; independent layers form their own chain on the root
         plus the adapt step and lie under the environment's."""
         root, env, installs = await self._plan(spec)
-        shared = _Chain(root.chain, root.lower, meta=root.meta)
+        shared = _Chain(root.chain, root.lower, meta=root.meta, stand_in_for=root.stand_in_for)
         for i, layer in enumerate(env):
             deadline = None if layer.build_timeout_s is None else time.monotonic() + layer.build_timeout_s
             real_from = root.image is not None and i == 0
@@ -426,6 +430,13 @@ class LocalLayerCache:
             await self._run_step(sb, step, meta, chain.args, timeout, spec)
             tmp.mkdir(parents=True, exist_ok=True)
             ok = True
+        except LayerBuildError as e:  # on a stand-in: the image that could not be had first
+            stand_in = step.source.stand_in_for if step.source is not None else None
+            stand_in = stand_in or chain.stand_in_for
+            if stand_in is None:
+                raise
+            raise LayerBuildError(f"{stand_in}, so this step ran on agentmeter's Debian "
+                                  f"stand-in for it and failed: {e}") from None
         finally:
             await sb.stop(keep_upper=tmp / "fs" if ok else None)
         final = self.dir / name
