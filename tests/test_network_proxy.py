@@ -298,6 +298,7 @@ async def test_trial_states_its_network_and_why_it_failed(tmp_path: Path) -> Non
     assert 'network_mode = "no-network"' in (trial.error or "")
 
 
+@pytest.mark.slow
 async def test_failed_trial_names_the_host_the_proxy_could_not_reach(tmp_path: Path) -> None:
     """Harbor's hello-mcp: its solution's ``curl https://astral.sh/…`` met the proxy's 502 and
     the trial's reason named the next line (``uv: command not found``). The reason names the
