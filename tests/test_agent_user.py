@@ -7,6 +7,7 @@ containment of a root agent is the hostile battery's (tests/test_hostile_battery
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,15 @@ from agentmeter.cli import app
 from agentmeter.sandbox.accounts import ROOT_ACCOUNT, SANDBOX_ACCOUNT, Account, resolve, user_value
 from agentmeter.sandbox.docker import DockerBackend
 from agentmeter.sandbox.local import LocalBackend
-from agentmeter.sandbox.spec import AGENT_USER, IMAGE_USER, SandboxError, SandboxSpec
+from agentmeter.sandbox.protocol import SandboxBackend
+from agentmeter.sandbox.spec import (
+    AGENT_USER,
+    IMAGE_USER,
+    LayerBuildError,
+    LayerSpec,
+    SandboxError,
+    SandboxSpec,
+)
 from agentmeter.tasks.errors import TaskError
 from agentmeter.tasks.native import load_native_task
 from agentmeter.tasks.suite import load_suite
@@ -100,6 +109,92 @@ async def test_local_agent_exec_is_the_image_user(local_backend: LocalBackend) -
         await sb.stop()
     with pytest.raises(SandboxError, match="unable to find user no-such-user"):
         await local_backend.start(SandboxSpec(agent_user="no-such-user"))
+
+
+#: RUN after ``USER bob`` runs as bob (uid, gid, HOME, the files it makes), as docker build
+#: runs it; ``USER root`` again, as root; the image keeps the last USER
+_AFTER_USER = ("FROM debian:trixie\nRUN useradd -m -u 1234 bob\nUSER bob\n"
+               "RUN echo \"$(id -u):$(id -g) $HOME\" > /tmp/bob && touch /tmp/bob-made # {n}\n"
+               "USER root\nRUN touch /tmp/root-made\nUSER bob\n")
+_AFTER_USER_SEEN = ["1234:1234 /home/bob", "1234", "0"]
+
+
+async def _run_steps_after_user(backend: SandboxBackend, tmp_path: Path) -> list[str]:
+    text = _AFTER_USER.replace("{n}", str(time.time_ns()))  # built afresh each time
+    layer = LayerSpec(kind="dockerfile", source=text, origin="u/Dockerfile", context=tmp_path,
+                      network="none")
+    sb = await backend.start(SandboxSpec(layers=(layer,), agent_user=IMAGE_USER))
+    try:
+        r = await sb.exec("cat /tmp/bob; stat -c %u /tmp/bob-made /tmp/root-made", user="root")
+        return r.stdout.splitlines()
+    finally:
+        await sb.stop()
+
+
+async def test_local_run_after_user_runs_as_that_user(local_backend: LocalBackend,
+                                                      tmp_path: Path) -> None:
+    """Dockerfile RUN steps after ``USER bob`` (was: uid 1000, HOME /home/agent)."""
+    assert await _run_steps_after_user(local_backend, tmp_path) == _AFTER_USER_SEEN
+    layer = LayerSpec(kind="dockerfile", origin="u/Dockerfile", context=tmp_path,
+                      source=f"FROM debian:trixie\nUSER nosuch\nRUN true # {time.time_ns()}\n")
+    with pytest.raises(LayerBuildError, match="unable to find user nosuch"):  # as docker build
+        await local_backend.start(SandboxSpec(layers=(layer,)))
+
+
+@pytest.mark.slow
+async def test_docker_run_after_user_agrees(docker_backend: DockerBackend,
+                                            tmp_path: Path) -> None:
+    """The same Dockerfile on docker (docker build's own semantics): the same answers."""
+    assert await _run_steps_after_user(docker_backend, tmp_path) == _AFTER_USER_SEEN
+
+
+def test_cli_and_native_agents_use_the_accounts_home() -> None:
+    """A CLI agent's HOME, config files and state, and the native agent's memory bank, are in
+    the HOME of the account the agent runs as (was: /home/agent for a root agent too)."""
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from agentmeter.agents.base import GatewayEndpoint
+    from agentmeter.agents.cli.agent import InstalledCliAgent
+    from agentmeter.agents.native.tools import ToolBox
+    from agentmeter.agents.registry import make_agent
+
+    bob = Account(1234, 1300, "/home/bob", "bob")
+    for account, home in ((ROOT_ACCOUNT, "/root"), (bob, "/home/bob"),
+                          (SANDBOX_ACCOUNT, "/home/agent")):
+        box = SimpleNamespace(account=account, workdir="/app")
+        ctx = cast(Any, SimpleNamespace(
+            sandbox=box, task=SimpleNamespace(workdir="/app"), instruction="x",
+            gateway=GatewayEndpoint(base_url="http://127.0.0.1:1", token="t", model="m/m")))
+        for name in ("gemini-cli", "codex"):
+            agent = make_agent(name)
+            assert isinstance(agent, InstalledCliAgent)
+            v = agent.values(ctx)
+            assert (v["home"], v["state"]) == (home, f"{home}/.agentmeter/{name}"), name
+        tools = ToolBox(cast(Any, box), "/app", max_output_chars=100, shell_timeout_s=1)
+        assert tools.memory_path == f"{home}/.agentmeter-memory.md"
+
+
+async def test_as_agent_runs_as_the_agents_account(local_backend: LocalBackend,
+                                                   tmp_path: Path) -> None:
+    """``$AS_AGENT`` runs agent code as the account the agent ran as: a named USER's ids and
+    HOME, root's for a root agent (was: uid 1000, HOME /home/agent, whatever the agent was)."""
+    from agentmeter.verify.command import AS_AGENT, stage_verifier
+
+    task = load_native_task(_task(tmp_path, "t", dockerfile="FROM debian:trixie\n",
+                                  solve="true", cond="true"))
+    seen = {}
+    for value in ("nobody:nogroup", IMAGE_USER):
+        sb = await local_backend.start(SandboxSpec(agent_user=value))
+        try:
+            await stage_verifier(task, sb)
+            r = await sb.exec([AS_AGENT, "sh", "-c", 'echo "$(id -u) $(id -g) $HOME $USER"'],
+                              user="root", cwd="/")
+            seen[value] = r.stdout.strip() or r.stderr
+        finally:
+            await sb.stop()
+    assert seen == {"nobody:nogroup": "65534 65534 /nonexistent nobody",
+                    IMAGE_USER: "0 0 /root root"}, seen
 
 
 @pytest.mark.slow

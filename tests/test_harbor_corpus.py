@@ -1,7 +1,8 @@
 """Harbor's own example tasks (``../shared/corpora/harbor-examples``, unmodified) as the
 acceptance test: a subset that needs nothing this host cannot reach and builds without package
 downloads, run with oracle and nop on the local backend through ``tasks check``. The full corpus
-takes far longer than a test may (its figures: the report of issue 27)."""
+takes far longer than a test may: ``benchmarks/harbor_corpus.py`` runs it on a chosen backend and
+compares every trial's outcome and reason with ``benchmarks/harbor_corpus_expected.json``."""
 
 from __future__ import annotations
 

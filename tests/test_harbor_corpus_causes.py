@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from agentmeter.cli import app
 from agentmeter.sandbox.dockerfile import image_emulation, parse_dockerfile
 from agentmeter.sandbox.local import LocalBackend
-from agentmeter.sandbox.spec import LayerSpec, SandboxSpec
+from agentmeter.sandbox.spec import LayerBuildError, LayerSpec, SandboxSpec
 from agentmeter.tasks.errors import TaskError
 from agentmeter.tasks.native import load_native_task
 from agentmeter.tasks.suite import load_suite
@@ -92,6 +92,21 @@ async def test_env_path_then_run_on_local(local_backend: LocalBackend, tmp_path:
                                     + "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
     finally:
         await sb.stop()
+
+
+async def test_a_step_failing_on_a_stand_in_names_the_image(local_backend: LocalBackend,
+                                                             tmp_path: Path) -> None:
+    """hello-alpine (``FROM alpine``, no registry reachable): ``apk: not found`` on the Debian
+    stand-in; the reason names the image and why it could not be had first."""
+    text = f"FROM registry.invalid/x/alpine:3\nRUN apk add bash # {time.time_ns()}\n"
+    layer = LayerSpec(kind="dockerfile", source=text, origin="a/Dockerfile", context=tmp_path,
+                      network="none")
+    with pytest.raises(LayerBuildError) as e:
+        await local_backend.start(SandboxSpec(layers=(layer,)))
+    assert str(e.value).startswith("registry.invalid/x/alpine:3: "), e.value
+    assert "registry.invalid" in str(e.value).split(", so this step ran on agentmeter's Debian "
+                                                   "stand-in for it and failed: ")[0], e.value
+    assert "apk" in str(e.value), e.value
 
 
 def test_python_stand_in_has_no_pep668_lock() -> None:

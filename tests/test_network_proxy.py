@@ -296,3 +296,51 @@ async def test_trial_states_its_network_and_why_it_failed(tmp_path: Path) -> Non
     assert trial.status is TrialStatus.FAILED
     assert (trial.error or "").startswith("failed: the tests needed the network ('"), trial.error
     assert 'network_mode = "no-network"' in (trial.error or "")
+
+
+@pytest.mark.slow
+async def test_failed_trial_names_the_host_the_proxy_could_not_reach(tmp_path: Path) -> None:
+    """Harbor's hello-mcp: its solution's ``curl https://astral.sh/…`` met the proxy's 502 and
+    the trial's reason named the next line (``uv: command not found``). The reason names the
+    host first, for the agent and for the tests (curl's CONNECT, spoken with bash alone)."""
+    connect = (r'exec 3<>/dev/tcp/127.0.0.1/{port}; printf "CONNECT %s:443 HTTP/1.1\r\n'
+               r'Host: %s\r\n\r\n" {host} {host} >&3; head -1 <&3'.replace("{port}", str(PROXY_PORT)))
+    suite = tmp_path / "suite"
+    d = make_task(suite, "no-egress", solve=connect.replace("{host}", "astral.invalid")
+                  + "\nuv-not-here run x.py")
+    d.joinpath("tests", "test.sh").write_text(
+        "#!/bin/bash\n" + connect.replace("{host}", "tests.invalid")
+        + "\necho 0 > /logs/verifier/reward.txt\n")
+    toml = d / "task.toml"
+    toml.write_text(toml.read_text().replace("allow_internet = false", 'network_mode = "public"'))
+    store = Store.open(tmp_path / "runs")
+    rid, _ = await run(store, prepare(RunRequest(suites=[str(suite)], agents=["oracle"])))
+    (trial,) = store.latest_completed_trials(rid)
+    assert trial.status is TrialStatus.FAILED and trial.extra["network"] == "public", trial
+    error = trial.error or ""
+    assert error.startswith("failed: the agent tried to reach astral.invalid:443, which this "
+                            "machine cannot reach (cannot resolve astral.invalid"), error
+    assert "the tests tried to reach tests.invalid:443" in error, error
+    assert "then: " in error and "uv-not-here" in error, error
+    assert set(trial.extra["unreachable"]) == {"the agent", "the tests"}, trial.extra
+
+
+def test_unreachable_reason_names_each_phases_network() -> None:
+    """Refused hosts are named against the network of the phase that asked: the task's for the
+    agent, a separate verifier's own for the tests (network-policy-matrix v-ve-diff)."""
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from agentmeter.runner.network import unreachable_failure
+
+    sep = SimpleNamespace(allow_internet=False, allowed_hosts=("www.iana.org",))
+    task = cast(Any, SimpleNamespace(allow_internet=False, allowed_hosts=(), separate_verifier=sep))
+    blocked = {"the agent": {"a.org:443": "refused: not in this task's allowed_hosts"},
+               "the tests": {"www.iana.org:443": "unreachable: cannot resolve www.iana.org: x",
+                             "example.com:443": "refused: not in this task's allowed_hosts"}}
+    assert unreachable_failure(task, blocked, "boom") == (
+        "failed: the agent tried to reach a.org:443, which the task's network (no-network) does "
+        "not admit; the tests tried to reach www.iana.org:443, which this machine cannot reach "
+        "(cannot resolve www.iana.org: x); the tests tried to reach example.com:443, which its "
+        "verifier's network (allowlist: www.iana.org) does not admit; then: boom")
+    assert unreachable_failure(task, {"the agent": {}}, "boom") is None

@@ -1,6 +1,8 @@
 """A trial's network, stated: its label (``extra["network"]``), where it came from
 (``extra["network_source"]``) and, when a command failed for
-lack of network, a status message that says so instead of the failure it led to."""
+lack of network, a status message that says so instead of the failure it led to: the hosts the
+harness's proxy refused or could not reach (sandbox/proxy.py ``blocked``; ``extra["unreachable"]``)
+named first, else what the tools printed."""
 
 from __future__ import annotations
 
@@ -47,6 +49,42 @@ def network_source(task: Task) -> str:
     """Where the trial's network came from (``extra["network_source"]``): ``task`` (it states
     its network) or ``run default`` (it states none: the run's ``--network-default``)."""
     return "run default" if task.network_default else "task"
+
+
+def blocked_hosts(sandbox: object) -> dict[str, str]:
+    """The hosts a sandbox's proxy refused or could not reach ("host:port" -> why), if it has
+    one (sandbox/netsetup.py: ``SandboxNetwork.blocked``, kept after the sandbox stops)."""
+    network = getattr(sandbox, "network", None)
+    blocked = getattr(network, "blocked", None)
+    return dict(blocked()) if callable(blocked) else {}
+
+
+def unreachable_failure(task: Task, blocked: dict[str, dict[str, str]],
+                        error: str | None) -> str | None:
+    """The status message of a failed trial whose agent or tests tried to reach hosts the
+    proxy refused or could not reach (``blocked``: who -> "host:port" -> why, e.g.
+    ``{"the agent": {"astral.sh:443": "unreachable: cannot resolve astral.sh: …"}}``), naming
+    them before the failure they led to; None when nothing was blocked."""
+    parts = []
+    for who, hosts in blocked.items():
+        if not hosts:
+            continue
+        refused = [h for h, why in hosts.items() if why.startswith("refused")]
+        lost = [h for h in hosts if h not in refused]
+        said = []
+        if lost:
+            said.append(f"{who} tried to reach {', '.join(lost)}, which this machine cannot reach "
+                        f"({hosts[lost[0]].removeprefix('unreachable: ')})")
+        if refused:
+            verifier = verifier_network_label(task) if who == "the tests" else None
+            whose = "its verifier's network" if verifier else "the task's network"
+            said.append(f"{who} tried to reach {', '.join(refused)}, which {whose} "
+                        f"({verifier or network_label(task)}) does not admit")
+        parts.append("; ".join(said))
+    if not parts:
+        return None
+    message = "failed: " + "; ".join(parts)
+    return f"{message}; then: {error}" if error else message
 
 
 def _sign(text: str | None) -> str | None:

@@ -88,6 +88,7 @@ class StepRunner(TrialRunner):
                     await sandbox.kill_user_processes(AGENT_USER)
                 except SandboxError as e:
                     raise InfraError(f"ending the agent's processes: {e}") from e
+                self._note_blocked("the agent", sandbox)
                 await self._save_diff(sandbox, snapshot, prefix)  # the agent's processes gone
                 verdict = await self._verify_step(sandbox, prefix)
                 assert timings.verification is not None

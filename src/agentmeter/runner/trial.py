@@ -33,9 +33,11 @@ from agentmeter.records import (
 from agentmeter.runner import hooks, separate, sidecars
 from agentmeter.runner.judging import GatewayJudge, evaluation_extra, merge_meters
 from agentmeter.runner.network import (
+    blocked_hosts,
     network_failure,
     network_label,
     network_source,
+    unreachable_failure,
     verifier_network_label,
 )
 from agentmeter.runner.tasksandbox import (
@@ -104,6 +106,8 @@ class TrialRunner:
         self.next_seq = 0
         #: what grading cost so far (a scenario step verifies once per round)
         self.judge_meters: list[TrialMeter] = []
+        #: the hosts each phase's proxy refused or could not reach (who -> "host:port" -> why)
+        self.blocked: dict[str, dict[str, str]] = {}
         #: seqs of agent calls still under way when their gateway trial closed (read by the
         #: sink on the gateway's writer thread)
         self._late: frozenset[int] = frozenset()
@@ -202,6 +206,7 @@ class TrialRunner:
                 await sandbox.kill_user_processes(AGENT_USER)
             except SandboxError as e:
                 raise InfraError(f"ending the agent's processes: {e}") from e
+            self._note_blocked("the agent", sandbox)
             await self._save_diff(sandbox, snapshot)  # of a tree nothing of the agent changes
             # Harbor's order: collect hooks, then artifacts, then the verifier
             hook_problems = await hooks.collect(sandbox, self.task.collect, side.boxes)
@@ -403,8 +408,17 @@ class TrialRunner:
         except (SandboxError, VerificationError) as e:
             raise InfraError(f"verification: {e}") from e
         finally:
+            self._note_blocked("the tests", sandbox)
             if judge is not None:
                 await self._close_judge(judge, settle)
+
+    def _note_blocked(self, who: str, sandbox: Sandbox) -> None:
+        """Attribute to ``who`` the hosts ``sandbox``'s proxy refused or could not reach that no
+        earlier phase met (a shared sandbox's proxy holds the agent's too)."""
+        seen = {h for hosts in self.blocked.values() for h in hosts}
+        new = {h: why for h, why in blocked_hosts(sandbox).items() if h not in seen}
+        if new:
+            self.blocked[who] = {**self.blocked.get(who, {}), **new}
 
     async def _close_judge(self, judge: GatewayJudge, settle: bool) -> None:
         """Close a judge's gateway trial; what it cost joins the trial's evaluation cost."""
@@ -509,8 +523,11 @@ class TrialRunner:
                 rec.error = run.final_message  # the reference solution crashed: say how
         if verdict.problem and not rec.error:
             rec.error = verdict.problem
+        if self.blocked:
+            rec.extra["unreachable"] = self.blocked
         if rec.status in (TrialStatus.FAILED, TrialStatus.AGENT_ERROR):
-            rec.error = network_failure(self.task, rec.error, run.error, verdict) or rec.error
+            rec.error = (unreachable_failure(self.task, self.blocked, rec.error)
+                         or network_failure(self.task, rec.error, run.error, verdict) or rec.error)
 
     def _call_sink(self) -> StoreSink:
         """The gateway's sink: each call stored as it completes (by the gateway's writer

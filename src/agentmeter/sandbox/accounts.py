@@ -40,6 +40,13 @@ SANDBOX_ACCOUNT = Account(AGENT_UID, AGENT_GID, f"/home/{AGENT_USER}", AGENT_USE
 ROOT_ACCOUNT = Account(0, 0, "/root", "root")
 
 
+def account_of(sandbox: object) -> Account:
+    """Who the exec user ``agent`` is in ``sandbox`` (its resolved ``account``; agentmeter's
+    own for a sandbox without one)."""
+    account = getattr(sandbox, "account", None)
+    return account if isinstance(account, Account) else SANDBOX_ACCOUNT
+
+
 def user_value(agent_user: str | None, image_user: str | None) -> str | None:
     """The ``USER`` value to resolve for ``agent_user`` (None: agentmeter's account)."""
     if agent_user == IMAGE_USER:

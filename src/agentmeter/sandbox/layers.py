@@ -35,7 +35,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,13 +43,14 @@ from pydantic import BaseModel, Field
 
 from agentmeter.notices import notice
 from agentmeter.paths import cache_dir
-from agentmeter.sandbox import droppings, idmap, oci, rootfs
+from agentmeter.sandbox import accounts, droppings, idmap, oci, rootfs
 from agentmeter.sandbox.buildcopy import copy_step
 from agentmeter.sandbox.dockerfile import (
     DEFAULT_SHELL,
     DockerStep,
     ParsedDockerfile,
     emulation_steps,
+    image_emulation,
     local_refusals,
     parse_dockerfile,
 )
@@ -108,6 +109,8 @@ class LocalRoot:
     meta: LayerMeta
     #: the image the tree is (None: agentmeter's Debian base or the host skeleton)
     image: str | None = None
+    #: why the FROM image it stands in for could not be had ("FROM x: no registry is …")
+    stand_in_for: str | None = None
 
 
 @dataclass
@@ -119,9 +122,23 @@ class _Chain:
     names: list[str] = field(default_factory=list)   # cached layers, bottom first
     meta: LayerMeta = field(default_factory=LayerMeta)
     args: dict[str, str] = field(default_factory=dict)
+    #: LocalRoot.stand_in_for of its root
+    stand_in_for: str | None = None
 
     def lowers(self) -> list[str]:
         return [f"{n}/fs" for n in reversed(self.names)] + [self.base]
+
+
+def _faithful_stand_in(image: str) -> bool:
+    """Whether the Debian base stands in for ``image`` closely enough that a step failing on it
+    fails for its own reasons (Debian, Ubuntu, and the runtimes image_emulation installs)."""
+    name = image.split("@")[0].rsplit("/", 1)[-1].split(":")[0]
+    return name in ("debian", "ubuntu") or image_emulation(image) is not None
+
+
+def _as_root(meta: LayerMeta) -> bool:
+    """Whether a build step under ``meta`` runs as root (no USER, or USER root)."""
+    return not accounts.needs_files(meta.user)
 
 
 def _digest(*parts: str) -> str:
@@ -205,7 +222,9 @@ class LocalLayerCache:
         found = await self.image_root(image)
         if isinstance(found, str):
             oci.say_fallback(image, f"{origin}:{line}", found)
-            return self.debian_root(spec)
+            if _faithful_stand_in(image):  # its failures are the step's own
+                return self.debian_root(spec)
+            return replace(self.debian_root(spec), stand_in_for=f"{image}: {found}")
         return found
 
     async def _plan(self, spec: SandboxSpec) -> tuple[LocalRoot, list[LayerSpec], list[LayerSpec]]:
@@ -290,7 +309,7 @@ class LocalLayerCache:
                            trees: dict[int | str, _Chain]) -> _Chain:
         """Build (or find cached) the layers of a stage FROM ``image`` made of ``steps``."""
         root = await self.from_root(spec, image, layer.origin, line)
-        chain = _Chain(root.chain, root.lower, meta=root.meta)
+        chain = _Chain(root.chain, root.lower, meta=root.meta, stand_in_for=root.stand_in_for)
         if root.image is not None:  # the image itself: no Debian emulation of its runtime
             steps = [st for st in steps if st.line != line]
         for step in await self._docker_steps(steps, layer, spec, deadline, trees):
@@ -324,7 +343,7 @@ class LocalLayerCache:
         on the root, then the adapt step; independent layers form their own chain on the root
         plus the adapt step and lie under the environment's."""
         root, env, installs = await self._plan(spec)
-        shared = _Chain(root.chain, root.lower, meta=root.meta)
+        shared = _Chain(root.chain, root.lower, meta=root.meta, stand_in_for=root.stand_in_for)
         for i, layer in enumerate(env):
             deadline = None if layer.build_timeout_s is None else time.monotonic() + layer.build_timeout_s
             real_from = root.image is not None and i == 0
@@ -372,6 +391,8 @@ class LocalLayerCache:
         layer (built unless cached)."""
         meta = chain.meta
         marker = ("independent",) if independent else ()
+        if not _as_root(meta):  # built as the USER account since (not as uid 1000)
+            marker = (*marker, "as-user")
         chain.digest = _digest(chain.digest, step.key, meta.model_dump_json(), *marker)
         st = step.docker
         if st is not None and st.kind in ("ENV", "ARG", "USER"):
@@ -402,15 +423,30 @@ class LocalLayerCache:
         if self.log:
             self.log(f"building layer {name[:12]}: {step.label}")
         meta = chain.meta
+        # a step after a non-root USER runs as that account, resolved against the build's own
+        # /etc/passwd and /etc/group as docker build resolves it (accounts.py)
         build_spec = SandboxSpec(base=spec.base, network=step.network,  # type: ignore[arg-type]
-                                 user="root", workdir=meta.workdir or "/")
-        sb = await self.backend.start_raw(build_spec, chain.lowers(), meta)
+                                 user="root", workdir=meta.workdir or "/",
+                                 agent_user=None if _as_root(meta) else meta.user)
+        try:
+            sb = await self.backend.start_raw(build_spec, chain.lowers(), meta)
+        except SandboxError as e:
+            if build_spec.agent_user is None:
+                raise
+            raise LayerBuildError(f"{step.origin}: {step.label}: {e}") from None
         tmp = self.dir / f".tmp-{name}-{os.getpid()}"
         ok = False
         try:
             await self._run_step(sb, step, meta, chain.args, timeout, spec)
             tmp.mkdir(parents=True, exist_ok=True)
             ok = True
+        except LayerBuildError as e:  # on a stand-in: the image that could not be had first
+            stand_in = step.source.stand_in_for if step.source is not None else None
+            stand_in = stand_in or chain.stand_in_for
+            if stand_in is None:
+                raise
+            raise LayerBuildError(f"{stand_in}, so this step ran on agentmeter's Debian "
+                                  f"stand-in for it and failed: {e}") from None
         finally:
             await sb.stop(keep_upper=tmp / "fs" if ok else None)
         final = self.dir / name
@@ -428,7 +464,7 @@ class LocalLayerCache:
     async def _run_step(self, sb, step: _Step, meta: LayerMeta, args: dict[str, str],  # type: ignore[no-untyped-def]
                         timeout: float, spec: SandboxSpec) -> None:
         env = {**args, **meta.env}
-        user = "root" if meta.user in (None, "", "root", "0") else AGENT_USER
+        user = "root" if _as_root(meta) else AGENT_USER  # the USER account (_build)
         cwd = meta.workdir or "/"
         if step.script is not None:
             if step.context is not None:

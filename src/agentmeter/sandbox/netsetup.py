@@ -31,7 +31,7 @@ import hashlib
 import os
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentmeter.paths import cache_dir
@@ -51,9 +51,16 @@ class SandboxNetwork:
     """The running parts of a sandbox's network (the proxy, if any); ``stop`` ends them."""
 
     proxy: SandboxProxy | None = None
+    _blocked: dict[str, str] = field(default_factory=dict)
+
+    def blocked(self) -> dict[str, str]:
+        """The hosts its proxy refused or could not reach ("host:port" -> why; proxy.py), kept
+        after ``stop``."""
+        return dict(self.proxy.blocked) if self.proxy is not None else dict(self._blocked)
 
     async def stop(self) -> None:
         if self.proxy is not None:
+            self._blocked = dict(self.proxy.blocked)
             await self.proxy.stop()
             self.proxy = None
 

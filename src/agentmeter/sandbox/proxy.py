@@ -18,6 +18,9 @@ and the PyPI mirror's index URL in the sandbox's environment (``sandbox_env``).
   The proxy runs on the host, and must not hand the sandbox the host's own services. Redirects
   are not followed here: the client's next request is checked like the first.
   A refusal is a ``403`` whose reason names agentmeter's allowlist, and a logged line.
+- **What it could not reach** (``blocked``): every host:port it refused or could not resolve or
+  connect to, with why (the first ``MAX_BLOCKED``), so a trial that failed after its command
+  met a 403/502 can name the host (runner/network.py) rather than the command that followed.
 - **Cache** (pkgcache.py): plain-HTTP apt downloads and the PyPI mirror (pypimirror.py). A
   cache hit for a host is served only when the policy admits that host.
 - **Bounds**: at most ``MAX_CONNECTIONS`` client connections; headers within
@@ -56,6 +59,8 @@ MAX_HEADER_BYTES = 64 << 10
 HEADER_TIMEOUT_S = 30.0
 IDLE_TIMEOUT_S = 300.0
 CONNECT_TIMEOUT_S = 15.0
+#: how many distinct hosts ``blocked`` keeps
+MAX_BLOCKED = 32
 #: the reason phrase of a refusal: clients print it (e.g. "Tunnel connection failed: 403 …")
 REFUSED_REASON = "Forbidden by agentmeter allowlist"
 _HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer",
@@ -133,6 +138,8 @@ class SandboxProxy:
         self.resolver = resolver or _resolve
         self.port = port
         self.refusals: list[str] = []
+        #: "host:port" -> why it was not reached (refused by the policy, or unreachable)
+        self.blocked: dict[str, str] = {}
         self._hashes: dict[str, str] = {}
         self._slots = asyncio.Semaphore(MAX_CONNECTIONS)
         self._server: asyncio.AbstractServer | None = None
@@ -159,7 +166,18 @@ class SandboxProxy:
         line = f"proxy refused {host}:{port}: {why} (network {self.policy.describe()})"
         self.refusals.append(line)
         log.warning(line)
+        self._blocked(host, port, f"refused: {why} (network {self.policy.describe()})")
         return Refused(403, why)
+
+    def _blocked(self, host: str, port: int, why: str) -> None:
+        key = f"{host}:{port}"
+        if key not in self.blocked and len(self.blocked) < MAX_BLOCKED:
+            self.blocked[key] = why
+
+    def _unreachable(self, host: str, port: int, why: str, e: BaseException | None) -> Refused:
+        detail = f"{why}: {e}" if e is not None and str(e) else why
+        self._blocked(host, port, f"unreachable: {detail}")
+        return Refused(502, detail)
 
     def _internal_refusal(self, host: str, port: int, addresses: list[str]) -> Refused:
         how = ("an exact entry names it, but this run does not allow the host network "
@@ -189,9 +207,10 @@ class SandboxProxy:
             try:
                 addresses = await asyncio.wait_for(self.resolver(host, port), CONNECT_TIMEOUT_S)
             except (OSError, TimeoutError) as e:
-                raise Refused(502, f"cannot resolve {host}: {e}") from e
+                raise self._unreachable(host, port, f"cannot resolve {host}",
+                                        e if str(e) else TimeoutError("timed out")) from e
             if not addresses:
-                raise Refused(502, f"cannot resolve {host}: no address")
+                raise self._unreachable(host, port, f"cannot resolve {host}: no address", None)
             bad = [a for a in addresses if internal(a)]
             if bad and not self.policy.may_reach_internal(host, port):
                 raise self._internal_refusal(host, port, bad)
@@ -199,7 +218,8 @@ class SandboxProxy:
             return await asyncio.wait_for(asyncio.open_connection(addresses[0], port),
                                           CONNECT_TIMEOUT_S)
         except (OSError, TimeoutError) as e:
-            raise Refused(502, f"cannot connect to {host}:{port}: {e}") from e
+            raise self._unreachable(host, port, f"cannot connect to {host}:{port}",
+                                    e if str(e) else TimeoutError("timed out")) from e
 
     # -- one client connection -------------------------------------------------------------
 

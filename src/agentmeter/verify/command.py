@@ -11,9 +11,13 @@ Harbor's contract, hardened so agent code cannot decide its own reward (docs/ver
 - **At verification** the staged tests are renamed to ``/tests`` (no space needed),
   ``/logs/verifier`` is emptied and root's again, and the test command runs as root (or the
   task's ``[verifier] user``) with ``TEST_DIR=/tests`` and ``AS_AGENT``: the path of a tool that
-  runs agent-written code as the unprivileged agent user (no capabilities, no new privileges) and
+  runs agent-written code as the agent's account (no capabilities, no new privileges) and
   then kills whatever that user left running. Agent code so run cannot write ``/logs/verifier``,
-  read ``/tests`` or signal the test script.
+  read ``/tests`` or signal the test script. The account is the one the agent ran as
+  (accounts.py: agentmeter's uid 1000, or the image's ``USER`` with its ids, groups and HOME);
+  when that is root (a Harbor task whose image sets no USER), CMD runs as root, as the agent
+  did and as Harbor's tests run agent code: such a task's verdict rests on Harbor's order
+  (tests uploaded after the agent's processes are gone), not on as-agent.
 - **A test command killed by a signal** (exit code above 128 or negative) has no trusted reward:
   the verdict is a fail with that problem, never a pass and never ``infra_invalid``.
 
@@ -24,13 +28,15 @@ what they read afterwards (reward files, pytest's summary).
 from __future__ import annotations
 
 import io
+import shlex
 import tarfile
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
+from agentmeter.sandbox.accounts import SANDBOX_ACCOUNT, Account, account_of
 from agentmeter.sandbox.output import strip_ansi
 from agentmeter.sandbox.protocol import Sandbox
-from agentmeter.sandbox.spec import AGENT_GID, AGENT_UID, AGENT_USER, ExecResult, SandboxError
+from agentmeter.sandbox.spec import ExecResult, SandboxError
 from agentmeter.verify.mounts import TESTS_MOUNT as TESTS_MOUNT
 from agentmeter.verify.protocol import Verdict, VerifierArtifact, VerifierContext
 
@@ -46,17 +52,19 @@ AS_AGENT = f"{STAGE_DIR}/as-agent"
 
 AS_AGENT_SCRIPT = r"""#!/bin/sh
 # as-agent (agentmeter's verifier tool; docs/verifiers.md)
-#   as-agent CMD [ARG...]   run CMD as the unprivileged agent user (uid @UID@): no capabilities,
+#   as-agent CMD [ARG...]   run CMD as the agent's account (uid @UID@): no capabilities,
 #                           no new privileges; afterwards every process of that user still
 #                           running here is killed, so agent code cannot outlive its call.
-#                           Calls must not overlap. The exit status is CMD's.
-#   as-agent --own PATH...  give PATH (recursively, links not followed) to the agent user, for
-#                           scratch files the agent's program must write.
-uid=@UID@; gid=@GID@
+#                           Calls must not overlap. The exit status is CMD's. An agent that ran
+#                           as root (the image's USER) gets CMD run as root, as it ran.
+#   as-agent --own PATH...  give PATH (recursively, links not followed) to the agent's account,
+#                           for scratch files the agent's program must write.
+uid=@UID@; gid=@GID@; groups=@GROUPS@
 if [ "${1-}" = --own ]; then shift; exec chown -R -P -h "$uid:$gid" -- "$@"; fi
 if [ $# -eq 0 ]; then echo "usage: as-agent CMD [ARG...] | as-agent --own PATH..." >&2; exit 2; fi
-export HOME=/home/@USER@ USER=@USER@ LOGNAME=@USER@
+export HOME=@HOME@ USER=@USER@ LOGNAME=@USER@
 if [ "$(id -u)" != 0 ]; then exec "$@"; fi  # a [verifier] user = agent: already unprivileged
+if [ "$uid" = 0 ]; then exec "$@"; fi  # the agent's account is root: as the agent ran
 mapped=no
 while read -r inside _outside count; do
     if [ "$uid" -ge "$inside" ] && [ "$uid" -lt $((inside + count)) ]; then mapped=yes; fi
@@ -66,7 +74,8 @@ if [ $mapped = no ]; then
     exec unshare --user --map-user="$uid" --map-group="$gid" -- \
         setpriv --no-new-privs --inh-caps=-all --bounding-set=-all -- "$@"
 fi
-drop="setpriv --reuid=$uid --regid=$gid --clear-groups --inh-caps=-all --bounding-set=-all --no-new-privs"
+if [ -n "$groups" ]; then groups="--groups=$groups"; else groups=--clear-groups; fi
+drop="setpriv --reuid=$uid --regid=$gid $groups --inh-caps=-all --bounding-set=-all --no-new-privs"
 $drop -- "$@"
 rc=$?
 $drop -- sh -c 'kill -KILL -1' 2>/dev/null
@@ -112,7 +121,17 @@ class Score(NamedTuple):
     problem: str | None
 
 
-def _stage_archive(task: Task, extra: Mapping[str, bytes] | None = None) -> bytes:
+def as_agent_script(account: Account) -> str:
+    """The as-agent tool for the agent's ``account`` (its ids, groups, name and HOME)."""
+    return (AS_AGENT_SCRIPT.replace("@UID@", str(account.uid))
+            .replace("@GID@", str(account.gid))
+            .replace("@GROUPS@", shlex.quote(",".join(map(str, account.groups))))
+            .replace("@USER@", shlex.quote(account.name))
+            .replace("@HOME@", shlex.quote(account.home)))
+
+
+def _stage_archive(task: Task, extra: Mapping[str, bytes] | None = None,
+                   account: Account = SANDBOX_ACCOUNT) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         def add(name: str, data: bytes, mode: int) -> None:
@@ -127,9 +146,7 @@ def _stage_archive(task: Task, extra: Mapping[str, bytes] | None = None) -> byte
             add(f"tests/{rel}", host.read_bytes(), 0o755 if host.stat().st_mode & 0o111 else 0o644)
         for rel, data in sorted((extra or {}).items()):
             add(f"tests/{rel}", data, 0o644)
-        script = (AS_AGENT_SCRIPT.replace("@UID@", str(AGENT_UID))
-                  .replace("@GID@", str(AGENT_GID)).replace("@USER@", AGENT_USER))
-        add("as-agent", script.encode(), 0o755)
+        add("as-agent", as_agent_script(account).encode(), 0o755)
     return buf.getvalue()
 
 
@@ -138,7 +155,8 @@ async def stage_verifier(task: Task, sandbox: Sandbox,
     """Place the task's verifier files (and a kind's ``extra`` files, relative to ``/tests``)
     and the as-agent tool where only root can see them, and make ``/logs/verifier`` root's.
     Called when the sandbox starts, before the agent runs."""
-    r = await sandbox.exec(["sh", "-c", _STAGE], stdin=_stage_archive(task, extra), user="root",
+    r = await sandbox.exec(["sh", "-c", _STAGE],
+                           stdin=_stage_archive(task, extra, account_of(sandbox)), user="root",
                            cwd="/")
     if r.exit_code != 0:
         raise SandboxError(f"staging the verifier files: {r.stderr.strip()[-500:]}")

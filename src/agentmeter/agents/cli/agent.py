@@ -33,9 +33,11 @@ from agentmeter.agents.cli import mcp
 from agentmeter.agents.cli.spec import CliDefinition, ParsedRun, ParseInput, render
 from agentmeter.records import CLI_TRAJECTORY
 from agentmeter.sandbox import fsnames
+from agentmeter.sandbox.accounts import account_of
 from agentmeter.sandbox.archive import CopyTooLarge
 from agentmeter.sandbox.spec import AGENT_USER, LayerSpec, SandboxError
 
+#: agentmeter's own account's HOME (a task's image USER has its own: ``values``)
 HOME = f"/home/{AGENT_USER}"
 STDOUT_CAP = 32_000_000
 #: the most of one transcript path (its tar stream) copied out; a larger one is left out
@@ -93,16 +95,17 @@ class InstalledCliAgent:
 
     def values(self, ctx: AgentContext) -> dict[str, str]:
         assert ctx.gateway is not None and self.version is not None
+        home = account_of(ctx.sandbox).home.rstrip("/")  # the image's USER's (root: /root)
         return {
             "prompt": ctx.instruction, "model": ctx.gateway.model,
             # the name without its provider prefix: CLIs that pick features by model name
             # (Codex, Claude Code) recognise it; the gateway serves the trial's model either way
             "model_id": ctx.gateway.model.split("/", 1)[-1],
             "base_url": ctx.gateway.base_url.rstrip("/"), "token": ctx.gateway.token,
-            "home": HOME, "state": f"{HOME}/.agentmeter/{self.name}",
+            "home": home or "/", "state": f"{home}/.agentmeter/{self.name}",
             "workdir": ctx.task.workdir or ctx.sandbox.workdir,
             "install": self.spec.prefix(self.version), "version": self.version,
-            "instruction_file": f"{HOME}/.agentmeter/{self.name}/instruction.md",
+            "instruction_file": f"{home}/.agentmeter/{self.name}/instruction.md",
         }
 
     async def run(self, ctx: AgentContext) -> AgentRun:
@@ -134,7 +137,8 @@ class InstalledCliAgent:
         argv = [exe,
                 *(render(a, v) for a in spec.args[:cut]), *resume, *self.options.extra_args, *mcp_args,
                 *(render(a, v) for a in spec.args[cut:])]
-        env = {k: render(val, v) for k, val in spec.env.items()} | self.options.env
+        env = {"HOME": v["home"]} | {k: render(val, v) for k, val in spec.env.items()} \
+            | self.options.env
         stderr_path = f"{v['state']}/stderr.log"
         # stderr goes to a file so that it survives the harness ending a lingering CLI
         wrapped = ["bash", "-c", 'exec "$@" 2>>"$0"', stderr_path, *argv]

@@ -37,10 +37,10 @@ from the conversation when it grows long, but the memory bank is always shown he
 When the task is done, call `finish` with a short summary of what you did."""
 
 
-def system_prompt(workdir: str, memory: str) -> str:
+def system_prompt(workdir: str, memory: str, memory_path: str = MEMORY_PATH) -> str:
     text = SYSTEM_PROMPT.format(workdir=workdir)
     if memory.strip():
-        text += f"\n\n## Memory bank ({MEMORY_PATH})\n{memory.rstrip()}"
+        text += f"\n\n## Memory bank ({memory_path})\n{memory.rstrip()}"
     return text
 
 
@@ -135,7 +135,7 @@ class NativeAgent:
                     state.error = "budget_exceeded"
                     state.event("stopped", "the harness asked the agent to stop")
                     return
-                system = system_prompt(workdir, await tools.read_memory())
+                system = system_prompt(workdir, await tools.read_memory(), tools.memory_path)
                 if system != last_system:
                     state.transcript.append({"role": "system", "content": system})
                     last_system = system

@@ -13,13 +13,20 @@ from typing import Any
 
 from agentmeter.agents.native import web
 from agentmeter.agents.native.messages import ToolCall, truncate
+from agentmeter.sandbox.accounts import account_of
 from agentmeter.sandbox.protocol import Sandbox
 from agentmeter.sandbox.spec import AGENT_USER, ExecResult
 
+#: the memory bank of agentmeter's own account (an image USER's is in its HOME: memory_path)
 MEMORY_PATH = "/home/agent/.agentmeter-memory.md"
 FINISH = "finish"
 
 _STR = {"type": "string"}
+
+
+def memory_path(sandbox: Sandbox) -> str:
+    """The memory bank's path: in the HOME of the account the agent runs as."""
+    return f"{account_of(sandbox).home.rstrip('/')}/.agentmeter-memory.md"
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,8 @@ class ToolBox:
     def __init__(self, sandbox: Sandbox, workdir: str, *, max_output_chars: int,
                  shell_timeout_s: float, search_url: str = web.SEARCH_URL) -> None:
         self.sandbox, self.workdir = sandbox, workdir
+        #: in the agent account's HOME (the image's USER's: root's is /root)
+        self.memory_path = memory_path(sandbox)
         self.max_output_chars, self.shell_timeout_s = max_output_chars, shell_timeout_s
         self.search_url = search_url
 
@@ -105,7 +114,7 @@ class ToolBox:
                                        user=AGENT_USER, stdin=stdin, timeout=timeout)
 
     async def read_memory(self) -> str:
-        r = await self._sh('cat -- "$1" 2>/dev/null', MEMORY_PATH)
+        r = await self._sh('cat -- "$1" 2>/dev/null', self.memory_path)
         return truncate(r.stdout, self.max_output_chars) if r.exit_code == 0 else ""
 
     # -- the tools ----------------------------------------------------------------------------
@@ -181,7 +190,7 @@ class ToolBox:
         if mode not in ("append", "replace"):
             raise ToolError("mode must be 'append' or 'replace'")
         redirect = ">>" if mode == "append" else ">"
-        r = await self._sh(f'cat {redirect} "$1"', MEMORY_PATH,
+        r = await self._sh(f'cat {redirect} "$1"', self.memory_path,
                            stdin=(content.rstrip("\n") + "\n").encode())
         if r.exit_code != 0:
             raise ToolError(r.stderr.strip() or "cannot write the memory bank")
