@@ -13,10 +13,12 @@ from typing import Any
 
 import aiohttp
 import pytest
+import pytest_asyncio
 
 from agentmeter.gateway import Gateway, ModelRegistry, localmodels
 from agentmeter.pricing import PriceBook
 from agentmeter.records import TrialStatus
+from agentmeter.sandbox.local import LocalBackend
 
 MODEL = "local/smollm2-135m"
 
@@ -29,7 +31,7 @@ def _missing() -> str | None:
     return None
 
 
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module"),
               pytest.mark.skipif(_missing() is not None, reason=str(_missing()))]
 
 
@@ -84,9 +86,64 @@ async def test_native_agent_on_a_starter_task(tmp_path: Path) -> None:
     assert trial.cost_usd == 0.0
 
 
-@pytest.fixture
-async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
-    gw = Gateway(ModelRegistry(), PriceBook(use_genai_prices=False), record_bodies_dir=tmp_path)
+async def test_a_real_cli_on_a_starter_task(tmp_path: Path, local_backend: LocalBackend) -> None:
+    """mini-swe-agent (PyPI; its prompt is about 1,000 tokens, so it fits SmolLM2's 8k context,
+    unlike the 10-17k-token prompts of Codex, Claude Code, Qwen Code and Gemini CLI) against the
+    local model: every call it makes is metered with the server's own counts, which are also
+    what the CLI itself was told; what the model answers (mostly prose, no tool call) ends as
+    the agent's failure as mini-swe-agent reports it, never infra_invalid."""
+    from agentmeter.agents.registry import make_agent
+    from agentmeter.cli import realmodel
+    from agentmeter.runner.session import RunRequest, prepare, run
+    from agentmeter.runner.trial import sandbox_spec
+    from agentmeter.sandbox.spec import LayerBuildError
+    from agentmeter.store.db import Store
+    from agentmeter.tasks.suite import load_suites
+
+    task = "log-level-counts"
+    [loaded] = load_suites(["starter"]).select(None, [task])
+    try:  # the CLI's install layer: cached after its first build
+        await local_backend.prepare(sandbox_spec(loaded, make_agent("mini-swe-agent"), None))
+    except LayerBuildError as e:
+        pytest.skip(f"mini-swe-agent could not be installed (package registry?): {e}")
+    before = _llama_servers()
+    store = Store.open(tmp_path)
+    req = RunRequest(suites=["starter"], task_ids=[task], agents=["mini-swe-agent"],
+                     models=[MODEL], record_bodies=True, max_infra_retries=0,
+                     agent_options={"mini-swe-agent": {"extra_args": realmodel.MINI_LIMITS}})
+    rid, _ = await run(store, prepare(req))
+    assert _llama_servers() <= before
+    [trial] = store.latest_completed_trials(rid)
+    assert trial.status in (TrialStatus.PASSED, TrialStatus.FAILED, TrialStatus.AGENT_ERROR), \
+        (trial.status, trial.error)
+    if trial.status is TrialStatus.AGENT_ERROR:  # the model's doing, as the CLI itself ended
+        assert (trial.error or "").startswith("mini-swe-agent: exit status "), trial.error
+    calls = store.model_calls(rid, trial.id)
+    assert 1 <= len(calls) == trial.model_calls <= 2
+    bodies = store.run_dir(rid) / "bodies" / calls[0].trial_id
+    for c in calls:
+        assert c.status_code == 200 and c.error is None and c.cost_usd == 0.0, c
+        assert (c.client_api, c.wire_api, c.stream) == ("chat", "chat", False)
+        sent = json.loads((bodies / f"{c.seq:05d}-request.json").read_text())
+        assert [t["function"]["name"] for t in sent["tools"]] == ["bash"]  # the CLI's own
+        got = json.loads((bodies / f"{c.seq:05d}-response.json").read_text())
+        assert (c.usage.input, c.usage.output) == _server_usage(got)
+    assert trial.usage.input == sum(c.usage.input or 0 for c in calls)
+    assert trial.usage.output == sum(c.usage.output or 0 for c in calls)
+    own = trial.extra["self_reported_usage"]  # what litellm handed mini-swe-agent
+    assert (own["input"], own["output"]) == (trial.usage.input, trial.usage.output)
+    assert trial.cost_usd == 0.0
+    # what `agentmeter demo --real-model` prints: every call equal
+    assert [(r.seq, r.equal) for r in realmodel.compare(store, rid)] == \
+        [(c.seq, True) for c in calls]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def gateway(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Gateway]:
+    """One gateway and one llama.cpp server for the module's gateway-level tests (each trial
+    name is used once), its request and response bodies recorded."""
+    bodies = tmp_path_factory.mktemp("bodies")
+    gw = Gateway(ModelRegistry(), PriceBook(use_genai_prices=False), record_bodies_dir=bodies)
     await gw.start(host="127.0.0.1", port=0)
     pids: list[int | None] = []
     try:
@@ -196,8 +253,7 @@ async def test_malformed_tool_call_arguments_are_the_models_not_the_harness(
     assert calls[0].parse_error is not None  # 4 tokens cannot close the JSON
 
 
-async def test_a_judge_with_constrained_output_gives_a_usable_verdict(
-        gateway: Gateway, tmp_path: Path) -> None:
+async def test_a_judge_with_constrained_output_gives_a_usable_verdict(gateway: Gateway) -> None:
     """A judge call to a local model carries the verdict's JSON schema, which the server turns
     into a grammar: SmolLM2-135M, which never wrote the verdict JSON unasked
     (docs/verifiers.md), answers a prompt that does not even ask for JSON with an object the
@@ -213,5 +269,91 @@ async def test_a_judge_with_constrained_output_gives_a_usable_verdict(
     meter = await judge.close()
     assert sm.parse_reply(reply.text) is not None, reply.text
     assert meter is not None and len(meter.calls) == 1 and meter.calls[0].error is None
-    sent = json.loads((tmp_path / judge.gateway_trial / "00000-request.json").read_text())
+    assert gateway.record_bodies_dir is not None
+    sent = json.loads((gateway.record_bodies_dir / judge.gateway_trial / "00000-request.json")
+                      .read_text())
     assert sent["response_format"] == {"type": "json_object", "schema": sm.SCHEMA}
+
+
+async def _gemini(gw: Gateway, token: str, body: dict[str, Any],
+                  stream: bool) -> list[dict[str, Any]]:
+    """A Gemini client's call: the reply's response objects (one whole, or one per SSE event)."""
+    method = "streamGenerateContent?alt=sse" if stream else "generateContent"
+    async with aiohttp.ClientSession() as http, http.post(
+            f"{gw.base_url}/v1beta/models/smollm2-135m:{method}", json=body,  # any name: the trial's model
+            headers={"x-goog-api-key": token}) as r:
+        assert r.status == 200, await r.text()
+        raw = (await r.read()).decode()
+    if not stream:
+        return [json.loads(raw)]
+    return [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: ")]
+
+
+async def test_responses_messages_and_gemini_clients_translated(gateway: Gateway) -> None:
+    """A Responses, a Messages and a Gemini client, each streamed and not, through the gateway's
+    translation to the llama.cpp server's Chat Completions: the official SDKs (a hand parser for
+    Gemini) read each reply, the usage each client is told is what the gateway metered, and both
+    are the server's own counts for the request the gateway sent it (asked again, whole)."""
+    import anthropic
+    import openai
+
+    assert gateway.record_bodies_dir is not None
+    told: dict[str, tuple[int, int]] = {}
+    for stream in (False, True):
+        name = f"responses-{stream}"
+        client = openai.AsyncOpenAI(base_url=gateway.base_url + "/v1", max_retries=0,
+                                    api_key=gateway.open_trial(name, MODEL))
+        kw: dict[str, Any] = {"model": MODEL, "input": "Say hi.", "max_output_tokens": 6,
+                              "temperature": 0}
+        if stream:
+            async with client.responses.stream(**kw) as s:
+                got = [ev async for ev in s]
+            # cut off by max_output_tokens: "response.incomplete" (as OpenAI's own stream ends)
+            assert got[0].type == "response.created", got
+            assert got[-1].type in ("response.completed", "response.incomplete"), got
+            resp = got[-1].response
+        else:
+            resp = await client.responses.create(**kw)
+        assert resp.usage is not None and resp.output_text
+        told[name] = (resp.usage.input_tokens, resp.usage.output_tokens)
+
+        name = f"messages-{stream}"
+        claude = anthropic.AsyncAnthropic(base_url=gateway.base_url, max_retries=0,
+                                          api_key=gateway.open_trial(name, MODEL))
+        mkw: dict[str, Any] = {"model": MODEL, "max_tokens": 6, "extra_body": {"temperature": 0},
+                               "messages": [{"role": "user", "content": "Say hi."}]}
+        if stream:
+            async with claude.messages.stream(**mkw) as ms:
+                events = [ev.type async for ev in ms]
+                msg = await ms.get_final_message()
+            assert events[0] == "message_start" and "message_stop" in events, events
+        else:
+            msg = await claude.messages.create(**mkw)
+        assert msg.content and msg.content[0].type == "text" and msg.content[0].text
+        told[name] = (msg.usage.input_tokens, msg.usage.output_tokens)
+
+        name = f"gemini-{stream}"
+        objs = await _gemini(gateway, gateway.open_trial(name, MODEL), {
+            "contents": [{"role": "user", "parts": [{"text": "Say hi."}]}],
+            "generationConfig": {"maxOutputTokens": 6, "temperature": 0}}, stream)
+        assert "".join(p.get("text", "") for o in objs for c in o.get("candidates", [])
+                       for p in c["content"]["parts"])
+        assert objs[-1]["candidates"][0]["finishReason"] in ("STOP", "MAX_TOKENS"), objs[-1]
+        meta = objs[-1]["usageMetadata"]
+        told[name] = (meta["promptTokenCount"], meta["candidatesTokenCount"])
+
+    server: dict[str, tuple[int, int]] = {}
+    for name, (input_, output) in told.items():
+        meter = await gateway.finish_trial(name)
+        [call] = meter.calls
+        api, stream = name.split("-")[0], name.endswith("True")
+        assert (call.client_api, call.wire_api, call.stream) == (api, "chat", stream), call
+        assert call.error is None and call.cost_usd == 0.0
+        assert (call.usage.input, call.usage.output) == (input_, output), name
+        sent = json.loads((gateway.record_bodies_dir / name / "00000-upstream-request.json")
+                          .read_text())
+        asked = {k: v for k, v in sent.items() if k not in ("model", "stream", "stream_options")}
+        key = json.dumps(asked, sort_keys=True)  # a streamed call asks what its whole twin did
+        if key not in server:
+            server[key] = _server_usage(await _direct(gateway, asked))
+        assert (input_, output) == server[key], name
