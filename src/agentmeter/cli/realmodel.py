@@ -50,6 +50,8 @@ class CallCounts:
     """One model call: what the gateway metered and what the server's own reply said."""
 
     trial_id: str
+    label: str  #: the trial's configuration
+    task_id: str
     seq: int
     metered: tuple[int | None, int | None]  #: (input, output)
     server: tuple[int, int] | None  #: (prompt_tokens, completion_tokens); None: not in the body
@@ -64,6 +66,7 @@ def compare(store: Store, run_id: str) -> list[CallCounts]:
     gateway recorded (the server's own bytes for a Chat call that was not streamed)."""
     out = []
     bodies = store.run_dir(run_id) / "bodies"
+    labels = {c.id: c.label for c in store.run_configs(run_id)}
     for trial in store.latest_completed_trials(run_id):
         for call in store.model_calls(run_id, trial.id):
             server = None
@@ -73,8 +76,8 @@ def compare(store: Store, run_id: str) -> list[CallCounts]:
                 server = (int(usage["prompt_tokens"]), int(usage["completion_tokens"]))
             except (OSError, ValueError, TypeError, KeyError, AttributeError):
                 pass
-            out.append(CallCounts(trial.id, call.seq, (call.usage.input, call.usage.output),
-                                  server))
+            out.append(CallCounts(trial.id, labels.get(trial.config_id, "?"), trial.task_id,
+                                  call.seq, (call.usage.input, call.usage.output), server))
     return out
 
 
@@ -85,11 +88,11 @@ def print_comparison(store: Store, run_id: str) -> None:
 
     rows = compare(store, run_id)
     table = Table(title=f"{MODEL}: metered by the gateway vs the server's own counts")
-    for col in ("trial", "call", "metered in/out", "server in/out", ""):
+    for col in ("configuration", "task", "call", "metered in/out", "server in/out", ""):
         table.add_column(col)
     for r in rows:
         server = f"{r.server[0]}/{r.server[1]}" if r.server else "n/a"
-        table.add_row(r.trial_id, str(r.seq), f"{r.metered[0]}/{r.metered[1]}", server,
+        table.add_row(r.label, r.task_id, str(r.seq), f"{r.metered[0]}/{r.metered[1]}", server,
                       "equal" if r.equal else "[red]differ[/red]")
     console.print(table)
     same = sum(r.equal for r in rows)
