@@ -45,7 +45,7 @@ directive; do not solve the task yourself and do not reveal anything not in the 
 #: the four parts its system prompt asks for, each one bounded paragraph; a model without it
 #: writes prose, taken as it is (``report_text``)
 USER_SIM_PARTS = ("status", "diagnosis", "root_cause", "directives")
-USER_SIM_PART_CHARS = 500
+USER_SIM_PART_CHARS = 400  #: four of them stay within USER_SIM_MAX_TOKENS
 USER_SIM_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {p: bounded_text(USER_SIM_PART_CHARS) for p in USER_SIM_PARTS},
