@@ -54,47 +54,18 @@ def _server_usage(body: dict[str, Any]) -> tuple[int, int]:
     return u["prompt_tokens"], u["completion_tokens"]
 
 
-async def test_native_agent_on_a_starter_task(tmp_path: Path) -> None:
-    """A whole run: the server starts once and stops at the end; every call is metered with the
-    server's own counts at zero cost; whatever the model does (text only, a malformed or a real
-    tool call) is the agent's result, never infra_invalid."""
-    from agentmeter.runner.session import RunRequest, prepare, run
-    from agentmeter.store.db import Store
-
-    before = _llama_servers()
-    store = Store.open(tmp_path)
-    req = RunRequest(suites=["starter"], task_ids=["log-level-counts"], agents=["native"],
-                     models=[MODEL], record_bodies=True, max_infra_retries=0,
-                     agent_options={"native": {"max_turns": 3, "max_tokens": 48,
-                                               "temperature": 0, "context_window": 8192}})
-    rid, _ = await run(store, prepare(req))
-    assert _llama_servers() <= before  # stopped at the end of the run
-    [trial] = store.latest_completed_trials(rid)
-    assert trial.status in (TrialStatus.PASSED, TrialStatus.FAILED, TrialStatus.AGENT_ERROR), \
-        (trial.status, trial.error)
-    calls = store.model_calls(rid, trial.id)
-    assert calls and len(calls) == trial.model_calls <= 3
-    bodies = sorted((store.run_dir(rid) / "bodies").rglob("*-response.json"))
-    assert len(bodies) == len(calls)
-    by_seq = {int(b.name.split("-")[0]): json.loads(b.read_text()) for b in bodies}
-    for c in calls:
-        assert c.status_code == 200 and c.error is None, c
-        assert (c.usage.input, c.usage.output) == _server_usage(by_seq[c.seq])
-        assert c.cost_usd == 0.0
-    assert trial.usage.input == sum(c.usage.input or 0 for c in calls)
-    assert trial.usage.output == sum(c.usage.output or 0 for c in calls)
-    assert trial.cost_usd == 0.0
-
-
-async def test_a_real_cli_on_a_starter_task(tmp_path: Path, local_backend: LocalBackend) -> None:
-    """mini-swe-agent (PyPI; its prompt is about 1,000 tokens, so it fits SmolLM2's 8k context,
-    unlike the 10-17k-token prompts of Codex, Claude Code, Qwen Code and Gemini CLI) against the
-    local model: every call it makes is metered with the server's own counts, which are also
-    what the CLI itself was told; what the model answers (mostly prose, no tool call) ends as
-    the agent's failure as mini-swe-agent reports it, never infra_invalid."""
+async def test_native_agent_and_a_real_cli_on_a_starter_task(
+        tmp_path: Path, local_backend: LocalBackend) -> None:
+    """One run (one server, started once and stopped at the end; the two trials overlap): the
+    native agent and mini-swe-agent (PyPI; its prompt, about 1,000 tokens, fits SmolLM2's 8k
+    context, unlike the prompts of Codex, Claude Code, Qwen Code and Gemini CLI:
+    docs/local-models.md). Every call is metered with the server's own counts at zero cost,
+    and for mini-swe-agent these are also what the CLI itself was told; whatever the model does
+    (prose without a tool call, a malformed or a real call) is the agent's result — for
+    mini-swe-agent as the CLI itself ended — never infra_invalid."""
     from agentmeter.agents.registry import make_agent
     from agentmeter.cli import realmodel
-    from agentmeter.runner.session import RunRequest, prepare, run
+    from agentmeter.runner.session import prepare, run
     from agentmeter.runner.trial import sandbox_spec
     from agentmeter.sandbox.spec import LayerBuildError
     from agentmeter.store.db import Store
@@ -108,34 +79,40 @@ async def test_a_real_cli_on_a_starter_task(tmp_path: Path, local_backend: Local
         pytest.skip(f"mini-swe-agent could not be installed (package registry?): {e}")
     before = _llama_servers()
     store = Store.open(tmp_path)
-    req = RunRequest(suites=["starter"], task_ids=[task], agents=["mini-swe-agent"],
-                     models=[MODEL], record_bodies=True, max_infra_retries=0,
-                     agent_options={"mini-swe-agent": {"extra_args": realmodel.MINI_LIMITS}})
-    rid, _ = await run(store, prepare(req))
-    assert _llama_servers() <= before
-    [trial] = store.latest_completed_trials(rid)
-    assert trial.status in (TrialStatus.PASSED, TrialStatus.FAILED, TrialStatus.AGENT_ERROR), \
-        (trial.status, trial.error)
-    if trial.status is TrialStatus.AGENT_ERROR:  # the model's doing, as the CLI itself ended
-        assert (trial.error or "").startswith("mini-swe-agent: exit status "), trial.error
-    calls = store.model_calls(rid, trial.id)
-    assert 1 <= len(calls) == trial.model_calls <= 2
-    bodies = store.run_dir(rid) / "bodies" / calls[0].trial_id
-    for c in calls:
-        assert c.status_code == 200 and c.error is None and c.cost_usd == 0.0, c
-        assert (c.client_api, c.wire_api, c.stream) == ("chat", "chat", False)
-        sent = json.loads((bodies / f"{c.seq:05d}-request.json").read_text())
+    req = realmodel.request(concurrency=2, clis=True)  # what `demo --real-model` runs
+    assert req.task_ids == [task] and req.agents == ["native", "mini-swe-agent"]
+    rid, _ = await run(store, prepare(req.model_copy(update={"max_infra_retries": 0})))
+    assert _llama_servers() <= before  # stopped at the end of the run
+    labels = {c.id: c.agent.name for c in store.run_configs(rid)}
+    trials = {labels[t.config_id]: t for t in store.latest_completed_trials(rid)}
+    assert set(trials) == {"native", "mini-swe-agent"}
+    for agent, trial in trials.items():
+        assert trial.status in (TrialStatus.PASSED, TrialStatus.FAILED,
+                                TrialStatus.AGENT_ERROR), (agent, trial.status, trial.error)
+        calls = store.model_calls(rid, trial.id)
+        assert 1 <= len(calls) == trial.model_calls <= (3 if agent == "native" else 2)
+        bodies = store.run_dir(rid) / "bodies" / calls[0].trial_id
+        for c in calls:
+            assert c.status_code == 200 and c.error is None and c.cost_usd == 0.0, c
+            assert (c.client_api, c.wire_api) == ("chat", "chat")
+            got = json.loads((bodies / f"{c.seq:05d}-response.json").read_text())
+            assert (c.usage.input, c.usage.output) == _server_usage(got)
+        assert trial.usage.input == sum(c.usage.input or 0 for c in calls)
+        assert trial.usage.output == sum(c.usage.output or 0 for c in calls)
+        assert trial.cost_usd == 0.0
+    mini = trials["mini-swe-agent"]
+    if mini.status is TrialStatus.AGENT_ERROR:  # the model's doing, as the CLI itself ended
+        assert (mini.error or "").startswith("mini-swe-agent: exit status "), mini.error
+    for c in store.model_calls(rid, mini.id):
+        body = store.run_dir(rid) / "bodies" / c.trial_id / f"{c.seq:05d}-request.json"
+        sent = json.loads(body.read_text())
         assert [t["function"]["name"] for t in sent["tools"]] == ["bash"]  # the CLI's own
-        got = json.loads((bodies / f"{c.seq:05d}-response.json").read_text())
-        assert (c.usage.input, c.usage.output) == _server_usage(got)
-    assert trial.usage.input == sum(c.usage.input or 0 for c in calls)
-    assert trial.usage.output == sum(c.usage.output or 0 for c in calls)
-    own = trial.extra["self_reported_usage"]  # what litellm handed mini-swe-agent
-    assert (own["input"], own["output"]) == (trial.usage.input, trial.usage.output)
-    assert trial.cost_usd == 0.0
+    own = mini.extra["self_reported_usage"]  # what litellm handed mini-swe-agent
+    assert (own["input"], own["output"]) == (mini.usage.input, mini.usage.output)
     # what `agentmeter demo --real-model` prints: every call equal
-    assert [(r.seq, r.equal) for r in realmodel.compare(store, rid)] == \
-        [(c.seq, True) for c in calls]
+    rows = realmodel.compare(store, rid)
+    assert rows and all(r.equal for r in rows)
+    assert len(rows) == sum(t.model_calls for t in trials.values())
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -210,21 +187,7 @@ async def test_streaming_and_not_metered_as_the_server_counted(gateway: Gateway)
                    if line.startswith("data: {") and json.loads(line[6:])["choices"])
     assert text == own["choices"][0]["message"]["content"]
     assert raw.decode().rstrip().endswith("data: [DONE]")
-
-    # a Messages client's stream (translated): the same exact counts
-    token = gateway.open_trial("messages", MODEL)
-    async with aiohttp.ClientSession() as http, http.post(
-            f"{gateway.base_url}/v1/messages", json={"model": MODEL, **body, "stream": True},
-            headers={"x-api-key": token, "anthropic-version": "2023-06-01"}) as r:
-        assert r.status == 200
-        events = (await r.read()).decode()
-    meter = await gateway.finish_trial("messages")
-    [call] = meter.calls
-    assert call.stream and call.client_api == "messages" and call.error is None
-    assert (call.usage.input, call.usage.output) == _server_usage(own)
-    assert "event: message_stop" in events
-    delta = events.split("event: message_delta\n", 1)[1].split("\n", 1)[0]
-    assert json.loads(delta[6:])["usage"]["output_tokens"] == call.usage.output
+    # the streams of Responses, Messages and Gemini clients (translated): the test below
 
 
 async def test_malformed_tool_call_arguments_are_the_models_not_the_harness(
