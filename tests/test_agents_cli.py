@@ -286,3 +286,29 @@ def _docker_images() -> set[str]:
                         f"label={OWNER_LABEL}={owner_label()}"], capture_output=True, text=True,
                        check=True)
     return set(r.stdout.split())
+
+
+def test_mini_swe_agent_counts_the_replies_it_refused() -> None:
+    """A reply with no bash call (a small real model's prose) is not an assistant message in
+    mini-swe-agent's trajectory but a FormatError message carrying the response: still a model
+    call, with its usage, its text and the malformed call it held (not run)."""
+    def refused(content: str, tool_calls: Any, prompt: int) -> dict[str, Any]:
+        return {"role": "user", "content": "Tool call error: No tool calls found",
+                "extra": {"interrupt_type": "FormatError", "response": {
+                    "choices": [{"finish_reason": "length", "message": {
+                        "role": "assistant", "content": content, "tool_calls": tool_calls}}],
+                    "usage": {"prompt_tokens": prompt, "completion_tokens": 8,
+                              "prompt_tokens_details": None}}}}
+    bad_call = [{"type": "function", "function": {"name": "bash", "arguments": '{"comm'}}]
+    traj = {"info": {"exit_status": "RepeatedFormatError", "submission": ""}, "messages": [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "Please solve this issue: count the log levels"},
+        refused("You can use the following command:", None, 1031),
+        refused("", bad_call, 1089)]}
+    out = DEFINITIONS["mini-swe-agent"].parse(
+        ParseInput("", "", 0, {"/home/agent/trajectory.json": json.dumps(traj)}))
+    assert out.turns == 2 and not out.tool_calls and not out.completed
+    assert out.usage == TokenUsage(input=2120, output=16)
+    assert out.cli_error == "exit status RepeatedFormatError"
+    assert [s.kind for s in out.steps] == ["message", "event", "event", "event", "event"]
+    assert out.steps[2].tool == "bash" and out.steps[2].arguments == '{"comm'

@@ -97,3 +97,60 @@ async def test_a_judge_call_without_a_reply_in_time_is_a_verification_error() ->
     finally:
         await gw.stop()
         await runner.cleanup()
+
+
+class _Schemas:
+    """A judge client recording each call's reply schema, answering ``reply``."""
+
+    model = "local/x"
+
+    def __init__(self, reply: str) -> None:
+        self.reply = reply
+        self.schemas: list[dict[str, Any] | None] = []
+
+    async def complete(self, messages: Sequence[JudgeMessage], *, temperature: float = 0.0,
+                       max_tokens: int | None = None,
+                       schema: dict[str, Any] | None = None) -> JudgeReply:
+        self.schemas.append(schema)
+        return JudgeReply(text=self.reply, model=self.model)
+
+
+async def test_user_simulation_and_synthesis_calls_carry_their_reply_schema(
+        tmp_path: Path) -> None:
+    """As the SM and rubric judges (text and vision share rubric ``ask``) do: the user
+    simulation's and the synthesis model's calls give their reply's JSON schema (sent to a
+    model with constrained output, runner/judging.py), one that llama.cpp turns into a grammar
+    (its own converter, when installed). A constrained user-simulation reply reads as its
+    paragraphs; prose from an unconstrained model as it is."""
+    import json
+
+    from taskgen import make_task
+
+    from agentmeter.tasks.native import load_native_task
+    from agentmeter.tasks.synth import assist
+    from agentmeter.verify.difftest import judging as sm
+    from agentmeter.verify.rubric.config import RubricItem
+    from agentmeter.verify.rubric.judging import reply_schema
+
+    task = load_native_task(make_task(tmp_path, "t"))
+    parts = {"status": "Rejected, 2/10.", "diagnosis": "The report is missing.",
+             "root_cause": "Nothing was written.", "directives": "Write report.txt."}
+    judge = _Schemas(json.dumps(parts))
+    report = await feedback.user_sim(Verdict(reward=0.2, pass_threshold=0.6), task, judge)
+    assert judge.schemas == [feedback.USER_SIM_SCHEMA]
+    assert report.split("\n\n")[1:] == list(parts.values())
+    assert feedback.report_text("Rejected: write the report.") == "Rejected: write the report."
+
+    valid = {"version": 1, "command": "tree", "classes": [{
+        "name": "tree <dir>", "command": "tree {dir}",
+        "params": [{"name": "dir", "type": "path", "values": ["d"]}]}]}
+    synth = _Schemas(json.dumps(valid))
+    use = assist.ModelUse(model=synth.model)
+    got = await assist.ask(synth, assist.first_prompt("tree", "", {"tree": "usage"}), use, 0)
+    assert got.command == "tree" and synth.schemas == [assist.REPLY_SCHEMA]
+
+    grammar = pytest.importorskip("llama_cpp.llama_grammar")
+    items = [RubricItem(id="a", description="a", check="text_judge")]
+    for schema in (sm.SCHEMA, reply_schema(items), feedback.USER_SIM_SCHEMA,
+                   assist.REPLY_SCHEMA):
+        grammar.LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False)

@@ -13,10 +13,12 @@ from typing import Any
 
 import aiohttp
 import pytest
+import pytest_asyncio
 
 from agentmeter.gateway import Gateway, ModelRegistry, localmodels
 from agentmeter.pricing import PriceBook
 from agentmeter.records import TrialStatus
+from agentmeter.sandbox.local import LocalBackend
 
 MODEL = "local/smollm2-135m"
 
@@ -29,7 +31,7 @@ def _missing() -> str | None:
     return None
 
 
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module"),
               pytest.mark.skipif(_missing() is not None, reason=str(_missing()))]
 
 
@@ -52,41 +54,73 @@ def _server_usage(body: dict[str, Any]) -> tuple[int, int]:
     return u["prompt_tokens"], u["completion_tokens"]
 
 
-async def test_native_agent_on_a_starter_task(tmp_path: Path) -> None:
-    """A whole run: the server starts once and stops at the end; every call is metered with the
-    server's own counts at zero cost; whatever the model does (text only, a malformed or a real
-    tool call) is the agent's result, never infra_invalid."""
-    from agentmeter.runner.session import RunRequest, prepare, run
+async def test_native_agent_and_a_real_cli_on_a_starter_task(
+        tmp_path: Path, local_backend: LocalBackend) -> None:
+    """One run (one server, started once and stopped at the end; the two trials overlap): the
+    native agent and mini-swe-agent (PyPI; its prompt, about 1,000 tokens, fits SmolLM2's 8k
+    context, unlike the prompts of Codex, Claude Code, Qwen Code and Gemini CLI:
+    docs/local-models.md). Every call is metered with the server's own counts at zero cost,
+    and for mini-swe-agent these are also what the CLI itself was told; whatever the model does
+    (prose without a tool call, a malformed or a real call) is the agent's result — for
+    mini-swe-agent as the CLI itself ended — never infra_invalid."""
+    from agentmeter.agents.registry import make_agent
+    from agentmeter.cli import realmodel
+    from agentmeter.runner.session import prepare, run
+    from agentmeter.runner.trial import sandbox_spec
+    from agentmeter.sandbox.spec import LayerBuildError
     from agentmeter.store.db import Store
+    from agentmeter.tasks.suite import load_suites
 
+    task = "log-level-counts"
+    [loaded] = load_suites(["starter"]).select(None, [task])
+    try:  # the CLI's install layer: cached after its first build
+        await local_backend.prepare(sandbox_spec(loaded, make_agent("mini-swe-agent"), None))
+    except LayerBuildError as e:
+        pytest.skip(f"mini-swe-agent could not be installed (package registry?): {e}")
     before = _llama_servers()
     store = Store.open(tmp_path)
-    req = RunRequest(suites=["starter"], task_ids=["log-level-counts"], agents=["native"],
-                     models=[MODEL], record_bodies=True, max_infra_retries=0,
-                     agent_options={"native": {"max_turns": 3, "max_tokens": 48,
-                                               "temperature": 0, "context_window": 8192}})
-    rid, _ = await run(store, prepare(req))
+    req = realmodel.request(concurrency=2, clis=True)  # what `demo --real-model` runs
+    assert req.task_ids == [task] and req.agents == ["native", "mini-swe-agent"]
+    rid, _ = await run(store, prepare(req.model_copy(update={"max_infra_retries": 0})))
     assert _llama_servers() <= before  # stopped at the end of the run
-    [trial] = store.latest_completed_trials(rid)
-    assert trial.status in (TrialStatus.PASSED, TrialStatus.FAILED, TrialStatus.AGENT_ERROR), \
-        (trial.status, trial.error)
-    calls = store.model_calls(rid, trial.id)
-    assert calls and len(calls) == trial.model_calls <= 3
-    bodies = sorted((store.run_dir(rid) / "bodies").rglob("*-response.json"))
-    assert len(bodies) == len(calls)
-    by_seq = {int(b.name.split("-")[0]): json.loads(b.read_text()) for b in bodies}
-    for c in calls:
-        assert c.status_code == 200 and c.error is None, c
-        assert (c.usage.input, c.usage.output) == _server_usage(by_seq[c.seq])
-        assert c.cost_usd == 0.0
-    assert trial.usage.input == sum(c.usage.input or 0 for c in calls)
-    assert trial.usage.output == sum(c.usage.output or 0 for c in calls)
-    assert trial.cost_usd == 0.0
+    labels = {c.id: c.agent.name for c in store.run_configs(rid)}
+    trials = {labels[t.config_id]: t for t in store.latest_completed_trials(rid)}
+    assert set(trials) == {"native", "mini-swe-agent"}
+    for agent, trial in trials.items():
+        assert trial.status in (TrialStatus.PASSED, TrialStatus.FAILED,
+                                TrialStatus.AGENT_ERROR), (agent, trial.status, trial.error)
+        calls = store.model_calls(rid, trial.id)
+        assert 1 <= len(calls) == trial.model_calls <= (3 if agent == "native" else 2)
+        bodies = store.run_dir(rid) / "bodies" / calls[0].trial_id
+        for c in calls:
+            assert c.status_code == 200 and c.error is None and c.cost_usd == 0.0, c
+            assert (c.client_api, c.wire_api) == ("chat", "chat")
+            got = json.loads((bodies / f"{c.seq:05d}-response.json").read_text())
+            assert (c.usage.input, c.usage.output) == _server_usage(got)
+        assert trial.usage.input == sum(c.usage.input or 0 for c in calls)
+        assert trial.usage.output == sum(c.usage.output or 0 for c in calls)
+        assert trial.cost_usd == 0.0
+    mini = trials["mini-swe-agent"]
+    if mini.status is TrialStatus.AGENT_ERROR:  # the model's doing, as the CLI itself ended
+        assert (mini.error or "").startswith("mini-swe-agent: exit status "), mini.error
+    for c in store.model_calls(rid, mini.id):
+        body = store.run_dir(rid) / "bodies" / c.trial_id / f"{c.seq:05d}-request.json"
+        sent = json.loads(body.read_text())
+        assert [t["function"]["name"] for t in sent["tools"]] == ["bash"]  # the CLI's own
+    own = mini.extra["self_reported_usage"]  # what litellm handed mini-swe-agent
+    assert (own["input"], own["output"]) == (mini.usage.input, mini.usage.output)
+    # what `agentmeter demo --real-model` prints: every call equal
+    rows = realmodel.compare(store, rid)
+    assert rows and all(r.equal for r in rows)
+    assert len(rows) == sum(t.model_calls for t in trials.values())
 
 
-@pytest.fixture
-async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
-    gw = Gateway(ModelRegistry(), PriceBook(use_genai_prices=False), record_bodies_dir=tmp_path)
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def gateway(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Gateway]:
+    """One gateway and one llama.cpp server for the module's gateway-level tests (each trial
+    name is used once), its request and response bodies recorded."""
+    bodies = tmp_path_factory.mktemp("bodies")
+    gw = Gateway(ModelRegistry(), PriceBook(use_genai_prices=False), record_bodies_dir=bodies)
     await gw.start(host="127.0.0.1", port=0)
     pids: list[int | None] = []
     try:
@@ -153,21 +187,7 @@ async def test_streaming_and_not_metered_as_the_server_counted(gateway: Gateway)
                    if line.startswith("data: {") and json.loads(line[6:])["choices"])
     assert text == own["choices"][0]["message"]["content"]
     assert raw.decode().rstrip().endswith("data: [DONE]")
-
-    # a Messages client's stream (translated): the same exact counts
-    token = gateway.open_trial("messages", MODEL)
-    async with aiohttp.ClientSession() as http, http.post(
-            f"{gateway.base_url}/v1/messages", json={"model": MODEL, **body, "stream": True},
-            headers={"x-api-key": token, "anthropic-version": "2023-06-01"}) as r:
-        assert r.status == 200
-        events = (await r.read()).decode()
-    meter = await gateway.finish_trial("messages")
-    [call] = meter.calls
-    assert call.stream and call.client_api == "messages" and call.error is None
-    assert (call.usage.input, call.usage.output) == _server_usage(own)
-    assert "event: message_stop" in events
-    delta = events.split("event: message_delta\n", 1)[1].split("\n", 1)[0]
-    assert json.loads(delta[6:])["usage"]["output_tokens"] == call.usage.output
+    # the streams of Responses, Messages and Gemini clients (translated): the test below
 
 
 async def test_malformed_tool_call_arguments_are_the_models_not_the_harness(
@@ -196,8 +216,7 @@ async def test_malformed_tool_call_arguments_are_the_models_not_the_harness(
     assert calls[0].parse_error is not None  # 4 tokens cannot close the JSON
 
 
-async def test_a_judge_with_constrained_output_gives_a_usable_verdict(
-        gateway: Gateway, tmp_path: Path) -> None:
+async def test_a_judge_with_constrained_output_gives_a_usable_verdict(gateway: Gateway) -> None:
     """A judge call to a local model carries the verdict's JSON schema, which the server turns
     into a grammar: SmolLM2-135M, which never wrote the verdict JSON unasked
     (docs/verifiers.md), answers a prompt that does not even ask for JSON with an object the
@@ -213,5 +232,91 @@ async def test_a_judge_with_constrained_output_gives_a_usable_verdict(
     meter = await judge.close()
     assert sm.parse_reply(reply.text) is not None, reply.text
     assert meter is not None and len(meter.calls) == 1 and meter.calls[0].error is None
-    sent = json.loads((tmp_path / judge.gateway_trial / "00000-request.json").read_text())
+    assert gateway.record_bodies_dir is not None
+    sent = json.loads((gateway.record_bodies_dir / judge.gateway_trial / "00000-request.json")
+                      .read_text())
     assert sent["response_format"] == {"type": "json_object", "schema": sm.SCHEMA}
+
+
+async def _gemini(gw: Gateway, token: str, body: dict[str, Any],
+                  stream: bool) -> list[dict[str, Any]]:
+    """A Gemini client's call: the reply's response objects (one whole, or one per SSE event)."""
+    method = "streamGenerateContent?alt=sse" if stream else "generateContent"
+    async with aiohttp.ClientSession() as http, http.post(
+            f"{gw.base_url}/v1beta/models/smollm2-135m:{method}", json=body,  # any name: the trial's model
+            headers={"x-goog-api-key": token}) as r:
+        assert r.status == 200, await r.text()
+        raw = (await r.read()).decode()
+    if not stream:
+        return [json.loads(raw)]
+    return [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: ")]
+
+
+async def test_responses_messages_and_gemini_clients_translated(gateway: Gateway) -> None:
+    """A Responses, a Messages and a Gemini client, each streamed and not, through the gateway's
+    translation to the llama.cpp server's Chat Completions: the official SDKs (a hand parser for
+    Gemini) read each reply, the usage each client is told is what the gateway metered, and both
+    are the server's own counts for the request the gateway sent it (asked again, whole)."""
+    import anthropic
+    import openai
+
+    assert gateway.record_bodies_dir is not None
+    told: dict[str, tuple[int, int]] = {}
+    for stream in (False, True):
+        name = f"responses-{stream}"
+        client = openai.AsyncOpenAI(base_url=gateway.base_url + "/v1", max_retries=0,
+                                    api_key=gateway.open_trial(name, MODEL))
+        kw: dict[str, Any] = {"model": MODEL, "input": "Say hi.", "max_output_tokens": 6,
+                              "temperature": 0}
+        if stream:
+            async with client.responses.stream(**kw) as s:
+                got = [ev async for ev in s]
+            # cut off by max_output_tokens: "response.incomplete" (as OpenAI's own stream ends)
+            assert got[0].type == "response.created", got
+            assert got[-1].type in ("response.completed", "response.incomplete"), got
+            resp = got[-1].response
+        else:
+            resp = await client.responses.create(**kw)
+        assert resp.usage is not None and resp.output_text
+        told[name] = (resp.usage.input_tokens, resp.usage.output_tokens)
+
+        name = f"messages-{stream}"
+        claude = anthropic.AsyncAnthropic(base_url=gateway.base_url, max_retries=0,
+                                          api_key=gateway.open_trial(name, MODEL))
+        mkw: dict[str, Any] = {"model": MODEL, "max_tokens": 6, "extra_body": {"temperature": 0},
+                               "messages": [{"role": "user", "content": "Say hi."}]}
+        if stream:
+            async with claude.messages.stream(**mkw) as ms:
+                events = [ev.type async for ev in ms]
+                msg = await ms.get_final_message()
+            assert events[0] == "message_start" and "message_stop" in events, events
+        else:
+            msg = await claude.messages.create(**mkw)
+        assert msg.content and msg.content[0].type == "text" and msg.content[0].text
+        told[name] = (msg.usage.input_tokens, msg.usage.output_tokens)
+
+        name = f"gemini-{stream}"
+        objs = await _gemini(gateway, gateway.open_trial(name, MODEL), {
+            "contents": [{"role": "user", "parts": [{"text": "Say hi."}]}],
+            "generationConfig": {"maxOutputTokens": 6, "temperature": 0}}, stream)
+        assert "".join(p.get("text", "") for o in objs for c in o.get("candidates", [])
+                       for p in c["content"]["parts"])
+        assert objs[-1]["candidates"][0]["finishReason"] in ("STOP", "MAX_TOKENS"), objs[-1]
+        meta = objs[-1]["usageMetadata"]
+        told[name] = (meta["promptTokenCount"], meta["candidatesTokenCount"])
+
+    server: dict[str, tuple[int, int]] = {}
+    for name, (input_, output) in told.items():
+        meter = await gateway.finish_trial(name)
+        [call] = meter.calls
+        api, stream = name.split("-")[0], name.endswith("True")
+        assert (call.client_api, call.wire_api, call.stream) == (api, "chat", stream), call
+        assert call.error is None and call.cost_usd == 0.0
+        assert (call.usage.input, call.usage.output) == (input_, output), name
+        sent = json.loads((gateway.record_bodies_dir / name / "00000-upstream-request.json")
+                          .read_text())
+        asked = {k: v for k, v in sent.items() if k not in ("model", "stream", "stream_options")}
+        key = json.dumps(asked, sort_keys=True)  # a streamed call asks what its whole twin did
+        if key not in server:
+            server[key] = _server_usage(await _direct(gateway, asked))
+        assert (input_, output) == server[key], name

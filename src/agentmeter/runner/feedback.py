@@ -14,7 +14,9 @@ simulation agent returns the 4 failed rubrics with their reasons." Two modes
   output) is the data block ``evaluation`` under that per-call nonce, the score and threshold
   (the harness's facts) stand outside it (``verify/quoting.py``). The agent's deliverables go
   with it (the paper gives the user simulation the deliverables and artifacts): the working
-  directory's listing and files, quoted as the text judge quotes them, and the media names.
+  directory's listing and files, quoted as the text judge quotes them, and the media names. The
+  call gives the reply's schema (``USER_SIM_SCHEMA``), which a judge model with constrained
+  output follows.
 
 Either way the text opens with ``FEEDBACK_OPENING``. An agent that continues its conversation gets
 the feedback alone; one that starts afresh gets the step's instruction again, then the feedback.
@@ -28,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from agentmeter.records import FEEDBACK_OPENING, USER_SIM_HEADER
 from agentmeter.tasks.models import Task
 from agentmeter.verify import quoting
-from agentmeter.verify.judge import USER_SIM_MAX_TOKENS, JudgeClient, JudgeMessage
+from agentmeter.verify.judge import USER_SIM_MAX_TOKENS, JudgeClient, JudgeMessage, bounded_text
 from agentmeter.verify.protocol import Verdict
 
 if TYPE_CHECKING:
@@ -43,6 +45,30 @@ has just rejected them. Write the message you send back to the agent: (1) a stat
 (rejected, with the score), (2) a failure diagnosis naming each failed rubric item, (3) the root \
 cause from the user's perspective, (4) concrete directives for revision. Be constructive and \
 directive; do not solve the task yourself and do not reveal anything not in the evaluation."""
+
+
+#: the user simulation's reply for a judge model with constrained output (runner/judging.py):
+#: the four parts its system prompt asks for, each one bounded paragraph; a model without it
+#: writes prose, taken as it is (``report_text``)
+USER_SIM_PARTS = ("status", "diagnosis", "root_cause", "directives")
+USER_SIM_PART_CHARS = 400  #: four of them stay within USER_SIM_MAX_TOKENS
+USER_SIM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {p: bounded_text(USER_SIM_PART_CHARS) for p in USER_SIM_PARTS},
+    "required": list(USER_SIM_PARTS), "additionalProperties": False}
+
+
+def report_text(reply: str) -> str:
+    """The user simulation's message: a reply in ``USER_SIM_SCHEMA``'s shape as its parts'
+    paragraphs, in order; any other reply as it is."""
+    try:
+        obj = json.loads(reply)
+    except ValueError:
+        return reply.strip()
+    if not (isinstance(obj, dict) and set(obj) == set(USER_SIM_PARTS)
+            and all(isinstance(v, str) for v in obj.values())):
+        return reply.strip()
+    return "\n\n".join(obj[p].strip() for p in USER_SIM_PARTS if obj[p].strip())
 
 
 def failed_items(verdict: Verdict) -> list[dict[str, Any]]:
@@ -117,8 +143,8 @@ async def user_sim(verdict: Verdict, task: Task, judge: JudgeClient,
     system = f"{USER_SIM_SYSTEM}\n{quoting.untrusted_notice(nonce)}"
     reply = await judge.complete([JudgeMessage(role="system", content=(system,)),
                                   JudgeMessage(role="user", content=(prompt,))],
-                                 max_tokens=USER_SIM_MAX_TOKENS)
-    return f"{opening(verdict)}\n\n{reply.text.strip()}"
+                                 max_tokens=USER_SIM_MAX_TOKENS, schema=USER_SIM_SCHEMA)
+    return f"{opening(verdict)}\n\n{report_text(reply.text)}"
 
 
 def next_prompt(task: Task, feedback: str, continued: bool) -> str:

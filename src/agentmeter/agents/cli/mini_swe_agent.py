@@ -89,6 +89,24 @@ def parse(run: ParseInput) -> ParsedRun:
             response = extra.get("response")
             if isinstance(response, dict) and isinstance(response.get("usage"), dict):
                 out.add_usage(_usage(response["usage"]))
+        elif m.get("role") == "user" and isinstance(extra.get("response"), dict):
+            # a reply mini-swe-agent refused (FormatError: no bash call, or one it could not
+            # run): a model call and a turn all the same, fed back to the model as this message
+            turns += 1
+            response = extra["response"]
+            choices = response.get("choices")
+            reply = choices[0].get("message") if isinstance(choices, list) and choices \
+                and isinstance(choices[0], dict) else None
+            if isinstance(reply, dict):
+                if isinstance(reply.get("content"), str) and reply["content"].strip():
+                    out.message(reply["content"])
+                for name, args in chat_tool_calls(reply):  # not run: named in the event below
+                    out.steps.append(Step("event", text=f"tool call not run: {name}",
+                                          tool=name, arguments=args))
+            if isinstance(response.get("usage"), dict):
+                out.add_usage(_usage(response["usage"]))
+            out.steps.append(Step("event", text=f"{extra.get('interrupt_type') or 'refused'}: "
+                                                f"{str(m.get('content'))[:2000]}"))
         elif m.get("role") in ("tool", "user") and turns:
             out.steps.append(Step("tool_result", text=str(m.get("content"))[:2000]))
     out.turns = turns

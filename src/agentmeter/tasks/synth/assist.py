@@ -30,6 +30,10 @@ MAX_TOKENS = 16_000
 _FENCED = re.compile(r"```(?:json)?\s*(\{.*\})\s*```", re.S)
 _OBJECT = re.compile(r"\{.*\}", re.S)
 
+#: the reply's JSON schema (schema.json's own), which a model with constrained output follows
+#: (runner/judging.py); the reply is validated the same way either way
+REPLY_SCHEMA: dict[str, Any] = Schema.model_json_schema()
+
 SYSTEM = ("You design black-box differential tests for a command-line tool. Reply with one JSON "
           "object only: a schema.json in this format.\n\n" + (schema_module.__doc__ or ""))
 
@@ -73,7 +77,8 @@ async def ask(client: JudgeClient, messages: list[JudgeMessage], use: ModelUse,
     """A valid schema from the model, sending parse and validation errors back."""
     while True:
         use.rounds += 1
-        reply = await client.complete(messages, temperature=0.0, max_tokens=MAX_TOKENS)
+        reply = await client.complete(messages, temperature=0.0, max_tokens=MAX_TOKENS,
+                                      schema=REPLY_SCHEMA)
         messages.append(JudgeMessage(role="assistant", content=(reply.text,)))
         try:
             return parse_reply(reply.text, f"{use.model} (round {use.rounds})")
