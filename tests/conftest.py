@@ -9,6 +9,7 @@ import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,11 @@ from docker_fixtures import (  # noqa: F401
 )
 
 from agentmeter.sandbox.local import LocalBackend
+
+try:
+    from xdist.scheduler import LoadFileScheduling
+except ImportError:  # pytest-xdist not installed: one process, nothing to schedule
+    LoadFileScheduling = None
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 SRC = Path(__file__).resolve().parent.parent / "src"
@@ -64,3 +70,100 @@ def local_backend() -> Iterator[LocalBackend]:
 def artifacts_dir() -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
+
+
+# --- how the suite is spread over xdist's workers (pyproject: ``-n 3 --dist loadfile``) -------
+#
+# xdist's loadfile hands out whole files, the ones with the most tests first: the few long
+# end-to-end tests (one or two per file) came last and ran one after another at the end while the
+# other workers were idle, and the 18 real-CLI runs of test_agents_cli.py ran in a row on one
+# worker. Here the longest units go first (longest-processing-time order), and the files below,
+# whose tests share nothing but session fixtures, are split into one unit per test.
+
+#: files whose tests are independent (no module- or class-scoped fixture, no order): one unit
+#: of work per test
+PER_TEST_FILES = frozenset({
+    "test_agents_cli.py", "test_agents_cli_extra.py", "test_agents_openhands.py",
+    "test_scenarios.py", "test_reward_forging.py", "test_runner.py", "test_clitools_suite.py",
+    "test_difftest_engine.py", "test_harbor_shapes.py",
+})
+#: relative cost (seconds, ``--durations``, caches warm, 2 cores shared with other work: only the
+#: order matters) of the tests that take longest, by ``file::function`` or the full id of one
+#: parametrisation; every other test counts DEFAULT_COST
+TEST_COST: dict[str, float] = {
+    "test_agents_cli.py::test_cli_on_the_docker_backend": 25,
+    "test_agents_cli.py::test_solver_passes_quitter_fails_and_usage_agrees[qwen-code]": 220,
+    "test_agents_cli.py::test_solver_passes_quitter_fails_and_usage_agrees[gemini-cli]": 87,
+    "test_agents_cli.py::test_solver_passes_quitter_fails_and_usage_agrees": 120,
+    "test_reward_forging.py::test_forging_solutions_score_zero_on_docker": 120,
+    "test_reward_forging.py::test_forging_solutions_score_zero_on_every_starter_task": 63,
+    "test_runner.py::test_starter_suite_oracle_nop_and_native_with_scripted_policies": 90,
+    "test_hostile_battery.py::test_hostile_battery_docker": 270,
+    "test_hostile_battery.py::test_hostile_battery_local_root_agent": 60,
+    "test_hostile_battery.py::test_hostile_battery_local": 37,
+    "test_clitools_suite.py::test_core_subset_oracle_scores_one_and_nop_fails_the_build": 540,
+    "test_local_model_real.py::test_native_agent_on_a_starter_task": 110,
+    "test_local_model_real.py::test_a_judge_with_constrained_output_gives_a_usable_verdict": 65,
+    "test_agents_cli_extra.py::test_opencode_solver_passes_quitter_fails_and_usage_agrees": 170,
+    "test_agents_cli_extra.py::test_opencode_api_error_is_an_agent_error": 26,
+    "test_agents_cli_extra.py::test_budget_refusal_ends_the_cli_and_keeps_its_logs": 25,
+    "test_harbor_shapes.py::test_every_shape_loads_and_checks[docker]": 135,
+    "test_harbor_shapes.py::test_every_shape_loads_and_checks[local]": 22,
+    "test_scenarios.py::test_cli_continues_its_session_across_steps_and_rounds[qwen-code]": 200,
+    "test_scenarios.py::test_cli_continues_its_session_across_steps_and_rounds": 30,
+    "test_agents_openhands.py::test_openhands_solver_passes_quitter_fails_and_usage_agrees": 155,
+    "test_agents_openhands.py::test_openhands_refused_model_call_is_an_agent_error": 35,
+    "test_difftest_engine.py::test_hostile_candidate_on_docker": 70,
+    "test_difftest_engine.py::test_oracle_source_passes_and_empty_workspace_builds_nothing": 76,
+    "test_difftest_engine.py::test_hostile_candidate_fails_only_the_cases_it_attacks": 40,
+    "test_ray_cluster.py::test_the_driver_killed_mid_run_then_resume_counts_everything_once": 60,
+    "test_ray_cluster.py::test_a_worker_node_killed_mid_run_loses_and_double_counts_nothing": 50,
+    "test_ray_cluster.py::test_a_grid_across_the_workers_gives_the_local_results_table": 45,
+    "test_ray_cluster.py::test_a_node_without_the_sandbox_tools_is_named_before_anything_is_written": 35,
+    "test_ray_cluster.py::test_the_nodes_register_with_their_slots": 30,
+    "test_sandbox_docker.py::test_dockerfile_layer_builds_once_and_sets_defaults": 55,
+    "test_task_images.py::test_image_only_task_is_pulled_and_the_oracle_passes": 40,
+    "test_dockerfile_grammar.py::test_multi_stage_task_passes_its_oracle_on_docker": 35,
+    "test_gateway_persistence.py::test_sigkill_mid_trial_keeps_served_calls_and_resume_counts_them_once": 30,
+    "test_oci_images.py::test_local_oracle_passes_and_nop_fails_on_real_images": 30,
+    "test_runner.py::test_sigkill_mid_run_then_resume_runs_every_trial_exactly_once": 30,
+    "test_runner.py::test_fixtures_pass_with_oracle_on_docker": 28,
+    "test_runner.py::test_harbor_and_terminal_bench_fixtures_pass_with_oracle": 26,
+    "test_gateway.py::test_gateway_serve_meters_any_client": 28,
+}
+DEFAULT_COST = 0.5
+
+
+def unit_cost(nodeid: str) -> float:
+    """The relative cost of one test, by its id (``tests/<file>::<function>[<params>]``)."""
+    name = nodeid.rsplit("/", 1)[-1]
+    return TEST_COST.get(name, TEST_COST.get(name.split("[", 1)[0], DEFAULT_COST))
+
+
+if LoadFileScheduling is not None:
+    class LongestFirstScheduling(LoadFileScheduling):  # type: ignore[misc, valid-type]
+        """loadfile, with the units of :data:`PER_TEST_FILES` single tests, and the costliest
+        units handed out first."""
+
+        def __init__(self, config: pytest.Config, log: Any = None) -> None:
+            super().__init__(config, log)
+            self._ordered = False
+
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return nodeid if path.rsplit("/", 1)[-1] in PER_TEST_FILES else path
+
+        def _assign_work_unit(self, node: Any) -> None:
+            # the first assignment comes right after the whole queue is built (schedule())
+            if not self._ordered:
+                self._ordered = True
+                units = sorted(self.workqueue.items(),
+                               key=lambda unit: -sum(unit_cost(t) for t in unit[1]))
+                self.workqueue.clear()
+                self.workqueue.update(units)
+            super()._assign_work_unit(node)
+
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+        if config.getvalue("dist") != "loadfile":
+            return None  # another --dist asked for on the command line: xdist's own
+        return LongestFirstScheduling(config, log)

@@ -271,7 +271,10 @@ async def test_cli_on_the_docker_backend(tmp_path: Path, docker_daemon: object) 
     assert quit_.status is TrialStatus.FAILED, quit_.error
     _assert_accounting("codex", solved)
     images = _docker_images()
-    _, _, again = await _run(tmp_path / "again", req)
+    # the solver alone shows the reuse (the quitter's trial would use the same layers again)
+    again_req = RunRequest(suites=["starter"], task_ids=[task], agents=["codex"],
+                           models=["scripted/solver"], backend="docker", max_infra_retries=0)
+    _, _, again = await _run(tmp_path / "again", again_req)
     assert again[f"scripted/solver:{task}"].status is TrialStatus.PASSED
     assert _docker_images() == images  # the install was reused: no image layer built again
 
