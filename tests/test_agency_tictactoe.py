@@ -64,7 +64,7 @@ def test_the_scenario_is_laid_out_as_designed() -> None:
 def test_each_rubric_names_only_what_its_plan_records(step: str) -> None:
     plan = load_plan(SCENARIO / "steps" / step / "tests" / "capture_plan.json")
     items = _rubric(step)["items"]
-    assert _rubric(step)["rubric"]["scoring"] == "items"
+    assert _rubric(step)["rubric"]["scoring"] == "judges"  # the paper's rule for visual tasks (App. A.2)
     checks = [i["check"] for i in items]
     assert checks.count("text_judge") == 1 and checks.count("vision_judge") == 1
     assert checks.count("capture") >= 5
