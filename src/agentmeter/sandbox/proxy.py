@@ -137,7 +137,6 @@ class SandboxProxy:
         self.socket_path = socket_path or Path(self._dir or ".") / "proxy.sock"
         self.resolver = resolver or _resolve
         self.port = port
-        self.refusals: list[str] = []
         #: "host:port" -> why it was not reached (refused by the policy, or unreachable)
         self.blocked: dict[str, str] = {}
         self._hashes: dict[str, str] = {}
@@ -163,10 +162,9 @@ class SandboxProxy:
                 os.rmdir(self._dir)
 
     def _refuse(self, host: str, port: int, why: str) -> Refused:
-        line = f"proxy refused {host}:{port}: {why} (network {self.policy.describe()})"
-        self.refusals.append(line)
-        log.warning(line)
-        self._blocked(host, port, f"refused: {why} (network {self.policy.describe()})")
+        network = self.policy.describe()
+        log.warning("proxy refused %s:%s: %s (network %s)", host, port, why, network)
+        self._blocked(host, port, f"refused: {why} (network {network})")
         return Refused(403, why)
 
     def _blocked(self, host: str, port: int, why: str) -> None:
