@@ -242,10 +242,12 @@ def test_a_worker_node_killed_mid_run_loses_and_double_counts_nothing(
                            for t in _running_on(st, rid, victim_id))
             return False
         assert eventually(victim_mid_trial, timeout=300, interval=0.2)
-        doomed = descendants(victim.proc.pid)
-        cluster.kill_node(victim)
+        # which tries run there, read before the kill: once the node is gone the driver closes
+        # them at once, and a read after it could find none still running
         with Store.open(postgres_url, runs_dir=runs) as st:
             on_victim = {(t.id, t.try_number) for t in _running_on(st, rid, victim_id)}
+        doomed = descendants(victim.proc.pid)
+        cluster.kill_node(victim)
         assert driver.wait(600) == 0, log.read_text()[-3000:]
     finally:
         if driver.poll() is None:
