@@ -5,9 +5,12 @@ never a harness error: an unlisted host, a sandbox with no network."""
 
 from __future__ import annotations
 
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -125,3 +128,40 @@ async def test_without_network_the_web_tools_say_so() -> None:
     for c in (call("web_fetch", url="https://example.org/"), call("web_search", query="x")):
         out = await tools.run(c)
         assert out.startswith("error: this task has no network"), out
+
+
+def test_a_server_that_drips_is_cut_off_at_the_fetch_deadline(tmp_path: Path) -> None:
+    """A server on an allowed host that sends one byte at a time, each well within the
+    per-read timeout, must not hold a worker thread past the fetch's overall deadline: the
+    client hangs up (the server sees its writes fail long before it has sent everything)."""
+    from agentmeter.agents.native import web
+
+    sock_path = tmp_path / "proxy.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(sock_path))
+    server.listen(1)
+    drip = b"HTTP/1.1 200 OK\r\n" + b"".join(b"X-Pad-%d: y\r\n" % i for i in range(80))
+    sent: list[int] = []
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        conn.recv(4096)
+        n = 0
+        try:
+            for byte in drip:  # ~20 s if nobody hangs up
+                conn.sendall(bytes([byte]))
+                n += 1
+                time.sleep(0.02)
+        except OSError:
+            pass
+        finally:
+            sent.append(n)
+            conn.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    with pytest.raises(web.WebError, match="cut off"):
+        web.fetch(sock_path, "http://slow.example/", timeout=0.5)
+    t.join(timeout=60)
+    server.close()
+    assert sent and sent[0] < len(drip) // 2, (sent, len(drip))

@@ -16,9 +16,12 @@ DuckDuckGo's HTML endpoint) whose result links are listed.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import socket
 import ssl
+import threading
+import time
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
@@ -67,7 +70,7 @@ def unavailable(sandbox: Any) -> str | None:
             f"{policy!r}) has none")
 
 
-def _open(sock_path: Path, url: str, timeout: float) -> Page:
+def _open(sock_path: Path, url: str, timeout: float, deadline: float) -> Page:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise WebError(f"{url!r}: only absolute http:// and https:// URLs")
@@ -76,8 +79,18 @@ def _open(sock_path: Path, url: str, timeout: float) -> Page:
     host = parts.hostname
     netloc = host if ":" not in host else f"[{host}]"
     hostport = f"{netloc}:{port}"
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise WebError(f"{url}: no time left (the fetch's {timeout:.0f} s are spent)")
     s: socket.socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(timeout)
+    # the per-operation timeout does not bound a server that drips a byte at a time: at the
+    # deadline a watchdog shuts the connection down (shutdown acts on the socket, so a
+    # duplicate descriptor reaches it through the TLS wrapper too) and the blocked read returns
+    watch = s.dup()
+    watchdog = threading.Timer(remaining, _hang_up, (watch,))
+    watchdog.daemon = True
+    watchdog.start()
     try:
         s.connect(str(sock_path))
         if https:
@@ -105,18 +118,32 @@ def _open(sock_path: Path, url: str, timeout: float) -> Page:
                            f"egress proxy answered 403 {resp.reason}")
         if location:
             page.url = urljoin(url, location)
+        if time.monotonic() >= deadline:
+            raise WebError(f"{url}: cut off after {timeout:.0f} s (the server was too slow)")
         return page
-    except (OSError, http.client.HTTPException) as e:
+    except (OSError, http.client.HTTPException, ValueError) as e:
+        if time.monotonic() >= deadline:
+            raise WebError(f"{url}: cut off after {timeout:.0f} s (the server was too slow)") \
+                from None
         raise WebError(f"{url}: {type(e).__name__}: {e}") from None
     finally:
+        watchdog.cancel()
+        watch.close()
         s.close()
 
 
+def _hang_up(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
 def fetch(sock_path: Path, url: str, timeout: float = TIMEOUT_S) -> Page:
-    """GET ``url`` through the proxy at ``sock_path``, following redirects."""
+    """GET ``url`` through the proxy at ``sock_path``, following redirects, all of it within
+    ``timeout`` seconds."""
     current = url
+    deadline = time.monotonic() + timeout
     for _ in range(MAX_REDIRECTS + 1):
-        page = _open(sock_path, current, timeout)
+        page = _open(sock_path, current, timeout, deadline)
         if page.status in (301, 302, 303, 307, 308) and page.url != current:
             current = page.url
             continue
