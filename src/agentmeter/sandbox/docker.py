@@ -53,7 +53,7 @@ from agentmeter.sandbox.dockerd import (
     owner_label,
 )
 from agentmeter.sandbox.dockerfile import parse_dockerfile
-from agentmeter.sandbox.fileops import SandboxFiles, copy_in_archive
+from agentmeter.sandbox.fileops import WRITE_SCRIPT, SandboxFiles, copy_in_archive
 from agentmeter.sandbox.fsdiff import (
     diff_entries,
     find_listing_cmd,
@@ -498,9 +498,7 @@ class DockerSandbox(SandboxFiles):
                          user: str | None = None) -> None:
         payload = data.encode() if isinstance(data, str) else data
         owner = self._user(user or "root")
-        script = ('mkdir -p -- "$(dirname -- "$1")" && cat > "$1" && chmod "$2" "$1"'
-                  ' && chown "$3" "$1"')
-        res = await docker("exec", "-i", "-u", "0:0", self.id, "bash", "-c", script, "write",
+        res = await docker("exec", "-i", "-u", "0:0", self.id, "bash", "-c", WRITE_SCRIPT, "write",
                            self._abs(path), format(mode, "o"), owner, stdin=payload, check=False)
         if res.returncode != 0:
             raise SandboxError(f"write_file {path} in {self.id}: {res.text()}")

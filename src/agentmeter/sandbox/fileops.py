@@ -1,9 +1,10 @@
 """The file operations both backends' sandboxes share (``SandboxFiles``): paths relative to the
-sandbox's workdir, reads and copies out through the host's busybox (``copyout.py``), and the
-archive ``copy_in`` sends (``copy_in_archive``). A backend supplies ``workdir``, ``_busybox``
-(run the busybox by its absolute path as a user, stdout into a sink) and how it unpacks the
-archive (the local backend as the copy's user, the docker backend as root keeping the owners
-written into the archive).
+sandbox's workdir, reads and copies out through the host's busybox (``copyout.py``), the
+archive ``copy_in`` sends (``copy_in_archive``: owned by the user asked for, whoever owns the
+files on the host) and the script ``write_file`` runs (``WRITE_SCRIPT``). A backend supplies
+``workdir``, ``_busybox`` (run the busybox by its absolute path as a user, stdout into a sink)
+and how it unpacks the archive (the local backend as the copy's user, the docker backend as
+root keeping the owners written into the archive).
 """
 
 from __future__ import annotations
@@ -18,6 +19,11 @@ from agentmeter.sandbox import copyout, droppings
 from agentmeter.sandbox.archive import COPY_OUT_MAX_BYTES, READ_FILE_MAX_BYTES
 from agentmeter.sandbox.protocol import OutputCallback
 from agentmeter.sandbox.spec import AGENT_USER, SandboxError
+
+#: write_file inside: $1 the path (its directories made), stdin the bytes, $2 the mode (octal),
+#: $3 if given the owner (a backend writing as root gives the file to the user asked for)
+WRITE_SCRIPT = ('mkdir -p -- "$(dirname -- "$1")" && cat > "$1" && chmod "$2" "$1"'
+                ' && { [ -z "$3" ] || chown "$3" "$1"; }')
 
 
 def copy_in_archive(host_src: Path, name: str, *, uid: int, gid: int, top: bool) -> bytes:

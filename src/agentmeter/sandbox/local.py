@@ -50,7 +50,7 @@ from pathlib import Path
 from agentmeter.notices import notice
 from agentmeter.sandbox import accounts, cgroups, copyout, idmap, local_dirs, rootfs, seccomp
 from agentmeter.sandbox.bridge import BridgeProcess, start_bridge
-from agentmeter.sandbox.fileops import SandboxFiles, copy_in_archive
+from agentmeter.sandbox.fileops import WRITE_SCRIPT, SandboxFiles, copy_in_archive
 from agentmeter.sandbox.fsdiff import diff_host_tree, snapshot_host_tree
 from agentmeter.sandbox.hosttools import (
     KEYRING_TOOLS,
@@ -474,8 +474,8 @@ class LocalSandbox(SandboxFiles):
     async def write_file(self, path: str, data: bytes | str, *, mode: int = 0o644,
                          user: str | None = None) -> None:
         raw = data.encode() if isinstance(data, str) else data
-        script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1" && chmod "$2" "$1"'
-        r = await self.exec(["sh", "-c", script, "sh", self._abs(path), oct(mode)[2:]], stdin=raw,
+        # written as the user asked for, who thus owns it (no chown)
+        r = await self.exec(["sh", "-c", WRITE_SCRIPT, "sh", self._abs(path), oct(mode)[2:]], stdin=raw,
                             user=user or "root", cwd="/")
         if r.exit_code != 0:
             raise SandboxError(f"write_file {path}: {r.stderr.strip()}")
