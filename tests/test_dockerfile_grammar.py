@@ -15,7 +15,7 @@ from taskgen import make_task
 from agentmeter.records import TrialStatus
 from agentmeter.runner.session import RunRequest, prepare, run
 from agentmeter.sandbox.dockerfile import HOST_PLATFORM, local_refusals, parse_dockerfile
-from agentmeter.sandbox.dockerfile_legacy import legacy_dockerfile
+from agentmeter.sandbox.dockerfile_render import render_classic
 from agentmeter.sandbox.local import LocalBackend
 from agentmeter.sandbox.spec import LayerBuildError, LayerSpec, SandboxSpec
 from agentmeter.store.db import Store
@@ -138,9 +138,12 @@ def test_bad_dockerfiles_name_file_and_line(text: str, message: str) -> None:
 
 
 MULTI_STAGE = """\
+ARG TOOL=tool
 FROM --platform=$BUILDPLATFORM debian:trixie AS build
+ARG TOOL
+ARG SAY="echo $TOOL"
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-RUN mkdir -p /out && printf '#!/bin/sh\\necho tool {marker}\\n' > /out/tool && chmod 750 /out/tool
+RUN mkdir -p /out && printf '#!/bin/sh\\n%s {marker}\\n' "$SAY" > /out/$TOOL && chmod 750 /out/tool
 RUN false | true && echo pipefail-off > /out/shell || echo pipefail-on > /out/shell
 RUN useradd -u 4321 builder && echo owned > /out/owned && chown builder /out/owned
 FROM debian:trixie
@@ -254,8 +257,8 @@ def test_docker_backend_rewrite_for_the_classic_builder() -> None:
     """The docker backend's builder has no BuildKit: stages named, FROM images replaced,
     --platform dropped, heredocs and --chmod rewritten as RUN steps, the CA lent per stage."""
     text = MULTI_STAGE.format(marker="x") + "COPY --from=busybox:1.36 /bin/sh /opt/sh\n"
-    out, written = legacy_dockerfile(text, parse_dockerfile(text, "D"), lambda image: "PARENT",
-                                     ["COPY ca /ca"])
+    out, written = render_classic(parse_dockerfile(text, "D"), lambda image: "PARENT",
+                                  ["COPY ca /ca"])
     lines = out.splitlines()
     assert [ln for ln in lines if ln.startswith("FROM")] == [
         "FROM PARENT AS agentmeter-image-0", "FROM PARENT AS build",
@@ -265,4 +268,5 @@ def test_docker_backend_rewrite_for_the_classic_builder() -> None:
     assert 'COPY --from=agentmeter-image-0 ["/bin/sh", "/opt/sh"]' in lines
     assert 'RUN ["chmod", "-R", "600", "--", "/app/ctx.txt"]' in lines
     assert any(ln.startswith('RUN ["/bin/sh", "-c"') and "made by a heredoc" in ln for ln in lines)
-    assert (15, 'COPY --from=build ["/out/tool", "/usr/local/bin/tool"]') in written
+    assert (18, 'COPY --from=build ["/out/tool", "/usr/local/bin/tool"]') in written
+    assert 'ARG TOOL="tool"' in lines and 'ARG SAY="echo tool"' in lines  # the global scope resolved

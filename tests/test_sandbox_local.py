@@ -111,6 +111,17 @@ async def test_files_copy_in_out(local_backend: LocalBackend, tmp_path: Path) ->
         assert (out / "sub" / "a.bin").read_bytes() == bytes(range(256))
         with pytest.raises(Exception, match="read_file"):
             await sb.read_file("/workspace/missing")
+        # a copy as root is root's, whoever owns it on the host (uid 1000 is the agent inside)
+        owned = tmp_path / "owned.txt"
+        owned.write_text("O")
+        if os.geteuid() == 0:
+            os.chown(owned, 1000, 1000)
+        await sb.copy_in(owned, "/workspace/tests/owned.txt")
+        r = await sb.exec("stat -c %u /workspace/tests/owned.txt; echo x >> /workspace/tests/owned.txt",
+                          user="agent")
+        assert r.stdout.split()[0] == "0" and r.exit_code != 0, r.stdout + r.stderr
+        await sb.write_file("rel.txt", "R")  # a relative path is in the workdir, as on docker
+        assert await sb.read_file("/workspace/rel.txt", user="root") == b"R"
     finally:
         await sb.stop()
 

@@ -18,8 +18,6 @@ import os
 import posixpath
 import signal
 import subprocess
-import tarfile
-import tempfile
 import time
 import uuid
 from collections.abc import Sequence
@@ -32,12 +30,10 @@ from agentmeter.sandbox import (
     copyout,
     dockerdisk,
     dockeruserns,
-    droppings,
     fsnames,
     images,
     seccomp,
 )
-from agentmeter.sandbox.archive import COPY_OUT_MAX_BYTES, READ_FILE_MAX_BYTES
 from agentmeter.sandbox.bridge import BridgeProcess, start_bridge
 from agentmeter.sandbox.dockerd import (
     KILL_MARKED,
@@ -57,6 +53,7 @@ from agentmeter.sandbox.dockerd import (
     owner_label,
 )
 from agentmeter.sandbox.dockerfile import parse_dockerfile
+from agentmeter.sandbox.fileops import WRITE_SCRIPT, SandboxFiles, copy_in_archive
 from agentmeter.sandbox.fsdiff import (
     diff_entries,
     find_listing_cmd,
@@ -355,7 +352,7 @@ async def _run_on_loop_disk(storage: dockerdisk.DaemonStorage, name: str, args: 
     return res
 
 
-class DockerSandbox:
+class DockerSandbox(SandboxFiles):
     """A running container. Paths given relative are relative to ``workdir``."""
 
     def __init__(self, name: str, spec: SandboxSpec, workdir: str, user: str,
@@ -381,9 +378,6 @@ class DockerSandbox:
         if user in _AGENT_USERS:
             return f"{self.account.uid}:{self.account.gid}"
         return docker_user(user)
-
-    def _abs(self, path: str) -> str:
-        return posixpath.normpath(posixpath.join(self._workdir, path))
 
     async def exec(
         self,
@@ -504,17 +498,10 @@ class DockerSandbox:
                          user: str | None = None) -> None:
         payload = data.encode() if isinstance(data, str) else data
         owner = self._user(user or "root")
-        script = ('mkdir -p -- "$(dirname -- "$1")" && cat > "$1" && chmod "$2" "$1"'
-                  ' && chown "$3" "$1"')
-        res = await docker("exec", "-i", "-u", "0:0", self.id, "bash", "-c", script, "write",
+        res = await docker("exec", "-i", "-u", "0:0", self.id, "bash", "-c", WRITE_SCRIPT, "write",
                            self._abs(path), format(mode, "o"), owner, stdin=payload, check=False)
         if res.returncode != 0:
             raise SandboxError(f"write_file {path} in {self.id}: {res.text()}")
-
-    async def read_file(self, path: str, *, max_bytes: int = READ_FILE_MAX_BYTES,
-                        user: str | None = None) -> bytes:
-        return await copyout.read_file(self._busybox, self._abs(path), user=user or AGENT_USER,
-                                       max_bytes=max_bytes)
 
     async def copy_in(self, host_src: Path, dst: str, *, user: str | None = None) -> None:
         target = self._abs(dst)
@@ -522,33 +509,13 @@ class DockerSandbox:
         uid, _, gid = owner.partition(":")
         if not (uid.isdigit() and gid.isdigit()):
             raise SandboxError(f"copy_in needs a numeric or root/agent user, not {owner!r}")
-        if not host_src.exists():
-            raise SandboxError(f"copy_in: {host_src} does not exist")
-
-        def make_tar(fh: tempfile.SpooledTemporaryFile[bytes]) -> None:
-            def own(ti: tarfile.TarInfo) -> tarfile.TarInfo | None:
-                if droppings.under_dropping(ti.name.partition("/")[2]):  # no host bytecode caches
-                    return None
-                ti.uid, ti.gid, ti.uname, ti.gname = int(uid), int(gid), "", ""
-                return ti
-            with tarfile.open(fileobj=fh, mode="w") as tar:
-                tar.add(host_src, arcname=posixpath.basename(target), filter=own)
-            fh.seek(0)
-
-        with tempfile.SpooledTemporaryFile(max_size=64 << 20) as fh:
-            await asyncio.to_thread(make_tar, fh)
-            res = await docker("exec", "-i", "-u", "0:0", self.id, "bash", "-c",
-                               'mkdir -p -- "$1" && exec tar -x --same-owner --numeric-owner'
-                               ' -C "$1"',
-                               "copy_in", posixpath.dirname(target), stdin=fh.read(), check=False)
+        data = await asyncio.to_thread(copy_in_archive, host_src, posixpath.basename(target),
+                                       uid=int(uid), gid=int(gid), top=True)
+        res = await docker("exec", "-i", "-u", "0:0", self.id, "bash", "-c",
+                           'mkdir -p -- "$1" && exec tar -x --same-owner --numeric-owner -C "$1"',
+                           "copy_in", posixpath.dirname(target), stdin=data, check=False)
         if res.returncode != 0:
             raise SandboxError(f"copy_in {host_src} -> {dst} in {self.id}: {res.text()}")
-
-    async def copy_out(self, src: str, host_dst: Path, *, exclude: Sequence[str] = (),
-                       max_bytes: int = COPY_OUT_MAX_BYTES, user: str | None = None) -> list[str]:
-        return await copyout.copy_out(self._busybox, self._abs(src), host_dst,
-                                      user=user or AGENT_USER, exclude=exclude,
-                                      max_bytes=max_bytes)
 
     async def _busybox(self, args: list[str], user: str,
                        sink: OutputCallback) -> tuple[int, str]:

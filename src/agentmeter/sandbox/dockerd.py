@@ -33,7 +33,7 @@ from pathlib import Path
 from agentmeter.paths import cache_dir
 from agentmeter.sandbox import dockeruserns, droppings
 from agentmeter.sandbox.dockerfile import ParsedDockerfile, parse_dockerfile
-from agentmeter.sandbox.dockerfile_legacy import legacy_dockerfile
+from agentmeter.sandbox.dockerfile_render import render_classic
 from agentmeter.sandbox.hosttools import DOCKER_TOOLS, ensure_tools
 from agentmeter.sandbox.idmap import unshifted
 from agentmeter.sandbox.output import strip_ansi
@@ -351,14 +351,14 @@ _TRUST_SHELL = ("if [ -f {ca} ]; then export " + " ".join(f"{k}={{ca}}" for k in
                 + "; fi; exec /bin/sh -c \"$0\" \"$@\"").replace("{ca}", BUILD_CA_PATH)
 #: written after each image FROM while the bundle is lent: it is copied in (a public certificate
 #: list, it stays in a lower layer: a later USER may not be able to remove it) and shell-form RUN
-#: steps trust it; the image's shell is the default again at the end (dockerfile_legacy.py)
+#: steps trust it; the image's shell is the default again at the end (dockerfile_render.py)
 _TRUST_LINES = [f"COPY {_CA_NAME} {BUILD_CA_PATH}",
                 "SHELL " + json.dumps(["/bin/sh", "-c", _TRUST_SHELL])]
 
 
-def _rewrite_from(text: str, parsed: ParsedDockerfile, parent: str, trust: bool = False,
+def _rewrite_from(parsed: ParsedDockerfile, parent: str, trust: bool = False,
                   real_from: bool = False) -> tuple[str, list[tuple[int, str]]]:
-    """``text`` for the classic builder (``dockerfile_legacy.py``) and (line, instruction) pairs
+    """``parsed`` for the classic builder (``dockerfile_render.py``) and (line, instruction) pairs
     to name a failed step's line. Every FROM image is built on ``parent`` (agentmeter's Debian
     base, with the packages of python/node images' runtimes), or with ``real_from`` the final
     stage on ``parent`` (its own image) and the other stages on their own images."""
@@ -367,8 +367,8 @@ def _rewrite_from(text: str, parsed: ParsedDockerfile, parent: str, trust: bool 
     def parent_of(image: str) -> str:
         return parent if not real_from or image == final else image
 
-    return legacy_dockerfile(text, parsed, parent_of, _TRUST_LINES if trust else None,
-                             emulate=not real_from)
+    return render_classic(parsed, parent_of, _TRUST_LINES if trust else None,
+                          emulate=not real_from)
 
 
 def _failed_step_line(output: str, steps: list[tuple[int, str]]) -> tuple[int, str] | None:
@@ -389,8 +389,7 @@ async def build_dockerfile_layer(layer: LayerSpec, parent: str, tag: str,
     runtime, for python and node images)."""
     parsed = parse_dockerfile(layer.source, layer.origin)  # raises file:line for unsupported input
     ca = host_ca_bundle() if layer.network == "full" else None
-    text, written = _rewrite_from(layer.source, parsed, parent, trust=ca is not None,
-                                  real_from=real_from)
+    text, written = _rewrite_from(parsed, parent, trust=ca is not None, real_from=real_from)
     with tempfile.TemporaryDirectory(prefix="agentmeter-build-") as tmp:
         dockerfile = Path(tmp) / "Dockerfile"
         context = layer.context if layer.context is not None else Path(tmp) / "empty"

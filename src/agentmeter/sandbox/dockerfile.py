@@ -1,5 +1,6 @@
-"""Dockerfiles as the local backend builds them (the docker backend hands them to ``docker build``
-after ``dockerd.py`` rewrites their FROM lines).
+"""Dockerfiles as both backends build them: one parsed model (:class:`ParsedDockerfile`), which
+the local backend builds step by step (``layers.py``) and from which the docker backend writes
+the Dockerfile it hands to ``docker build`` (``dockerfile_render.py``).
 
 Every instruction of the Dockerfile reference is accepted; each is applied where it means
 something to a task's environment:
@@ -94,6 +95,22 @@ class DockerStep:
         return tuple(parts)
 
 
+#: instructions that only set image configuration (recorded as :class:`Setting`)
+SETTINGS = ("SHELL", "CMD", "ENTRYPOINT", "LABEL", "MAINTAINER", "EXPOSE", "VOLUME", "HEALTHCHECK",
+            "STOPSIGNAL", "ONBUILD")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """An instruction of :data:`SETTINGS` in its stage, in order (what it means is merged into
+    the stage's :class:`ImageMetadata`; the docker backend's Dockerfile repeats it:
+    ``dockerfile_render.py``)."""
+
+    kind: str
+    line: int
+    text: str  # as written (continuations joined)
+
+
 @dataclass
 class ImageMetadata:
     """Image configuration a task's sandbox does not use, kept as parsed (see module doc)."""
@@ -129,6 +146,8 @@ class Stage:
     metadata: ImageMetadata = field(default_factory=ImageMetadata)
     env: dict[str, str] = field(default_factory=dict)   # ENV values at the stage's end
     shell: tuple[str, ...] = DEFAULT_SHELL
+    #: its own SETTINGS instructions (not those of a stage it is built FROM)
+    settings: list[Setting] = field(default_factory=list)
 
 
 @dataclass

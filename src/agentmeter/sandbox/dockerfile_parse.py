@@ -10,9 +10,11 @@ from agentmeter.sandbox.dockerfile import (
     HOST_PLATFORM,
     INSTRUCTIONS,
     PLATFORM_ARGS,
+    SETTINGS,
     DockerStep,
     ImageMetadata,
     ParsedDockerfile,
+    Setting,
     Stage,
     emulation_steps,
     heredoc_script,
@@ -74,6 +76,8 @@ class StageParser:
                 raise self.error(f"{instr} before FROM")
             else:
                 getattr(self, f"i_{instr.lower()}")(ll, rest)
+                if instr in SETTINGS:
+                    self.stage.settings.append(Setting(instr, ll.line, ll.text))
         if not self.stages:
             raise LayerBuildError(f"{self.origin}: no FROM instruction")
         final = self.stage

@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import io
 import json
 import os
 import platform
@@ -44,15 +43,14 @@ import shutil
 import signal
 import stat
 import subprocess
-import tarfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from agentmeter.notices import notice
-from agentmeter.sandbox import accounts, cgroups, copyout, droppings, idmap, local_dirs, rootfs, seccomp
-from agentmeter.sandbox.archive import COPY_OUT_MAX_BYTES, READ_FILE_MAX_BYTES
+from agentmeter.sandbox import accounts, cgroups, copyout, idmap, local_dirs, rootfs, seccomp
 from agentmeter.sandbox.bridge import BridgeProcess, start_bridge
+from agentmeter.sandbox.fileops import WRITE_SCRIPT, SandboxFiles, copy_in_archive
 from agentmeter.sandbox.fsdiff import diff_host_tree, snapshot_host_tree
 from agentmeter.sandbox.hosttools import (
     KEYRING_TOOLS,
@@ -150,7 +148,7 @@ def _joined_netns(sid: str, rootless: bool) -> list[str]:
     return ["nsenter", f"--net=/proc/{box._keeper.pid}/ns/net"]
 
 
-class LocalSandbox:
+class LocalSandbox(SandboxFiles):
     """A running local sandbox (see module docstring)."""
 
     def __init__(self, spec: SandboxSpec, sid: str, directory: Path, lowers: list[str],
@@ -476,42 +474,24 @@ class LocalSandbox:
     async def write_file(self, path: str, data: bytes | str, *, mode: int = 0o644,
                          user: str | None = None) -> None:
         raw = data.encode() if isinstance(data, str) else data
-        script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1" && chmod "$2" "$1"'
-        r = await self.exec(["sh", "-c", script, "sh", path, oct(mode)[2:]], stdin=raw,
+        # written as the user asked for, who thus owns it (no chown)
+        r = await self.exec(["sh", "-c", WRITE_SCRIPT, "sh", self._abs(path), oct(mode)[2:]], stdin=raw,
                             user=user or "root", cwd="/")
         if r.exit_code != 0:
             raise SandboxError(f"write_file {path}: {r.stderr.strip()}")
 
-    async def read_file(self, path: str, *, max_bytes: int = READ_FILE_MAX_BYTES,
-                        user: str | None = None) -> bytes:
-        return await copyout.read_file(self._busybox, self._abs(path), user=user or AGENT_USER,
-                                       max_bytes=max_bytes)
-
     async def copy_in(self, host_src: Path, dst: str, *, user: str | None = None) -> None:
         user = user or "root"
-        if not host_src.exists():
-            raise SandboxError(f"copy_in: {host_src} does not exist")
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            if host_src.is_dir():
-                for p in droppings.walk(host_src):  # no host bytecode caches
-                    tar.add(p, arcname=p.relative_to(host_src).as_posix(), recursive=False)
-            else:
-                tar.add(host_src, arcname=Path(dst).name, recursive=False)
-        target = dst if host_src.is_dir() else str(Path(dst).parent)
+        target = self._abs(dst)
+        uid, gid = (0, 0) if user == "root" else (self.account.uid, self.account.gid)
+        data = await asyncio.to_thread(copy_in_archive, host_src, posixpath.basename(target),
+                                       uid=uid, gid=gid, top=False)
+        into = target if host_src.is_dir() else posixpath.dirname(target)
         opts = "--no-same-owner" if user != "root" else "--same-owner --numeric-owner"
         script = f'mkdir -p -- "$1" && tar -x {opts} -C "$1"'
-        r = await self.exec(["sh", "-c", script, "sh", target], stdin=buf.getvalue(), user=user, cwd="/")
+        r = await self.exec(["sh", "-c", script, "sh", into], stdin=data, user=user, cwd="/")
         if r.exit_code != 0:
             raise SandboxError(f"copy_in {host_src} -> {dst}: {r.stderr.strip()}")
-
-    async def copy_out(self, src: str, host_dst: Path, *, exclude: Sequence[str] = (),
-                       max_bytes: int = COPY_OUT_MAX_BYTES, user: str | None = None) -> list[str]:
-        return await copyout.copy_out(self._busybox, self._abs(src), host_dst, user=user or AGENT_USER,
-                                      exclude=exclude, max_bytes=max_bytes)
-
-    def _abs(self, path: str) -> str:
-        return posixpath.normpath(posixpath.join(self.workdir, path))
 
     async def _busybox(self, args: list[str], user: str,
                        sink: OutputCallback) -> tuple[int, str]:
