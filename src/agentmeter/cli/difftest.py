@@ -46,11 +46,11 @@ def synth(
     from rich.markup import escape
 
     from agentmeter.sandbox.spec import SandboxError
-    from agentmeter.tasks.errors import TaskError
     from agentmeter.synth.build import Mode, SynthError, render_instruction, synthesize
     from agentmeter.synth.oracle import OracleRunError
     from agentmeter.synth.replay import ReplayError
     from agentmeter.synth.schema import SchemaError
+    from agentmeter.tasks.errors import TaskError
 
     if sum((from_help, from_start_py is not None, model is not None)) > 1:
         raise fail("choose one of --from-help, --from-start-py and --model")
