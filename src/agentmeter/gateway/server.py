@@ -16,15 +16,8 @@ from aiohttp import web
 
 from agentmeter.gateway import bounds, sockdir, translate
 from agentmeter.gateway.bounds import BodyRefused, GatewayLimits
-from agentmeter.gateway.calls import (
-    JSON,
-    Call,
-    CallEnv,
-    forward,
-    refuse_budget,
-    settle,
-    worst_case,
-)
+from agentmeter.gateway.call import JSON, Call, CallEnv, settle, worst_case
+from agentmeter.gateway.calls import forward, refuse_budget
 from agentmeter.gateway.errors import error_bytes
 from agentmeter.gateway.localmodels import LocalModelError, LocalServers
 from agentmeter.gateway.metering import (
@@ -54,9 +47,9 @@ CALL_ROUTES: dict[str, WireApi] = {
 #: hung up mid-stream) before it closes the trial without them (their sink still stores them)
 SETTLE_S = 60.0
 #: how long ``stop`` waits for calls still under way at the end of a run before it cancels them
-#: (each then stored with the error ``calls.CANCELLED_BY_HARNESS``)
+#: (each then stored with the error ``call.CANCELLED_BY_HARNESS``)
 DRAIN_S = 60.0
-#: a stream that sent its client nothing for this long gets a keep-alive (``calls.KEEPALIVES``)
+#: a stream that sent its client nothing for this long gets a keep-alive (``clientstream.KEEPALIVES``)
 KEEPALIVE_S = 15.0
 
 
@@ -161,7 +154,7 @@ class Gateway:
     async def drain(self, wait_s: float | None = None) -> int:
         """End the calls still under way: wait up to ``wait_s`` (default ``drain_s``) for them
         to complete, then cancel the rest; each is metered and handed to its trial's sink with
-        its fate (``calls.CANCELLED_BY_HARNESS`` for the cancelled). Returns how many were
+        its fate (``call.CANCELLED_BY_HARNESS`` for the cancelled). Returns how many were
         cancelled."""
         wait_s = self.drain_s if wait_s is None else wait_s
         live = set(self._live)
