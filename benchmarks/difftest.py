@@ -46,7 +46,7 @@ from difftest_tasks import make_difftest_task  # noqa: E402
 
 from agentmeter.agents.registry import make_agent  # noqa: E402
 from agentmeter.metrics import funnel  # noqa: E402
-from agentmeter.runner.trial import sandbox_spec  # noqa: E402
+from agentmeter.runner.tasksandbox import sandbox_spec  # noqa: E402
 from agentmeter.sandbox.local import LocalBackend  # noqa: E402
 from agentmeter.sandbox.protocol import Sandbox  # noqa: E402
 from agentmeter.sandbox.spec import AGENT_USER  # noqa: E402

@@ -66,7 +66,7 @@ def test_an_instruction_with_a_nul_character_is_refused_when_the_task_loads(
 
 
 def test_prompt_shows_fixture_control_characters_escaped() -> None:
-    from agentmeter.tasks.synth.prompt import Sample, _files_text
+    from agentmeter.synth.prompt import Sample, _files_text
 
     text = _files_text(Sample.model_validate({
         "cls": "x <f>", "command": "x f", "exit_code": 0, "stdout": "", "fs_diff": {},

@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from agentmeter.cli import app
-from agentmeter.tasks.synth.helpwalk import draft_values
-from agentmeter.tasks.synth.schema import parse_schema
+from agentmeter.synth.helpwalk import draft_values
+from agentmeter.synth.schema import parse_schema
 
 #: argparse, with a required option (bare in the usage line) and a choice
 GREET = '''import argparse
@@ -73,7 +73,7 @@ def test_a_release_without_sdist_gets_its_reference_from_its_wheel(tmp_path: Pat
     import tomllib
     import zipfile
 
-    from agentmeter.tasks.synth.scaffold import ScaffoldError, reference_from_wheel, scaffold
+    from agentmeter.synth.scaffold import ScaffoldError, reference_from_wheel, scaffold
 
     task = scaffold(tmp_path, "moo", "pypi", "moo==1.0")
     wheel = tmp_path / "moo-1.0-py3-none-any.whl"

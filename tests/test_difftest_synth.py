@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from agentmeter.sandbox.hosttools import ensure_tools
-from agentmeter.tasks.synth.generate import generate, render
-from agentmeter.tasks.synth.schema import SchemaError, load_schema, parse_schema
+from agentmeter.synth.generate import generate, render
+from agentmeter.synth.schema import SchemaError, load_schema, parse_schema
 from agentmeter.verify.difftest import entrypoint
 from agentmeter.verify.difftest.config import read_cases, write_cases
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from agentmeter.tasks.synth.build import SynthRecord, render_instruction, synthesize
-from agentmeter.tasks.synth.prompt import PromptInput, Sample, render
+from agentmeter.synth.build import SynthRecord, render_instruction, synthesize
+from agentmeter.synth.prompt import PromptInput, Sample, render
 from agentmeter.verify.difftest.config import read_cases
 
 ORACLE = '''import argparse

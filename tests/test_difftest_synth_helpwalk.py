@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from agentmeter.sandbox.hosttools import ensure_tools
-from agentmeter.tasks.synth.build import placeholder_hint
-from agentmeter.tasks.synth.generate import generate
-from agentmeter.tasks.synth.helpwalk import HelpError, draft_values, parse_help, walk
-from agentmeter.tasks.synth.schema import CommandClass, parse_schema
+from agentmeter.synth.build import placeholder_hint
+from agentmeter.synth.generate import generate
+from agentmeter.synth.helpwalk import HelpError, draft_values, parse_help, walk
+from agentmeter.synth.schema import CommandClass, parse_schema
 
 
 def run(argv: list[str]) -> tuple[int, str]:

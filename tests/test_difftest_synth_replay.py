@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agentmeter.tasks.synth.replay import ReplayError, replay
+from agentmeter.synth.replay import ReplayError, replay
 from agentmeter.verify.difftest.config import write_cases
 
 # our own start.py with the released interface: imports from BaseRepoAdapter/DiffTestEngine,

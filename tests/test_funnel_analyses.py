@@ -203,8 +203,8 @@ def test_difftest_new_scaffolds_a_task_that_loads(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
     from agentmeter.cli import app
-    from agentmeter.tasks.synth.oracle import load_for_synthesis
-    from agentmeter.tasks.synth.scaffold import ScaffoldError, scaffold
+    from agentmeter.synth.oracle import load_for_synthesis
+    from agentmeter.synth.scaffold import ScaffoldError, scaffold
 
     proj = tmp_path / "greet"
     proj.mkdir()

@@ -29,7 +29,7 @@ from agentmeter.records import (
     TrialRecord,
     TrialStatus,
 )
-from agentmeter.runner import trial as trial_mod
+from agentmeter.runner import artifacts as artifacts_mod
 from agentmeter.runner.session import RunRequest, prepare, run
 from agentmeter.sandbox import fsnames, untar
 from agentmeter.sandbox.fsdiff import diff_host_tree, snapshot_host_tree
@@ -200,11 +200,11 @@ async def _run_hostile(tmp_path: Path, backend: str) -> None:
         assert f"more than {TEST_MAX_FILES} files" in notes, notes
         assert "deeper than 24 levels" in notes, notes
         arts = {a.name: a for a in store.artifacts(rid, t.id)}
-        assert all(n.isprintable() and len(n) <= trial_mod.ARTIFACT_NAME_MAX for n in arts), arts
+        assert all(n.isprintable() and len(n) <= artifacts_mod.ARTIFACT_NAME_MAX for n in arts), arts
         collected = {fsnames.unescape_name(n.removeprefix("artifacts/logs/artifacts/"))
                      for n in arts if n.startswith("artifacts/logs/artifacts/")}
         for name in HOSTILE_NAMES:
-            if len(fsnames.escape_name(name)) + 25 <= trial_mod.ARTIFACT_NAME_MAX:
+            if len(fsnames.escape_name(name)) + 25 <= artifacts_mod.ARTIFACT_NAME_MAX:
                 assert name in collected, (name, sorted(collected)[:20])
         assert any(n.startswith("artifacts/logs/artifacts/\\xff\\xff") and n.endswith(
             tuple("0123456789abcdef")) for n in arts), "the 255-byte name, cut with a digest"
@@ -219,7 +219,7 @@ async def _run_hostile(tmp_path: Path, backend: str) -> None:
 async def test_hostile_names_and_trees_never_make_a_trial_infra_invalid_local(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fsnames, "CAPS", TEST_CAPS)
-    monkeypatch.setattr(trial_mod, "ARTIFACT_MAX_FILES", TEST_MAX_FILES)
+    monkeypatch.setattr(artifacts_mod, "ARTIFACT_MAX_FILES", TEST_MAX_FILES)
     await _run_hostile(tmp_path, "local")
 
 
@@ -228,5 +228,5 @@ async def test_hostile_names_and_trees_never_make_a_trial_infra_invalid_local(
 async def test_hostile_names_and_trees_never_make_a_trial_infra_invalid_docker(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, docker_daemon: object) -> None:
     monkeypatch.setattr(fsnames, "CAPS", TEST_CAPS)
-    monkeypatch.setattr(trial_mod, "ARTIFACT_MAX_FILES", TEST_MAX_FILES)
+    monkeypatch.setattr(artifacts_mod, "ARTIFACT_MAX_FILES", TEST_MAX_FILES)
     await _run_hostile(tmp_path, "docker")

@@ -126,8 +126,8 @@ async def test_user_simulation_and_synthesis_calls_carry_their_reply_schema(
 
     from taskgen import make_task
 
+    from agentmeter.synth import assist
     from agentmeter.tasks.native import load_native_task
-    from agentmeter.tasks.synth import assist
     from agentmeter.verify.difftest import judging as sm
     from agentmeter.verify.rubric.config import RubricItem
     from agentmeter.verify.rubric.judging import reply_schema

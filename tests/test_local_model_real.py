@@ -66,7 +66,7 @@ async def test_native_agent_and_a_real_cli_on_a_starter_task(
     from agentmeter.agents.registry import make_agent
     from agentmeter.cli import realmodel
     from agentmeter.runner.session import prepare, run
-    from agentmeter.runner.trial import sandbox_spec
+    from agentmeter.runner.tasksandbox import sandbox_spec
     from agentmeter.sandbox.spec import LayerBuildError
     from agentmeter.store.db import Store
     from agentmeter.tasks.suite import load_suites

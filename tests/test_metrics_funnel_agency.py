@@ -162,7 +162,7 @@ def test_variant_reward_keys_are_read_and_shown() -> None:
 
     from agentmeter.metrics.from_store import FunnelReport, FunnelRow, funnel_rates
     from agentmeter.metrics.funnel import score_from_rates
-    from agentmeter.report.scorecard_table import funnel_table
+    from agentmeter.report.benchmark_tables import funnel_table
 
     parsed = funnel_rates({"build": 1.0, "c01.exec": 1.0, "c01.em": 0.5, "c01.fm": 0.75,
                            "c01.sm": 0.5, "c01.sm_fm": 0.75, "c01.sm_nogate": 1.0,

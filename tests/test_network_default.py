@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 
 from agentmeter.agents.reference import OracleAgent
 from agentmeter.runner.network import network_source, verifier_network_label
-from agentmeter.runner.session import RunRequest, RunSetupError, make_request, with_network_default
+from agentmeter.runner.runnable import with_network_default
+from agentmeter.runner.session import RunRequest, RunSetupError, make_request
 from agentmeter.runner.tasksandbox import sandbox_spec
 from agentmeter.tasks.models import Task
 from agentmeter.tasks.suite import load_suites, load_task

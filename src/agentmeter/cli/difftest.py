@@ -1,5 +1,5 @@
 """``agentmeter difftest``: CLI-generation tasks (CLI-Tool-Bench): ``synth`` builds a task's
-frozen cases and prompt (tasks/synth/); ``run`` compares a given repository with a task's oracle."""
+frozen cases and prompt (synth/); ``run`` compares a given repository with a task's oracle."""
 
 from __future__ import annotations
 
@@ -46,11 +46,11 @@ def synth(
     from rich.markup import escape
 
     from agentmeter.sandbox.spec import SandboxError
+    from agentmeter.synth.build import Mode, SynthError, render_instruction, synthesize
+    from agentmeter.synth.oracle import OracleRunError
+    from agentmeter.synth.replay import ReplayError
+    from agentmeter.synth.schema import SchemaError
     from agentmeter.tasks.errors import TaskError
-    from agentmeter.tasks.synth.build import Mode, SynthError, render_instruction, synthesize
-    from agentmeter.tasks.synth.oracle import OracleRunError
-    from agentmeter.tasks.synth.replay import ReplayError
-    from agentmeter.tasks.synth.schema import SchemaError
 
     if sum((from_help, from_start_py is not None, model is not None)) > 1:
         raise fail("choose one of --from-help, --from-start-py and --model")
@@ -114,7 +114,7 @@ def new_task(
     """Make a complete CLI-generation task for a new oracle: task.toml, the environment (the
     oracle installed out of the agent's reach, offline package sources), solution/solve.sh and
     a placeholder instruction; then run `difftest synth TASK --from-help --prompt`."""
-    from agentmeter.tasks.synth.scaffold import ScaffoldError, default_command, scaffold
+    from agentmeter.synth.scaffold import ScaffoldError, default_command, scaffold
 
     given = [(s, v) for s, v in (("pypi", oracle_pypi), ("apt", oracle_apt),
                                  ("dir", None if oracle_dir is None else str(oracle_dir)))
@@ -147,7 +147,7 @@ def _fetch_reference(task: Path, spec: str, command: str) -> None:
 
     from rich.markup import escape
 
-    from agentmeter.tasks.synth.scaffold import ScaffoldError, reference_from_wheel
+    from agentmeter.synth.scaffold import ScaffoldError, reference_from_wheel
 
     def download(into: Path, binary: str) -> str | None:
         r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", binary,

@@ -16,15 +16,8 @@ from aiohttp import web
 
 from agentmeter.gateway import bounds, sockdir, translate
 from agentmeter.gateway.bounds import BodyRefused, GatewayLimits
-from agentmeter.gateway.calls import (
-    JSON,
-    Call,
-    CallEnv,
-    forward,
-    refuse_budget,
-    settle,
-    worst_case,
-)
+from agentmeter.gateway.call import JSON, Call, CallEnv, settle, worst_case
+from agentmeter.gateway.calls import forward, refuse_budget
 from agentmeter.gateway.errors import error_bytes
 from agentmeter.gateway.localmodels import LocalModelError, LocalServers
 from agentmeter.gateway.metering import (
@@ -36,6 +29,7 @@ from agentmeter.gateway.metering import (
     TrialMeter,
     TrialState,
 )
+from agentmeter.gateway.modelinfo import GEMINI_METHODS, gemini_entry, model_list
 from agentmeter.gateway.persist import CallWriter
 from agentmeter.gateway.registry import ModelConfigError, ModelRegistry, UpstreamModel
 from agentmeter.gateway.scripted.model import ScriptedModel, tokens
@@ -54,9 +48,9 @@ CALL_ROUTES: dict[str, WireApi] = {
 #: hung up mid-stream) before it closes the trial without them (their sink still stores them)
 SETTLE_S = 60.0
 #: how long ``stop`` waits for calls still under way at the end of a run before it cancels them
-#: (each then stored with the error ``calls.CANCELLED_BY_HARNESS``)
+#: (each then stored with the error ``call.CANCELLED_BY_HARNESS``)
 DRAIN_S = 60.0
-#: a stream that sent its client nothing for this long gets a keep-alive (``calls.KEEPALIVES``)
+#: a stream that sent its client nothing for this long gets a keep-alive (``clientstream.KEEPALIVES``)
 KEEPALIVE_S = 15.0
 
 
@@ -66,7 +60,6 @@ class GatewayError(RuntimeError):
 
 #: Gemini's paths: ``POST <prefix>/{model}:generateContent`` (and its siblings)
 GEMINI_PREFIXES = ("/v1beta/models", "/v1/models")
-GEMINI_METHODS = ("generateContent", "streamGenerateContent", "countTokens")
 
 
 def _api_of(request: web.Request) -> WireApi:
@@ -161,7 +154,7 @@ class Gateway:
     async def drain(self, wait_s: float | None = None) -> int:
         """End the calls still under way: wait up to ``wait_s`` (default ``drain_s``) for them
         to complete, then cancel the rest; each is metered and handed to its trial's sink with
-        its fate (``calls.CANCELLED_BY_HARNESS`` for the cancelled). Returns how many were
+        its fate (``call.CANCELLED_BY_HARNESS`` for the cancelled). Returns how many were
         cancelled."""
         wait_s = self.drain_s if wait_s is None else wait_s
         live = set(self._live)
@@ -435,31 +428,18 @@ class Gateway:
         estimate = tokens(read("messages", body).prompt_text)
         return web.json_response({"input_tokens": max(estimate, 1)})
 
-    @staticmethod
-    def _gemini_entry(name: str) -> dict[str, Any]:
-        return {"name": f"models/{name}", "baseModelId": name, "version": "agentmeter",
-                "displayName": name, "inputTokenLimit": 1048576, "outputTokenLimit": 65536,
-                "supportedGenerationMethods": list(GEMINI_METHODS)}
-
     async def _gemini_model(self, request: web.Request) -> web.Response:
         trial = self._auth(request)
         if trial is None:
             return self._error("gemini", 401, "invalid or unknown agentmeter trial token")
-        return web.json_response(self._gemini_entry(trial.model.name))
+        return web.json_response(gemini_entry(trial.model.name))
 
     async def _list_models(self, request: web.Request) -> web.Response:
         trial = self._auth(request)
         api = "gemini" if request.path.startswith("/v1beta") else _api_of(request)
         if trial is None:
             return self._error(api, 401, "invalid or unknown agentmeter trial token")
-        name = trial.model.name
-        if api == "gemini":
-            return web.json_response({"models": [self._gemini_entry(name)]})
-        entry = {"id": name, "object": "model", "type": "model", "created": 0,
-                 "created_at": "1970-01-01T00:00:00Z", "owned_by": "agentmeter",
-                 "display_name": name}
-        return web.json_response({"object": "list", "data": [entry], "has_more": False,
-                                  "first_id": name, "last_id": name})
+        return web.json_response(model_list(api, trial.model.name))
 
     async def _fallback(self, request: web.Request) -> web.Response:
         if request.path == "/" and request.method in ("GET", "HEAD"):

@@ -36,7 +36,8 @@ from agentmeter.runner import feedback as fb
 from agentmeter.runner import hooks
 from agentmeter.runner.judging import merge_meters
 from agentmeter.runner.tasksandbox import sandbox_spec, staged_early
-from agentmeter.runner.trial import INTERRUPTED, InfraError, TrialContext, TrialRunner
+from agentmeter.runner.trial import INTERRUPTED, TrialContext, TrialRunner
+from agentmeter.runner.verification import InfraError
 from agentmeter.sandbox.protocol import Sandbox
 from agentmeter.sandbox.spec import AGENT_GID, AGENT_UID, AGENT_USER, ExecResult, SandboxError
 from agentmeter.tasks.models import Task
@@ -177,7 +178,7 @@ class StepRunner(TrialRunner):
         r = await sandbox.exec(["rm", "-rf", "--", TESTS_MOUNT], user="root", cwd="/")
         if r.exit_code != 0:
             raise InfraError(f"clearing {TESTS_MOUNT}: {r.stderr.strip()[-300:]}")
-        if staged_early(self.task):  # else uploaded at verification (runner/trial.py)
+        if staged_early(self.task):  # else uploaded at verification (runner/verification.py)
             await make_verifier(self.task.verifier_kind).stage(self.task, sandbox)
 
     async def _feedback(self, verdict: Verdict, mode: str, prefix: str,

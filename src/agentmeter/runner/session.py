@@ -1,5 +1,6 @@
 """A run from request to stored results: validate everything, open the store, start the gateway
-and the sandbox backend, execute the plan, close cleanly (also on Ctrl-C)."""
+and the sandbox backend, execute the plan, close cleanly (also on Ctrl-C). Which tasks a run can
+run, and on what network: runnable.py."""
 
 from __future__ import annotations
 
@@ -21,22 +22,16 @@ from agentmeter.runner import ray_cluster, ray_executor
 from agentmeter.runner.executor import PrepareCallback, ProgressCallback, RunProgress, execute
 from agentmeter.runner.lock import RunLockedError, run_lock
 from agentmeter.runner.plan import PlannedConfig, build_configs, build_plan
-from agentmeter.runner.tasksandbox import base_image
+from agentmeter.runner.runnable import NetworkDefault, host_network, local_problems, with_network_default
 from agentmeter.runner.trial import GATEWAY_LIMITS, TrialContext
 from agentmeter.sandbox import registry as sandbox_registry
-from agentmeter.sandbox.dockerfile import local_refusals, parse_dockerfile
-from agentmeter.sandbox.hostpolicy import entries_naming_the_host
-from agentmeter.sandbox.layers import unobtainable
 from agentmeter.sandbox.protocol import SandboxBackend
-from agentmeter.sandbox.spec import LayerBuildError, SandboxError
+from agentmeter.sandbox.spec import SandboxError
 from agentmeter.store.artifacts import RUN_ID_PATTERN
 from agentmeter.store.db import Store
 from agentmeter.tasks.models import Task
 from agentmeter.tasks.suite import SkippedTask, Suite, combine_suites, load_suites
 from agentmeter.tomlfile import read_toml, validate_toml
-
-#: ``--network-default``: the network of tasks that state none
-NetworkDefault = Literal["none", "public"]
 
 
 class RunRequest(BaseModel):
@@ -138,7 +133,7 @@ def prepare(request: RunRequest) -> PreparedRun:
         raise RunSetupError(str(e)) from e
     skipped = [] if request.task_ids else suite.skipped_in(request.subset)
     tasks = with_network_default(tasks, request.network_default)
-    tasks, refused = _host_network(tasks, request.allow_host_network)
+    tasks, refused = host_network(tasks, request.allow_host_network)
     if refused and request.strict:
         raise RunSetupError("\n".join(refused.values()))
     skipped += [SkippedTask(id=t.id, path=t.path, problems=(refused[t.id],))
@@ -148,7 +143,7 @@ def prepare(request: RunRequest) -> PreparedRun:
     if unknown_backend is not None:
         raise RunSetupError(unknown_backend)
     if request.backend == "local":
-        unbuildable = _local_problems(tasks)
+        unbuildable = local_problems(tasks)
         if unbuildable and request.strict:
             raise RunSetupError("\n".join(f"task {i}: {why}" for i, why in unbuildable.items()))
         skipped += [SkippedTask(id=t.id, path=t.path, problems=(unbuildable[t.id],))
@@ -226,65 +221,6 @@ def _check_model(gw: Gateway, model: str, request: RunRequest) -> UpstreamModel:
     um = gw.models.resolve(model)
     gw.prices.require([um.price_key], allow_unpriced=request.allow_unpriced)
     return um
-
-
-def with_network_default(tasks: list[Task], default: NetworkDefault) -> list[Task]:
-    """The tasks with the run's network default given to those that state no network (their
-    agent sandbox's, and a separate verifier's); a task that states its network keeps it."""
-    public = default == "public"
-    out = []
-    for t in tasks:
-        update: dict[str, Any] = {}
-        if t.network_default:
-            update.update(allow_internet=public, allowed_hosts=(), allowed_hosts_origin=None)
-        sep = t.separate_verifier
-        if sep is not None and sep.network_default:
-            update["separate_verifier"] = sep.model_copy(
-                update={"allow_internet": public, "allowed_hosts": ()})
-        out.append(t.model_copy(update=update) if update else t)
-    return out
-
-
-def _host_network(tasks: list[Task], allowed: bool) -> tuple[list[Task], dict[str, str]]:
-    """The tasks as the run's ``--allow-host-network`` has them, and those it refuses (by id,
-    the file and key named): an exact allowed_hosts entry naming the host's own or an internal
-    address (``127.0.0.1``, ``localhost``, ``10.0.0.5``) needs the flag (sandbox/hostpolicy.py)."""
-    if allowed:
-        return [t.model_copy(update={"host_network": True}) for t in tasks], {}
-    refused: dict[str, str] = {}
-    for t in tasks:
-        hosts = entries_naming_the_host(t.allowed_hosts)
-        if hosts:
-            where = t.allowed_hosts_origin or f"{t.path}: allowed_hosts"
-            refused[t.id] = (f"{where}: {', '.join(hosts)} "
-                             f"{'names' if len(hosts) == 1 else 'name'} the host's own or an "
-                             "internal address, which a sandbox reaches only when the run allows "
-                             "it: --allow-host-network (agentmeter run, agentmeter tasks check)")
-    return tasks, refused
-
-
-def _local_problems(tasks: list[Task]) -> dict[str, str]:
-    """Why a task cannot run on the local backend, by task id: a prebuilt image without a
-    recipe that it cannot have (not cached, its registry unreachable: see runner/tasksandbox.py:
-    base_image) or a Dockerfile it cannot build (one that does not parse, an ADD of a URL: file
-    and line named; a failing RUN step can only be found by building: see
-    executor.prepare_environments)."""
-    problems: dict[str, str] = {}
-    for t in tasks:
-        image = base_image(t)
-        why = unobtainable(image) if image is not None else None
-        if why is not None:
-            problems[t.id] = why
-        elif t.dockerfile is not None:
-            try:
-                parsed = parse_dockerfile(t.dockerfile.read_text(), str(t.dockerfile))
-            except (LayerBuildError, OSError, UnicodeDecodeError) as e:
-                problems[t.id] = str(e)
-                continue
-            refusals = local_refusals(parsed)
-            if refusals:
-                problems[t.id] = "; ".join(refusals)
-    return problems
 
 
 async def start_local_models(gateway: Gateway, prepared: PreparedRun) -> None:

@@ -10,18 +10,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import hashlib
 import time
 import traceback
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
 
 from agentmeter.agents.base import Agent, AgentContext, AgentRun, AgentSession, GatewayEndpoint
 from agentmeter.agents.reference import replay_script
 from agentmeter.gateway import Budget, Gateway, GatewayLimits, ScriptedContext, TrialMeter
 from agentmeter.gateway.metering import StoreSink
 from agentmeter.records import (
-    ArtifactRecord,
     ConfigRecord,
     ModelCallRecord,
     PhaseTimings,
@@ -30,31 +27,22 @@ from agentmeter.records import (
     TrialStatus,
     utcnow,
 )
-from agentmeter.runner import hooks, separate, sidecars
-from agentmeter.runner.judging import GatewayJudge, evaluation_extra, merge_meters
+from agentmeter.runner import hooks, sidecars
 from agentmeter.runner.network import (
-    blocked_hosts,
     network_failure,
     network_label,
     network_source,
     unreachable_failure,
     verifier_network_label,
 )
-from agentmeter.runner.tasksandbox import (
-    GATEWAY_PORT,
-    agent_is_root,
-    base_image,
-    sandbox_spec,
-    staged_early,
-    task_environment,
-)
-from agentmeter.sandbox import fsnames
+from agentmeter.runner.tasksandbox import GATEWAY_PORT, sandbox_spec, staged_early
+from agentmeter.runner.verification import InfraError, TrialVerification
 from agentmeter.sandbox.protocol import Sandbox, SandboxBackend
 from agentmeter.sandbox.spec import AGENT_GID, AGENT_UID, AGENT_USER, ExecResult, SandboxError
 from agentmeter.store import leases
 from agentmeter.store.db import Store
-from agentmeter.tasks.models import Task, TaskArtifact
-from agentmeter.verify.protocol import Verdict, VerificationError, VerifierContext
+from agentmeter.tasks.models import Task
+from agentmeter.verify.protocol import Verdict
 from agentmeter.verify.registry import make_verifier
 
 #: what each trial (and each sandbox's bridge) may hold of a run's gateway (docs/security.md)
@@ -63,19 +51,9 @@ GATEWAY_LIMITS = GatewayLimits()
 BUDGET_POLL_S = 0.5
 #: how long an agent asked to stop (budget exhausted) may take to hand back its logs
 STOP_GRACE_S = 60.0
-#: the most one task artifact may hold (its tar stream); a larger one is refused, not cut
-ARTIFACT_MAX_BYTES = 64 << 20
-#: the most collected files (``/logs/artifacts`` and the task's artifacts) one trial records
-ARTIFACT_MAX_FILES = 2000
-#: the longest artifact name stored (the artifacts table's ``name`` column); longer ones are
-#: cut and end in a digest of the whole name
-ARTIFACT_NAME_MAX = 300
 #: the error of a try cut short by the runner stopping (not counted as an infra retry)
 INTERRUPTED = "interrupted: the runner stopped before this try finished"
 
-
-class InfraError(Exception):
-    """A failure not attributable to the configuration."""
 
 
 @dataclass
@@ -91,7 +69,7 @@ class TrialContext:
     judge_model: str | None = None
 
 
-class TrialRunner:
+class TrialRunner(TrialVerification):
     """Runs one trial and stores every step of it."""
 
     def __init__(self, ctx: TrialContext, config: ConfigRecord, agent: Agent, task: Task,
@@ -126,25 +104,6 @@ class TrialRunner:
                 settled.usage, settled.cost_usd, settled.model_calls
             rec.extra.pop(leases.NA, None)
             rec.extra.update({k: v for k, v in settled.extra.items() if k == leases.NA})
-
-    def _artifact(self, name: str, path: Path, kind: str) -> None:
-        """Record a file of the trial's directory. Names an agent made (collected artifacts,
-        transcripts) are stored escaped (``fsnames.escape_path``: the relpath of such a file is
-        its escaped form too; ``fsnames.unescape_name`` gives its bytes back)."""
-        rel = fsnames.escape_path(
-            path.relative_to(self.ctx.store.run_dir(self.ctx.run_id)).as_posix())
-        name = fsnames.escape_path(name)
-        if len(name) > ARTIFACT_NAME_MAX:
-            digest = hashlib.sha256(name.encode()).hexdigest()[:16]
-            name = f"{name[:ARTIFACT_NAME_MAX - 20]}...-{digest}"
-        self.ctx.store.add_artifact(self.ctx.run_id, ArtifactRecord(
-            trial_id=self.rec.id, name=name, kind=kind, relpath=rel,  # type: ignore[arg-type]
-            size=path.stat().st_size), try_number=self.rec.try_number)
-
-    def _note(self, key: str, lines: list[str]) -> None:
-        """Add ``lines`` to the list ``rec.extra[key]`` (what the trial's record should say)."""
-        if lines:
-            self.rec.extra[key] = [*self.rec.extra.get(key, []), *lines]
 
     async def run(self) -> TrialRecord:
         rec = self.rec
@@ -325,168 +284,6 @@ class TrialRunner:
                     return AgentRun(error="budget_exceeded")
                 return dataclasses.replace(task.result(), error="budget_exceeded")
         return task.result()
-
-    async def _save_diff(self, sandbox: Sandbox, snapshot: object, prefix: str = "") -> None:
-        """The workdir's changes as the ``fs_diff.json`` artifact; call it once the agent's
-        processes are gone. Its paths are escaped and its listing bounded (sandbox/fsnames.py);
-        what the caps left out, or a diff that could not be taken, is noted on the trial."""
-        try:
-            diff = await sandbox.diff(snapshot)  # type: ignore[arg-type]
-        except (SandboxError, OSError) as e:
-            self._note("fs_diff_problems", [f"{prefix}fs_diff.json: {e}"])
-            return
-        self._note("fs_diff_problems", [f"{prefix}fs_diff.json: {n}" for n in diff.notes])
-        path = self.dir / prefix / "fs_diff.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(diff.model_dump_json(indent=1))
-        self._artifact(prefix + "fs_diff.json", path, "fs_diff")
-
-    def _judge(self, first_seq: int) -> GatewayJudge | None:
-        model = self.ctx.judge_model
-        if model is None:
-            return None
-        if self.ctx.gateway is None:
-            raise InfraError(f"judge model {model} is set but no gateway is running")
-        return GatewayJudge(self.ctx.gateway, model, self.rec.id, self._call_sink(), first_seq)
-
-    async def _verifier_sandbox(self) -> Sandbox:
-        """The separate verifier's sandbox, the collected artifacts restored and /tests staged."""
-        agent_spec = sandbox_spec(self.task, self.agent, None)
-        image = base_image(self.task)
-        spec = separate.verifier_spec(self.task, [] if image else task_environment(self.task),
-                                      image, agent_spec)
-        try:
-            box = await separate.start_verifier_sandbox(self.ctx.backend, spec, self.task,
-                                                        self.dir / "artifacts")
-        except SandboxError as e:
-            raise InfraError(f"verifier environment: {e}") from e
-        try:
-            await make_verifier(self.task.verifier_kind).stage(self.task, box)
-        except SandboxError as e:
-            await box.stop()
-            raise InfraError(f"verifier environment: {e}") from e
-        return box
-
-    async def _verify_shared(self, sandbox: Sandbox, first_seq: int, prefix: str = "") -> Verdict:
-        """``_verify`` in the agent's own sandbox. The verifier files of a task whose agent runs
-        as Harbor's user (maybe root) are uploaded now, the agent's processes gone (Harbor's
-        order). A sandbox a root agent left unable to take them or to run the verifier is the
-        agent's failure (a verdict without reward naming why), never ``infra_invalid``."""
-        try:
-            if not staged_early(self.task):
-                try:
-                    await make_verifier(self.task.verifier_kind).stage(self.task, sandbox)
-                except SandboxError as e:
-                    raise InfraError(f"verification: {e}") from e
-            return await self._verify(sandbox, first_seq, prefix)
-        except InfraError as e:
-            if not (isinstance(e.__cause__, SandboxError) and agent_is_root(sandbox)):
-                raise
-            return Verdict(reward=None, pass_threshold=self.task.pass_threshold,
-                           problem=f"the verifier could not run in the sandbox the agent left "
-                                   f"(the agent ran as root there): {e}"[-2000:])
-
-    async def _verify(self, sandbox: Sandbox, first_seq: int, prefix: str = "") -> Verdict:
-        """The verdict; a judge's calls (numbered from ``first_seq``, after the agent's) are
-        recorded as the trial's evaluation cost, also when verification fails. ``prefix`` (a
-        scenario round's ``rounds/<r>/``) names the verifier's artifacts of this run."""
-        judge = self._judge(first_seq)
-        self.next_seq = max(self.next_seq, first_seq)
-        artifact_dir = self.dir / prefix
-        artifact_dir.mkdir(parents=True, exist_ok=True)
-
-        def register(name: str, path: Path, kind: str) -> None:
-            self._artifact(prefix + name, path, kind)
-
-        ctx = VerifierContext(artifact_dir=artifact_dir, register=register,
-                              timeout_s=self.task.verifier_timeout_s, judge=judge)
-        settle = False
-        try:
-            verdict = await make_verifier(self.task.verifier_kind).verify(self.task, sandbox, ctx)
-            settle = True
-            return verdict
-        except (SandboxError, VerificationError) as e:
-            raise InfraError(f"verification: {e}") from e
-        finally:
-            self._note_blocked("the tests", sandbox)
-            if judge is not None:
-                await self._close_judge(judge, settle)
-
-    def _note_blocked(self, who: str, sandbox: Sandbox) -> None:
-        """Attribute to ``who`` the hosts ``sandbox``'s proxy refused or could not reach that no
-        earlier phase met (a shared sandbox's proxy holds the agent's too)."""
-        seen = {h for hosts in self.blocked.values() for h in hosts}
-        new = {h: why for h, why in blocked_hosts(sandbox).items() if h not in seen}
-        if new:
-            self.blocked[who] = {**self.blocked.get(who, {}), **new}
-
-    async def _close_judge(self, judge: GatewayJudge, settle: bool) -> None:
-        """Close a judge's gateway trial; what it cost joins the trial's evaluation cost."""
-        meter = await judge.close(settle=settle)
-        if meter is not None:
-            self.judge_meters.append(meter)
-            self.next_seq = max(self.next_seq, meter.next_seq)
-            self.rec.extra["evaluation"] = evaluation_extra(merge_meters(self.judge_meters))
-
-    async def _collect_artifacts(self, sandbox: Sandbox,
-                                 side: sidecars.Sidecars | None = None) -> None:
-        """Copy the task's ``artifacts`` out (each bounded by ARTIFACT_MAX_BYTES) and record
-        their files (at most ARTIFACT_MAX_FILES); a missing or oversized one is noted in the
-        trial, not an error of it. The copies are the agent's trees: directories deeper than
-        ``fsnames.CAPS.depth`` are cut from them (so restoring them for a separate verifier
-        stays bounded) and their names are recorded escaped."""
-        root = self.dir / "artifacts"
-        problems: list[str] = []
-        recorded = 0
-        conventional = TaskArtifact(source=hooks.ARTIFACTS_DIR,
-                                    destination=hooks.ARTIFACTS_DIR.strip("/"))
-        for art in (conventional, *self.task.artifacts):
-            dest = root / art.destination
-            box = sandbox if art.service is None else side.box(art.service) if side else None
-            if box is None:
-                problems.append(f"{art.source}: service {art.service!r} is not running")
-                continue
-            try:
-                kind = (await box.exec(["sh", "-c", 'if [ -d "$1" ]; then echo dir; elif '
-                                            '[ -e "$1" ]; then echo file; fi', "sh", art.source],
-                                           user="root")).stdout.strip()
-                if not kind:
-                    if art is not conventional:
-                        problems.append(f"{art.source}: no such file or directory")
-                    continue
-                is_dir = kind == "dir"
-                # as the agent: a path it replaced by a symlink reads nothing it could not
-                problems += await box.copy_out(art.source, dest if is_dir else dest.parent,
-                                                   exclude=art.exclude,
-                                                   max_bytes=ARTIFACT_MAX_BYTES)
-                if not is_dir:  # copied under the source's own name
-                    copied = dest.parent / PurePosixPath(art.source).name
-                    if copied != dest:
-                        copied.replace(dest)
-            except (SandboxError, OSError) as e:
-                problems.append(f"{art.source}: {e}")
-                continue
-            if dest.is_symlink() or not (dest.is_file() or dest.is_dir()):
-                continue
-            if dest.is_file():
-                files = [dest]
-            else:
-                caps = fsnames.CAPS
-                if fsnames.prune_depth(str(dest), caps.depth):
-                    problems.append(f"{art.source}: what lies deeper than {caps.depth} levels "
-                                    "was not kept")
-                budget = fsnames.Budget(caps)
-                files = [dest / rel for rel in fsnames.walk_files(str(dest), budget)]
-                if budget.note:
-                    problems.append(f"{art.source}: {budget.note}")
-            for p in files:
-                if recorded >= ARTIFACT_MAX_FILES:
-                    problems.append(f"{art.source}: more than {ARTIFACT_MAX_FILES} files "
-                                    "collected: the rest are kept but not recorded")
-                    break
-                self._artifact(p.relative_to(self.dir).as_posix(), p, "other")
-                recorded += 1
-        self._note("artifact_problems", problems)
 
     def _finish(self, run: AgentRun, meter: TrialMeter | None, verdict: Verdict) -> None:
         rec = self.rec

@@ -51,22 +51,23 @@ from agentmeter.tasks.models import (
     Tier,
     task_digest,
 )
+from agentmeter.tasks.phases import (
+    network_stated,
+    phase_network,
+    separate_verifier,
+    verifier_network,
+    verifier_network_stated,
+)
 from agentmeter.tasks.task_toml import (
-    AGENT_USERS,
     DIFFTEST_KIND,
     RUBRIC_KIND,
     TASK_TOML,
     TaskToml,
-    ignored_notices,
-    network_stated,
     pass_threshold,
-    phase_network,
     read_task_toml,
-    separate_verifier,
     size_to_mb,
-    verifier_network,
-    verifier_network_stated,
 )
+from agentmeter.tasks.toml_checks import AGENT_USERS, ignored_notices
 from agentmeter.verify.difftest.config import CasesError, DifftestConfig, read_cases
 from agentmeter.verify.mounts import TESTS_MOUNT
 from agentmeter.verify.rubric.config import CAPTURE_PLAN_JSON, RUBRIC_TOML, RubricError, load_rubric

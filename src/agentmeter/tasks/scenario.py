@@ -39,16 +39,8 @@ from agentmeter.tasks.native import (
     instruction_problems,
     verifier_file_problems,
 )
-from agentmeter.tasks.task_toml import (
-    TASK_TOML,
-    StepEntry,
-    TaskToml,
-    kind_pass_threshold,
-    read_task_toml,
-    step_separate,
-    verifier_network,
-    verifier_network_stated,
-)
+from agentmeter.tasks.phases import step_separate, verifier_network, verifier_network_stated
+from agentmeter.tasks.task_toml import TASK_TOML, StepEntry, TaskToml, kind_pass_threshold, read_task_toml
 
 STEPS_DIR = "steps"
 

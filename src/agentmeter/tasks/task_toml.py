@@ -8,7 +8,8 @@ a task needing GPUs, TPUs or Windows is refused (a suite skips
 it and says why); ``skills_dir`` is ignored with a notice. agentmeter's own keys and sections
 (``environment.base``, ``verifier.kind``/``pass_threshold``, ``[difftest]``, ``[scenario]``,
 ``steps.verifier.kind``/``pass_threshold``) are strict: a typo there is an error.
-``tasks/native.py`` builds tasks from it.
+The checks beyond types are in ``toml_checks.py``; each phase's network and environment, as
+Harbor resolves them, in ``phases.py``. ``tasks/native.py`` builds tasks from it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from agentmeter.tasks.errors import TaskError, TaskProblem, problems_from_validation
 from agentmeter.tasks.models import BaseName, Tier
+from agentmeter.tasks.phases import NetworkMode
+from agentmeter.tasks.toml_checks import phase_problems, step_problems, unsupported_problems
 from agentmeter.verify.difftest.config import DifftestConfig
 from agentmeter.verify.registry import default_pass_threshold, kind_problem
 
@@ -30,7 +33,6 @@ RUBRIC_KIND = "rubric"
 #: ``verifier.pass_threshold`` when a task sets none, per kind (else 1.0)
 DEFAULT_PASS_THRESHOLDS: dict[str, float] = {RUBRIC_KIND: 0.6}
 
-NetworkMode = Literal["public", "no-network", "allowlist"]
 
 
 class _Section(BaseModel):
@@ -272,182 +274,6 @@ def size_to_mb(text: str) -> int:
     raise ValueError(f"expected a size like '512M' or '2G', got {text!r}")
 
 
-def _unsupported(config: TaskToml, file: Path) -> list[TaskProblem]:
-    """Harbor features a task may ask for that agentmeter cannot honour: the task is refused
-    (a suite skips it, naming the key), never run with another meaning."""
-    env = config.environment
-    found: list[tuple[str, object]] = []
-    if env.os != "linux":
-        found.append(("environment.os", env.os))
-    if env.gpus:
-        found.append(("environment.gpus", env.gpus))
-    if env.gpu_types:
-        found.append(("environment.gpu_types", env.gpu_types))
-    if env.tpu:
-        found.append(("environment.tpu", env.tpu))
-    venv = config.verifier.environment
-    if venv is not None:
-        for key in ("gpus", "gpu_types", "tpu", "mcp_servers"):
-            if getattr(venv, key):
-                found.append((f"verifier.environment.{key}", getattr(venv, key)))
-    return [
-        TaskProblem(file=file, field=field, message=f"{value!r} cannot be honoured by "
-                    "agentmeter (docs/task-format.md): the task is not run")
-        for field, value in found
-    ]
-
-
-def ignored_notices(config: TaskToml, file: Path) -> list[str]:
-    """Notices for what the task asks that agentmeter ignores (it still runs), by key."""
-    notes = [f"{file}: {n}" for n in config.notices]
-    if config.environment.mcp_servers:
-        names = ", ".join(m.name for m in config.environment.mcp_servers)
-        notes.append(f"{file}: environment.mcp_servers ({names}): configured for Claude Code, "
-                     "Codex, Gemini CLI and Qwen Code; other agents (the native one included) "
-                     "are not given them (docs/task-format.md)")
-    if config.environment.skills_dir:
-        notes.append(f"{file}: environment.skills_dir: ignored (agentmeter does not inject "
-                     "agent skills)")
-    if config.multi_step_reward_mode is not None:
-        notes.append(f"{file}: multi_step_reward_mode: Harbor's pre-1.3 key, dropped as Harbor "
-                     "drops it (use multi_step_reward_strategy)")
-    for i, step in enumerate(config.steps or []):
-        for key, value in (("healthcheck", step.healthcheck),
-                           ("verifier.collect", step.verifier.collect)):
-            if value:
-                notes.append(f"{file}: steps[{i}].{key}: ignored (a scenario's steps share one "
-                             "sandbox and the task's verifier settings)")
-    return notes
-
-
-#: a phase's network: (mode, allowed hosts); "allowlist" with no hosts is no network
-Network = tuple[NetworkMode, tuple[str, ...]]
-
-
-def _mode(section: _PhaseNetwork | _EnvironmentSection) -> NetworkMode | None:
-    if section.network_mode is not None:
-        return section.network_mode
-    return "allowlist" if section.allowed_hosts else None
-
-
-def _hosts(hosts: list[str]) -> tuple[str, ...]:
-    """Harbor's normalisation: stripped, lower-case, no trailing dot, each once."""
-    return tuple(dict.fromkeys(h.strip().lower().rstrip(".") for h in hosts if h.strip()))
-
-
-#: a task that states no network gets Harbor's default, public (a run's ``--network-default
-#: none`` tightens it: runner/session.py); agentmeter's own suites state theirs
-DEFAULT_NETWORK: NetworkMode = "public"
-
-
-def _env_states(env: _EnvironmentSection) -> bool:
-    return _mode(env) is not None or env.allow_internet is not None
-
-
-def network_stated(config: TaskToml) -> bool:
-    """Whether the task states its sandbox's network (``[environment]`` ``network_mode``,
-    ``allowed_hosts`` or ``allow_internet``, ``[agent]``'s or a step agent's ``network_mode`` /
-    ``allowed_hosts``); when it does not, the run's network default applies."""
-    return (_env_states(config.environment) or _mode(config.agent) is not None
-            or any(_mode(step.agent) is not None for step in config.steps or []))
-
-
-def verifier_network_stated(config: TaskToml, phase: _PhaseNetwork,
-                            venv: _EnvironmentSection | None) -> bool:
-    """Whether a separate verifier's network is stated (its phase's, its environment's or the
-    task's ``[environment]``), as :func:`verifier_network` resolves it."""
-    return (_mode(phase) is not None or (venv is not None and _env_states(venv))
-            or _env_states(config.environment))
-
-
-def phase_network(config: TaskToml, phase: _PhaseNetwork) -> Network:
-    """A phase's network as Harbor resolves it: the phase's own mode, else the environment's
-    baseline (``network_mode``, else ``allowed_hosts`` ⇒ allowlist, else the deprecated
-    ``allow_internet``), else Harbor's default: public (:data:`DEFAULT_NETWORK`)."""
-    env = config.environment
-    mode = _mode(phase)
-    if mode is not None:
-        return mode, _hosts(phase.allowed_hosts or env.allowed_hosts) if mode == "allowlist" else ()
-    base = _mode(env)
-    if base is None:
-        if env.allow_internet is None:
-            return DEFAULT_NETWORK, ()
-        base = "public" if env.allow_internet else "no-network"
-    return base, _hosts(env.allowed_hosts) if base == "allowlist" else ()
-
-
-def verifier_network(config: TaskToml, phase: _PhaseNetwork,
-                     venv: _EnvironmentSection | None) -> Network:
-    """A separate verifier's network, as Harbor resolves it: the phase's own ``network_mode``,
-    else its environment's (``[verifier.environment]``: ``network_mode``, else ``allowed_hosts``
-    ⇒ allowlist, else ``allow_internet``), else the task's ``[environment]`` baseline."""
-    mode = _mode(phase)
-    if mode is None and venv is not None:
-        base = _mode(venv)
-        if base is None and venv.allow_internet is not None:
-            base = "public" if venv.allow_internet else "no-network"
-        if base is not None:
-            hosts = phase.allowed_hosts or venv.allowed_hosts or config.environment.allowed_hosts
-            return base, _hosts(hosts) if base == "allowlist" else ()
-    if mode is None:
-        return phase_network(config, phase)
-    hosts = phase.allowed_hosts or (venv.allowed_hosts if venv else []) \
-        or config.environment.allowed_hosts
-    return mode, _hosts(hosts) if mode == "allowlist" else ()
-
-
-ROOT_USERS = {"root", "0"}
-AGENT_USERS = {"agent", "1000"}
-
-
-def separate_verifier(config: TaskToml) -> bool:
-    """Harbor's resolution: an explicit ``environment_mode`` wins, else a
-    ``[verifier.environment]`` table means separate."""
-    mode = config.verifier.environment_mode
-    return mode == "separate" if mode is not None else config.verifier.environment is not None
-
-
-def _phase_problems(config: TaskToml, file: Path) -> list[TaskProblem]:
-    """Per-phase users and networks agentmeter cannot honour, each named by its key."""
-    problems: list[TaskProblem] = []
-    agent_user = None if config.agent.user is None else str(config.agent.user)
-    if config.agent.sandbox_account and agent_user is not None and agent_user not in AGENT_USERS:
-        problems.append(TaskProblem(file, f"{config.agent.user!r}: with sandbox_account = true "
-                                    "the agent is 'agent' (uid 1000)", "agent.user"))
-    elif agent_user is not None and not agent_user.strip():
-        problems.append(TaskProblem(file, "an empty user", "agent.user"))
-    verifier_user = None if config.verifier.user is None else str(config.verifier.user)
-    if verifier_user is not None and verifier_user not in ROOT_USERS | AGENT_USERS:
-        problems.append(TaskProblem(file, f"{config.verifier.user!r}: sandboxes provide the users "
-                                    "'agent' (1000) and 'root' (0) only", "verifier.user"))
-    agent_net = phase_network(config, config.agent)
-    verifier_net = phase_network(config, config.verifier)
-    if agent_net != verifier_net and not separate_verifier(config):
-        def name(net: Network) -> str:
-            return net[0] + (f" {list(net[1])}" if net[1] else "")
-        problems.append(TaskProblem(
-            file, f"the verifier's network ({name(verifier_net)}) differs from the agent's "
-            f"({name(agent_net)}): agentmeter runs both phases in one sandbox with one network "
-            "policy that cannot change after it starts, so the task is not run (as Harbor "
-            "refuses it on providers without dynamic network policies)", "verifier.network_mode"))
-    for section in ("environment", "agent", "verifier"):
-        part = getattr(config, section)
-        if part.allowed_hosts and part.network_mode not in (None, "allowlist"):
-            problems.append(TaskProblem(file, f"allowed_hosts goes with network_mode = "
-                                        f"'allowlist' (this section says {part.network_mode!r})",
-                                        f"{section}.allowed_hosts"))
-    for i, art in enumerate(config.artifacts):
-        source = art if isinstance(art, str) else art.source
-        if not source.startswith("/"):
-            problems.append(TaskProblem(file, f"{source!r}: an artifact source is an absolute path "
-                                        "inside the sandbox", f"artifacts[{i}]"))
-        dest = None if isinstance(art, str) else art.destination
-        if dest is not None and (dest.startswith("/") or ".." in Path(dest).parts or not dest.strip("/")):
-            problems.append(TaskProblem(file, f"{dest!r}: a destination is a relative path inside "
-                                        "the trial's artifacts directory", f"artifacts[{i}].destination"))
-    return problems
-
-
 def read_task_toml(file: Path) -> TaskToml:
     """Parse and validate ``task.toml``; every problem names the file and the key."""
     try:
@@ -460,7 +286,7 @@ def read_task_toml(file: Path) -> TaskToml:
         config = TaskToml.model_validate(data)
     except ValidationError as exc:
         raise TaskError(problems_from_validation(file, exc)) from None
-    problems = _unsupported(config, file) + _phase_problems(config, file)
+    problems = unsupported_problems(config, file) + phase_problems(config, file)
     unknown_kind = kind_problem(config.verifier.kind)
     if unknown_kind is not None:
         problems.append(TaskProblem(file, unknown_kind, "verifier.kind"))
@@ -471,7 +297,7 @@ def read_task_toml(file: Path) -> TaskToml:
         problems.append(TaskProblem(file, f"[difftest] is read only by verifier kind "
                                     f"'{DIFFTEST_KIND}' (this task's kind is "
                                     f"{config.verifier.kind!r})", "verifier.kind"))
-    problems += _step_problems(config, file)
+    problems += step_problems(config, file)
     if config.version is not None and config.schema_version is not None:
         problems.append(TaskProblem(file, "give either 'version' or 'schema_version'", "version"))
     for name in ("memory", "storage"):
@@ -493,83 +319,6 @@ def read_task_toml(file: Path) -> TaskToml:
     if problems:
         raise TaskError(problems)
     return config
-
-
-def _step_problems(config: TaskToml, file: Path) -> list[TaskProblem]:
-    """``[[steps]]`` and the keys that only make sense with them."""
-    problems: list[TaskProblem] = []
-    if not config.steps:
-        if config.steps is not None:
-            problems.append(TaskProblem(file, "a multi-step task needs at least one step", "steps"))
-        if config.scenario is not None:
-            problems.append(TaskProblem(file, "[scenario] describes the rounds of a multi-step "
-                                        "task's steps: it needs [[steps]]", "scenario"))
-        if config.multi_step_reward_strategy is not None:
-            problems.append(TaskProblem(file, "only a multi-step task ([[steps]]) has a "
-                                        "multi-step reward", "multi_step_reward_strategy"))
-        return problems
-    seen: set[str] = set()
-    for i, step in enumerate(config.steps):
-        if step.name in seen:
-            problems.append(TaskProblem(file, f"duplicate step name {step.name!r}",
-                                        f"steps[{i}].name"))
-        seen.add(step.name)
-        kind = step.verifier.kind
-        unknown_kind = None if kind is None else kind_problem(kind)
-        if unknown_kind is not None:
-            problems.append(TaskProblem(file, unknown_kind, f"steps[{i}].verifier.kind"))
-        problems += _step_network_problems(config, step, i, file)
-        user = step.agent.user
-        task_user = config.agent.user
-        if user is not None and str(user) != str(task_user) and not (
-                str(user) in AGENT_USERS and (config.agent.sandbox_account
-                                              or str(task_user) in AGENT_USERS)):
-            problems.append(TaskProblem(file, "the steps share one sandbox and its agent user: a "
-                                        "step's agent.user must be the task's "
-                                        f"({'unset' if task_user is None else repr(task_user)})",
-                                        f"steps[{i}].agent.user"))
-    if config.difftest is not None:
-        problems.append(TaskProblem(file, "a CLI-generation task has one step", "difftest"))
-    return problems
-
-
-def step_separate(config: TaskToml, step: StepEntry) -> bool:
-    """Whether a step's verifier runs in an environment of its own (Harbor's resolution: the
-    step's ``environment_mode``, else a ``[steps.verifier.environment]``, else the task's)."""
-    mode = step.verifier.environment_mode
-    if mode is not None:
-        return mode == "separate"
-    return step.verifier.environment is not None or separate_verifier(config)
-
-
-def _net_name(net: Network) -> str:
-    return net[0] + (f" {list(net[1])}" if net[1] else "")
-
-
-def _step_network_problems(config: TaskToml, step: StepEntry, i: int,
-                           file: Path) -> list[TaskProblem]:
-    """A step's agent (and shared verifier) network: honoured when it is the scenario's sandbox
-    network, which cannot change between steps here; else the task is refused, naming the key."""
-    problems: list[TaskProblem] = []
-    agent_net = phase_network(config, config.agent)
-    step_agent = phase_network(config, step.agent) if _mode(step.agent) else agent_net
-    why = ("the steps of a scenario share one sandbox whose network policy cannot change after "
-           "it starts, so the task is not run (as Harbor refuses it on providers without "
-           "dynamic network policies)")
-    if step_agent != agent_net:
-        problems.append(TaskProblem(file, f"step {step.name!r}: its agent's network "
-                                    f"({_net_name(step_agent)}) differs from the task's "
-                                    f"({_net_name(agent_net)}): {why}",
-                                    f"steps[{i}].agent.network_mode"))
-    if not step_separate(config, step):
-        verifier = step.verifier if _mode(step.verifier) else config.verifier
-        step_verifier = phase_network(config, verifier)
-        if step_verifier != agent_net:
-            problems.append(TaskProblem(file, f"step {step.name!r}: its verifier's network "
-                                        f"({_net_name(step_verifier)}) differs from the agent's "
-                                        f"({_net_name(agent_net)}): {why}",
-                                        f"steps[{i}].verifier.network_mode"))
-    return problems
 
 
 def pass_threshold(verifier: _VerifierSection) -> float:

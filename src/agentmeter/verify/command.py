@@ -7,7 +7,7 @@ Harbor's contract, hardened so agent code cannot decide its own reward (docs/ver
   read, and ``/logs/verifier`` is made root's. Nothing is written at verification time, so an
   agent that fills its disk makes its own task fail, never the trial ``infra_invalid``. A task
   whose agent runs as Harbor's user (maybe root: ``Task.agent_user``) is staged instead after
-  the agent's processes are gone, Harbor's order (runner/trial.py ``_verify_shared``).
+  the agent's processes are gone, Harbor's order (runner/verification.py ``_verify_shared``).
 - **At verification** the staged tests are renamed to ``/tests`` (no space needed),
   ``/logs/verifier`` is emptied and root's again, and the test command runs as root (or the
   task's ``[verifier] user``) with ``TEST_DIR=/tests`` and ``AS_AGENT``: the path of a tool that

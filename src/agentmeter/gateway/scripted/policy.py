@@ -6,7 +6,7 @@
 rejected attempt (``FEEDBACK_MARKER``: the harness's feedback rounds, ``runner/feedback.py``);
 ``judge[:normalized|always|never|garbage]`` answers a grading prompt (see ``judge``);
 ``schema-from-file`` answers a task-synthesis prompt with the file it was given (the task's
-schema.json: ``tasks/synth/assist.py``).
+schema.json: ``synth/assist.py``).
 A ``:SEED`` suffix (``explorer-12:7``) picks the explorer's order of looking around; the same
 policy and seed give byte-identical replies to the same requests (seed 0, the default, is the
 fixed order). Under a mini-swe-agent style protocol the last step is

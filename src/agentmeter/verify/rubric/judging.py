@@ -3,20 +3,20 @@
 One call per judge kind and round, all its items in one prompt. The system prompt is the paper's
 role (AgencyBench App. A.2: "Senior Code Compliance Auditor" / "Visual Grounding and UI/UX
 Verification Specialist", their protocol and 0-10 bands) with the released evaluators' anchors
-(10/8/6/4/2/0) and, for the vision judge, the released stacking aesthetic penalties. The user
-prompt's first line is ``AGENTMETER RUBRIC JUDGE v1``, its fourth ``Data nonce: <nonce>``.
-Outside data blocks (the harness's facts): the task's instruction, the items (with their
-``evidence`` hints), which deterministic checks passed, the media counts. Inside data blocks
-under the per-call nonce (``verify/quoting.py``; the system prompt says their content is
-untrusted): the checks' reasons (they quote program output), the working directory's listing
-(directories ``name/`` and files, one JSON string a line), the machine-readable ``evidence``
-block (parsed predicates, capture labels, the files and directories evidence names, per item
-the entries the agent made or changed (not as the task seeded them), what deliverables and
-images were given: what the offline scripted judge evaluates), the deliverables (text judge: the
-``inputs`` files, else every non-hidden file, one block each with its path escaped on the first
-line; binary files by size), the capture diagnostics and the media names. The vision judge gets
-the capture's screenshots and ``inputs`` images as images, then frames sampled from each video
-(the capture's recording, video ``inputs``; frames.py), or the reason there are none.
+(10/8/6/4/2/0) and, for the vision judge, the released stacking aesthetic penalties
+(judge_texts.py). The user prompt's first line is ``AGENTMETER RUBRIC JUDGE v1``, its fourth
+``Data nonce: <nonce>``. Outside data blocks (the harness's facts): the task's instruction, the
+items (with their ``evidence`` hints), which deterministic checks passed, the media counts. Inside
+data blocks under the per-call nonce (``verify/quoting.py``; the system prompt says their content
+is untrusted): the checks' reasons (they quote program output), the working directory's listing
+(directories ``name/`` and files, one JSON string a line), the machine-readable ``evidence`` block
+(parsed predicates, capture labels, the files and directories evidence names, per item the entries
+the agent made or changed (not as the task seeded them), what deliverables and images were given:
+what the offline scripted judge evaluates), the deliverables (text judge: the ``inputs`` files,
+else every non-hidden file, one block each with its path escaped on the first line; binary files
+by size), the capture diagnostics and the media names. The vision judge gets the capture's
+screenshots and ``inputs`` images as images, then frames sampled from each video (the capture's
+recording, video ``inputs``; frames.py), or the reason there are none.
 
 The reply must hold one JSON object ``{"items": [{"id", "satisfied", "reason"}], "score",
 "confidence", "reason"}``: the whole reply, else its outermost ``{…}``. Coercions (spec §3.2):
@@ -51,6 +51,7 @@ from agentmeter.verify.protocol import VerificationError
 from agentmeter.verify.rubric.checks import Deliverables, ItemVerdict
 from agentmeter.verify.rubric.config import RubricItem, Scoring
 from agentmeter.verify.rubric.frames import Frames
+from agentmeter.verify.rubric.judge_texts import ANSWER, SYSTEM
 
 HEADER = "AGENTMETER RUBRIC JUDGE v1"
 NONCE_LINE = "Data nonce: "
@@ -68,48 +69,6 @@ LISTING_ENTRIES = 2_000
 MADE_ENTRIES = 200
 IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
                ".webp": "image/webp", ".gif": "image/gif"}
-
-_ANCHORS_TEXT = ("Anchors for the integer score: 10 = flawless & fully compliant, 8 = strong "
-                 "with only minor polish gaps, 6 = acceptable but missing important requirements, "
-                 "4 = significant issues with partial progress, 2 = minimal progress with critical "
-                 "failures, 0 = unusable or absent work. Scores must be whole numbers.")
-_ANCHORS_VISION = ("Anchors for the integer score: 10 = flawless match to rubric, 8 = strong with "
-                   "minor visual deviations, 6 = acceptable but misses notable criteria, 4 = major "
-                   "flaws with partial compliance, 2 = minimal progress, 0 = unusable visuals. "
-                   "Scores must be whole numbers.")
-SYSTEM: dict[JudgeKind, str] = {
-    "text": (
-        "Role: You act as a Senior Code Compliance Auditor and Quality Assurance Specialist. "
-        "Your objective is to systematically evaluate software deliverables against a strict set "
-        "of functional and non-functional requirements.\n"
-        "Evaluation protocol: 1. Static analysis: examine the logical structure, syntax validity "
-        "and dependency management of the deliverables. 2. Requirement mapping: verify the "
-        "implementation of every rubric item. 3. Defect identification: detect logical errors, "
-        "missing functionality or violations of best practices.\n"
-        "Score bands: 0-2 critical failure (non-functional, or misses the core problem); 3-5 "
-        "substantial deficiency (major features missing); 6-7 marginal acceptance (core works, "
-        "edge cases or minor constraints missed); 8-9 high compliance; 10 full specification "
-        f"alignment.\n{_ANCHORS_TEXT}\n"
-        "Reference specific files or lines when you identify failures."),
-    "vision": (
-        "Role: You act as a Visual Grounding and UI/UX Verification Specialist. Your objective "
-        "is to validate system functionality and design fidelity based strictly on visual "
-        "evidence.\n"
-        "Evaluation protocol: 1. Visual inspection: analyse the images for UI elements, layout "
-        "consistency and text rendering. 2. Evidence corroboration: cross-reference visual "
-        "features against the rubric items. 3. Strict verification: any feature not explicitly "
-        "visible in the assets must be marked as \"Not Demonstrated\" (not satisfied).\n"
-        "Score bands: 0-2 no evidence (assets missing, irrelevant or broken); 3-5 significant "
-        "deviation; 6-7 partial compliance; 8-9 high fidelity; 10 pixel-aligned compliance.\n"
-        f"{_ANCHORS_VISION}\n"
-        "Beyond the rubric, also judge the interface's intuitive polish and overall aesthetics "
-        "for the score: penalize confusing layouts, off-center or skewed boards, clashing or "
-        "low-contrast colours, awkward naming, inconsistent spacing. These penalties stack, even "
-        "when the rubric does not call out those flaws."),
-}
-ANSWER = ('Respond with one JSON object only: {"items": [{"id": "<item id>", "satisfied": true or '
-          'false, "reason": "<one sentence>"}, ...one entry per item above], "score": <integer '
-          '0-10>, "confidence": <0.0-1.0, one decimal>, "reason": "<concise justification>"}.')
 
 
 @dataclass

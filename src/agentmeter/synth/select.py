@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentmeter.tasks.synth.prompt import Sample
+from agentmeter.synth.prompt import Sample
 from agentmeter.verify.difftest.config import Case
 
 DROP_REASONS = ("framework_error", "nondeterministic", "timeout", "oracle_failed")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict
 
-from agentmeter.tasks.synth.schema import PLACEHOLDER, CommandClass, Param, Schema
+from agentmeter.synth.schema import PLACEHOLDER, CommandClass, Param, Schema
 from agentmeter.verify.difftest.config import Case
 
 #: the paper's number of cases per command class (CASES_PER_CATEGORY in every released start.py)

@@ -18,15 +18,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentmeter.paths import write_atomic
-from agentmeter.tasks.synth import assist
-from agentmeter.tasks.synth import generate as gen
-from agentmeter.tasks.synth.assist import ModelUse
-from agentmeter.tasks.synth.helpwalk import HelpError, draft_values, walk
-from agentmeter.tasks.synth.oracle import OracleSandbox, load_for_synthesis
-from agentmeter.tasks.synth.prompt import PromptInput, Sample, render
-from agentmeter.tasks.synth.replay import replay
-from agentmeter.tasks.synth.schema import Schema, SchemaError, dump_schema, load_schema
-from agentmeter.tasks.synth.select import ClassOutcome, select
+from agentmeter.synth import assist
+from agentmeter.synth import generate as gen
+from agentmeter.synth.assist import ModelUse
+from agentmeter.synth.helpwalk import HelpError, draft_values, walk
+from agentmeter.synth.oracle import OracleSandbox, load_for_synthesis
+from agentmeter.synth.prompt import PromptInput, Sample, render
+from agentmeter.synth.replay import replay
+from agentmeter.synth.schema import Schema, SchemaError, dump_schema, load_schema
+from agentmeter.synth.select import ClassOutcome, select
 from agentmeter.verify.difftest.config import Case, DifftestConfig, write_cases
 from agentmeter.verify.judge import JudgeMessage
 

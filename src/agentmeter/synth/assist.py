@@ -20,8 +20,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agentmeter.tasks.synth import schema as schema_module
-from agentmeter.tasks.synth.schema import Schema, SchemaError, parse_schema
+from agentmeter.synth import schema as schema_module
+from agentmeter.synth.schema import Schema, SchemaError, parse_schema
 from agentmeter.verify.judge import JudgeClient, JudgeMessage
 
 DEFAULT_MAX_REFINEMENTS = 5

@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from agentmeter.tasks.synth.schema import CommandClass, Fixtures, Param, ParamType, Schema
+from agentmeter.synth.schema import CommandClass, Fixtures, Param, ParamType, Schema
 
 Run = Callable[[list[str]], tuple[int, str]]
 

@@ -57,7 +57,7 @@ def replay(start_py: Path, seed: int, timeout: float = REPLAY_TIMEOUT_S) -> Repl
         env = dict(os.environ, PYTHONHASHSEED="0")
         try:
             r = subprocess.run(
-                [sys.executable, "-m", "agentmeter.tasks.synth.replay", str(start_py.resolve()),
+                [sys.executable, "-m", "agentmeter.synth.replay", str(start_py.resolve()),
                  str(seed), str(out)], cwd=start_py.resolve().parent, env=env,
                 capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
@@ -99,7 +99,7 @@ def _case(raw: dict[str, Any], case_id: str) -> Case:
 # --- the child process ----------------------------------------------------------------------
 
 def _child(start_py: str, seed: int, out: str) -> None:
-    from agentmeter.tasks.synth import released_shim
+    from agentmeter.synth import released_shim
 
     sys.modules["BaseRepoAdapter"] = released_shim
     sys.modules["DiffTestEngine"] = released_shim
