@@ -45,6 +45,8 @@ from agentmeter.sandbox.dockerd import (
     OWNER_LABEL,
     DockerOutput,
     ImageConfig,
+    bridge_lost,
+    bridge_refusal,
     build_layer,
     chain_digest,
     docker,
@@ -246,25 +248,19 @@ class DockerBackend:
         if lim.cpus:
             args += ["--cpus", str(lim.cpus)]
         args += [image.tag, *PID1]
-        res: DockerOutput | None = None
-        if lim.disk_mb and self._disk_mode in (None, "quota"):
-            # the driver's own quota (overlay2 on xfs with pquota, btrfs, zfs)
-            res = await docker("run", "-d", "--storage-opt", f"size={lim.disk_mb}m", *args,
-                               check=False)
+        if spec.network == "full" and (refusal := bridge_refusal()):
+            raise SandboxError(refusal)
+        for attempt in (1, 2):
+            res = await self._run(name, args, lim.disk_mb)
             if res.returncode == 0:
-                self._disk_mode = "quota"
-            elif "storage-opt" in res.text():
-                await docker("rm", "-f", name, check=False)
-                self._disk_mode = await self._disk_fallback(lim.disk_mb)
-                res = None
-        if res is None and lim.disk_mb and self._disk_mode == "loop":
-            assert self._storage is not None
-            res = await _run_on_loop_disk(self._storage, name, args, lim.disk_mb)
-        elif res is None:
-            res = await docker("run", "-d", *args, check=False)
-        if res.returncode != 0:
+                break
             await docker("rm", "-f", name, check=False)
-            raise SandboxError(f"docker run failed: {res.text()[-2000:]}")
+            # the daemon's bridge lost under it: made again once (dockerd.py), else named
+            lost = await bridge_lost(res.text()) if attempt == 1 else None
+            if lost:
+                raise SandboxError(lost)
+            if lost is None:
+                raise SandboxError(f"docker run failed: {res.text()[-2000:]}")
         box = DockerSandbox(name, spec, workdir, user, res.stdout.decode().strip())
         if spec.agent_user is not None:  # who 'agent' is (accounts.py), before the agent runs
             try:
@@ -285,6 +281,26 @@ class DockerBackend:
                 await box.stop()
                 raise
         return box
+
+    async def _run(self, name: str, args: list[str], disk_mb: int | None) -> DockerOutput:
+        """``docker run -d ARGS``, its disk capped by the driver's quota or a loop disk."""
+        res: DockerOutput | None = None
+        if disk_mb and self._disk_mode in (None, "quota"):
+            # the driver's own quota (overlay2 on xfs with pquota, btrfs, zfs)
+            res = await docker("run", "-d", "--storage-opt", f"size={disk_mb}m", *args,
+                               check=False)
+            if res.returncode == 0:
+                self._disk_mode = "quota"
+            elif "storage-opt" in res.text():
+                await docker("rm", "-f", name, check=False)
+                self._disk_mode = await self._disk_fallback(disk_mb)
+                res = None
+        if res is None and disk_mb and self._disk_mode == "loop":
+            assert self._storage is not None
+            res = await _run_on_loop_disk(self._storage, name, args, disk_mb)
+        elif res is None:
+            res = await docker("run", "-d", *args, check=False)
+        return res
 
     async def _disk_fallback(self, disk_mb: int) -> str:
         """The daemon's driver cannot cap a container's disk: the loop-mounted layer where it
