@@ -160,12 +160,15 @@ class DockerBackend:
         env = [layer for layer in layers if not layer.independent]
         installs = [layer for layer in layers if layer.independent]
         real_from = False
+        stand_in: str | None = None  # the FROM image the Debian base stands in for, and why
         if root.tag is None and env and env[0].kind == "dockerfile":
             parsed = parse_dockerfile(env[0].source, env[0].origin)
             found = await self._roots.from_root(
                 parsed.from_image, f"{env[0].origin}:{parsed.from_line}", self._lock())
             if found is not None:
                 root, real_from = found, True
+            else:
+                stand_in = self._roots.stand_in_for(parsed.from_image)
         digest = root.digest
         for layer in env:
             digest = chain_digest(digest, layer)
@@ -180,7 +183,13 @@ class DockerBackend:
             digest = root.digest
             for i, layer in enumerate(env):
                 digest = chain_digest(digest, layer)
-                parent = await self._layer(layer, parent, digest, root, real_from and i == 0)
+                try:
+                    parent = await self._layer(layer, parent, digest, root, real_from and i == 0)
+                except LayerBuildError as e:  # on a stand-in: the image that could not be had
+                    if stand_in is None:
+                        raise
+                    raise LayerBuildError(f"{stand_in}, so this step ran on agentmeter's Debian "
+                                          f"stand-in for it and failed: {e}") from None
             where = (f"{root.image.origin}: image {root.image.ref!r}" if root.foreign and root.image
                      else "agentmeter's Debian base")
             parent = await images.ensure_adapted(parent, adapt, where, self._labels())

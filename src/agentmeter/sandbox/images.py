@@ -289,6 +289,12 @@ class RootCache:
             return None
         return found
 
+    def stand_in_for(self, ref: str) -> str | None:
+        """``REF: why it could not be had`` when :meth:`from_root` stood agentmeter's Debian
+        base in for it (as the local backend names it: layers.py), else None."""
+        found = self._from.get(ref)
+        return f"{ref}: {found}" if isinstance(found, str) else None
+
 
 def foreign_install_error(root: Root, layer: LayerSpec, error: LayerBuildError) -> LayerBuildError:
     """An agent install (written for Debian) that failed on a task's own image, said so."""
