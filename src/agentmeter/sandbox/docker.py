@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import posixpath
+import re
 import signal
 import subprocess
 import tarfile
@@ -186,9 +187,10 @@ class DockerBackend:
                 try:
                     parent = await self._layer(layer, parent, digest, root, real_from and i == 0)
                 except LayerBuildError as e:  # on a stand-in: the image that could not be had
-                    if stand_in is None:
+                    why = await self._copy_from_stand_in(layer, str(e)) or stand_in
+                    if why is None:
                         raise
-                    raise LayerBuildError(f"{stand_in}, so this step ran on agentmeter's Debian "
+                    raise LayerBuildError(f"{why}, so this step ran on agentmeter's Debian "
                                           f"stand-in for it and failed: {e}") from None
             where = (f"{root.image.origin}: image {root.image.ref!r}" if root.foreign and root.image
                      else "agentmeter's Debian base")
@@ -199,6 +201,24 @@ class DockerBackend:
                 parent = await self._layer(layer, parent, digest, root, False)
             cfg = self._prepared[digest] = await image_config(parent)
         return cfg
+
+    async def _copy_from_stand_in(self, layer: LayerSpec, error: str) -> str | None:
+        """``IMAGE: why`` when the Dockerfile step that failed (``error``) is a ``COPY --from``
+        an image that could not be had (the classic build copies from the Debian base in its
+        place: dockerfile_legacy.py names it ``agentmeter-image-N``), else None."""
+        m = re.search(r"^[^\n]*?: COPY --from=agentmeter-image-(\d+) ", error)
+        if layer.kind != "dockerfile" or m is None:
+            return None
+        parsed = parse_dockerfile(layer.source, layer.origin)
+        refs: list[str] = []
+        for stage in parsed.all_stages():
+            refs += [st.from_image for st in stage.steps
+                     if st.from_image is not None and st.from_image not in refs]
+        if int(m.group(1)) >= len(refs):
+            return None
+        ref = refs[int(m.group(1))]
+        found = await images.from_root(ref, layer.origin)
+        return f"{ref}: {found}" if isinstance(found, str) else None
 
     async def _layer(self, layer: LayerSpec, parent: str, digest: str, root: images.Root,
                      real_from: bool) -> str:
