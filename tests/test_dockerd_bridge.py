@@ -121,3 +121,15 @@ def test_a_build_failure_names_the_daemon_error_first(output: str, cause: str | 
         assert first == "Dockerfile:3: RUN x: docker build failed"
     else:
         assert first == f"Dockerfile:3: RUN x: docker build failed: {cause}"
+
+
+def test_only_a_daemon_in_this_network_namespace_is_repaired(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "tcp://10.0.0.5:2375")
+    assert not dockerd._local_daemon()  # a remote daemon: its docker0 is not this host's
+    monkeypatch.delenv("DOCKER_HOST")
+    pidfile = tmp_path / "docker.pid"
+    monkeypatch.setattr(dockerd, "DEFAULT_PIDFILE", pidfile)
+    assert not dockerd._local_daemon()  # no pid: not known to be here
+    pidfile.write_text(f"{os.getpid()}\n")
+    assert dockerd._local_daemon()

@@ -240,14 +240,23 @@ def bridge_problem(state: BridgeState) -> str | None:
     return None
 
 
+#: where dockerd writes its pid by default
+DEFAULT_PIDFILE = Path("/var/run/docker.pid")
+
+
 def _local_daemon() -> bool:
-    """Whether the daemon's network namespace is this host's (a local root daemon)."""
+    """Whether the daemon is one whose bridge this process may check and repair: the default
+    daemon or agentmeter's own, running in this process's network namespace (not a daemon
+    behind a TCP host, rootless, or the host's daemon seen from inside a container)."""
     host = os.environ.get("DOCKER_HOST", "")
-    if host and not host.startswith("unix://"):
+    own = dockeruserns.own_daemon()
+    if host and host != own.host:
         return False
-    r = subprocess.run(["docker", "info", "--format", "{{json .SecurityOptions}}"],
-                       capture_output=True, text=True, timeout=30)
-    return r.returncode == 0 and "rootless" not in r.stdout
+    try:
+        pid = int((own.pidfile if host else DEFAULT_PIDFILE).read_text().strip())
+        return os.readlink(f"/proc/{pid}/ns/net") == os.readlink("/proc/self/ns/net")
+    except (OSError, ValueError):
+        return False
 
 
 def _inspect_bridge() -> BridgeState:
