@@ -14,7 +14,9 @@ expected table ``benchmarks/harbor_corpus_expected.json``:
 
 Prints the differences, then one JSON line (``differences`` lists them), and exits 1 when there
 is one. ``--write-expected`` writes the table from this run instead (reasons as their first
-line up to its details, escaped, numbers as ``[\\d.]+``), to be reviewed before it is committed.
+line up to its details, escaped, numbers as ``[\\d.]+``), to be reviewed before it is committed:
+on the local backend ``tasks``, on another backend only its ``backends.<name>`` section (the
+entries that differ from ``tasks``).
 
 Too slow for the suite (tens of minutes; the docker backend builds every image): run it by hand
 or in a nightly job. Usage:
