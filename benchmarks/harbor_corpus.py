@@ -14,7 +14,9 @@ expected table ``benchmarks/harbor_corpus_expected.json``:
 
 Prints the differences, then one JSON line (``differences`` lists them), and exits 1 when there
 is one. ``--write-expected`` writes the table from this run instead (reasons as their first
-line up to its details, escaped, numbers as ``[\\d.]+``), to be reviewed before it is committed.
+line up to its details, escaped, numbers as ``[\\d.]+``), to be reviewed before it is committed:
+on the local backend ``tasks``, on another backend only its ``backends.<name>`` section (the
+entries that differ from ``tasks``).
 
 Too slow for the suite (tens of minutes; the docker backend builds every image): run it by hand
 or in a nightly job. Usage:
@@ -136,6 +138,30 @@ def summary(got: Outcomes) -> dict[str, Any]:
             "oracle_whole_tasks": len(tasks)}
 
 
+def written_table(got: Outcomes, old: dict[str, Any], backend: str) -> dict[str, Any]:
+    """The expected table from this run: on the local backend (or with no table yet) ``tasks``
+    (the other backends' sections kept); on another backend only ``backends.<backend>``: the
+    entries this run gives differently from ``tasks`` (each task's ``why`` kept)."""
+    written: Outcomes = {t: {a: {"outcome": e["outcome"], "reason": _pattern(e["reason"])}
+                             for a, e in sorted(agents.items())}
+                         for t, agents in sorted(got.items())}
+    backends: dict[str, Any] = dict(old.get("backends", {}))
+    if backend == "local" or not old.get("tasks"):
+        return {"tasks": written, "backends": backends}
+    before = backends.get(backend, {})
+    delta: dict[str, Any] = {}
+    for task, agents in written.items():
+        base = old["tasks"].get(task, {})
+        for agent, entry in agents.items():
+            want = {task: {agent: base[agent]} if agent in base else {}}
+            if differences({task: {agent: got[task][agent]}}, want):
+                delta.setdefault(task, {})[agent] = entry
+        if task in delta and "why" in before.get(task, {}):
+            delta[task]["why"] = before[task]["why"]
+    backends[backend] = delta
+    return {"tasks": old["tasks"], "backends": backends}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", default="local")
@@ -160,9 +186,8 @@ def main() -> int:
     result: dict[str, Any] = {"benchmark": "harbor_corpus", "backend": args.backend,
                               "seconds": round(seconds, 1), **summary(got)}
     if args.write_expected:
-        table = {"tasks": {t: {a: {"outcome": e["outcome"], "reason": _pattern(e["reason"])}
-                               for a, e in sorted(agents.items())}
-                           for t, agents in sorted(got.items())}, "backends": {}}
+        old = json.loads(args.expected.read_text()) if args.expected.exists() else {}
+        table = written_table(got, old, args.backend)
         args.expected.write_text(json.dumps(table, indent=1) + "\n")
         result["written"] = str(args.expected)
         diffs: list[str] = []

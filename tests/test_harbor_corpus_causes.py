@@ -109,6 +109,30 @@ async def test_a_step_failing_on_a_stand_in_names_the_image(local_backend: Local
     assert "apk" in str(e.value), e.value
 
 
+async def test_docker_names_a_stand_in_as_local_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """describe-image, hello-alpine, hello-world-openclaw on docker (no registry reachable):
+    the reason names what the local backend names: the ``COPY --from`` image that could not be
+    had, a FROM image the Debian base does not stand in for faithfully, and for Ubuntu nothing
+    (its step fails for its own reasons). Unit level: no daemon."""
+    from agentmeter.sandbox import images
+    from agentmeter.sandbox.docker import DockerBackend
+
+    async def unreachable(ref: str, origin: str) -> str:
+        return "no registry is reachable: cannot look up ghcr.io"
+
+    monkeypatch.setattr(images, "from_root", unreachable)
+    text = "FROM ubuntu:24.04\nCOPY --from=ghcr.io/astral-sh/uv:latest /uv /bin/\n"
+    layer = LayerSpec(kind="dockerfile", source=text, origin="d/Dockerfile")
+    failed = 'd/Dockerfile:2: COPY --from=agentmeter-image-0 ["/uv", "/bin/"]: docker build failed'
+    assert await DockerBackend()._copy_from_stand_in(layer, failed) == \
+        "ghcr.io/astral-sh/uv:latest: no registry is reachable: cannot look up ghcr.io"
+    assert await DockerBackend()._copy_from_stand_in(layer, "d/Dockerfile:1: RUN x: …") is None
+    cache = images.RootCache()
+    cache._from = {"alpine:3.22": "no registry is reachable: …", "ubuntu:24.04": "no registry…"}
+    assert cache.stand_in_for("alpine:3.22") == "alpine:3.22: no registry is reachable: …"
+    assert cache.stand_in_for("ubuntu:24.04") is None
+
+
 def test_python_stand_in_has_no_pep668_lock() -> None:
     """hello-healthcheck and network-policy-matrix (FROM python:3.1x-slim): the stand-in's
     ``pip install`` must not meet Debian's externally-managed lock, as in the real image."""

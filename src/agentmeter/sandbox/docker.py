@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import posixpath
+import re
 import signal
 import subprocess
 import time
@@ -41,6 +42,8 @@ from agentmeter.sandbox.dockerd import (
     OWNER_LABEL,
     DockerOutput,
     ImageConfig,
+    bridge_lost,
+    bridge_refusal,
     build_layer,
     chain_digest,
     docker,
@@ -155,12 +158,15 @@ class DockerBackend:
         env = [layer for layer in layers if not layer.independent]
         installs = [layer for layer in layers if layer.independent]
         real_from = False
+        stand_in: str | None = None  # the FROM image the Debian base stands in for, and why
         if root.tag is None and env and env[0].kind == "dockerfile":
             parsed = parse_dockerfile(env[0].source, env[0].origin)
             found = await self._roots.from_root(
                 parsed.from_image, f"{env[0].origin}:{parsed.from_line}", self._lock())
             if found is not None:
                 root, real_from = found, True
+            else:
+                stand_in = self._roots.stand_in_for(parsed.from_image)
         digest = root.digest
         for layer in env:
             digest = chain_digest(digest, layer)
@@ -175,7 +181,14 @@ class DockerBackend:
             digest = root.digest
             for i, layer in enumerate(env):
                 digest = chain_digest(digest, layer)
-                parent = await self._layer(layer, parent, digest, root, real_from and i == 0)
+                try:
+                    parent = await self._layer(layer, parent, digest, root, real_from and i == 0)
+                except LayerBuildError as e:  # on a stand-in: the image that could not be had
+                    why = await self._copy_from_stand_in(layer, str(e)) or stand_in
+                    if why is None:
+                        raise
+                    raise LayerBuildError(f"{why}, so this step ran on agentmeter's Debian "
+                                          f"stand-in for it and failed: {e}") from None
             where = (f"{root.image.origin}: image {root.image.ref!r}" if root.foreign and root.image
                      else "agentmeter's Debian base")
             parent = await images.ensure_adapted(parent, adapt, where, self._labels())
@@ -185,6 +198,24 @@ class DockerBackend:
                 parent = await self._layer(layer, parent, digest, root, False)
             cfg = self._prepared[digest] = await image_config(parent)
         return cfg
+
+    async def _copy_from_stand_in(self, layer: LayerSpec, error: str) -> str | None:
+        """``IMAGE: why`` when the Dockerfile step that failed (``error``) is a ``COPY --from``
+        an image that could not be had (the classic build copies from the Debian base in its
+        place: dockerfile_legacy.py names it ``agentmeter-image-N``), else None."""
+        m = re.search(r"^[^\n]*?: COPY --from=agentmeter-image-(\d+) ", error)
+        if layer.kind != "dockerfile" or m is None:
+            return None
+        parsed = parse_dockerfile(layer.source, layer.origin)
+        refs: list[str] = []
+        for stage in parsed.all_stages():
+            refs += [st.from_image for st in stage.steps
+                     if st.from_image is not None and st.from_image not in refs]
+        if int(m.group(1)) >= len(refs):
+            return None
+        ref = refs[int(m.group(1))]
+        found = await images.from_root(ref, layer.origin)
+        return f"{ref}: {found}" if isinstance(found, str) else None
 
     async def _layer(self, layer: LayerSpec, parent: str, digest: str, root: images.Root,
                      real_from: bool) -> str:
@@ -243,25 +274,19 @@ class DockerBackend:
         if lim.cpus:
             args += ["--cpus", str(lim.cpus)]
         args += [image.tag, *PID1]
-        res: DockerOutput | None = None
-        if lim.disk_mb and self._disk_mode in (None, "quota"):
-            # the driver's own quota (overlay2 on xfs with pquota, btrfs, zfs)
-            res = await docker("run", "-d", "--storage-opt", f"size={lim.disk_mb}m", *args,
-                               check=False)
+        if spec.network == "full" and (refusal := bridge_refusal()):
+            raise SandboxError(refusal)
+        for attempt in (1, 2):
+            res = await self._run(name, args, lim.disk_mb)
             if res.returncode == 0:
-                self._disk_mode = "quota"
-            elif "storage-opt" in res.text():
-                await docker("rm", "-f", name, check=False)
-                self._disk_mode = await self._disk_fallback(lim.disk_mb)
-                res = None
-        if res is None and lim.disk_mb and self._disk_mode == "loop":
-            assert self._storage is not None
-            res = await _run_on_loop_disk(self._storage, name, args, lim.disk_mb)
-        elif res is None:
-            res = await docker("run", "-d", *args, check=False)
-        if res.returncode != 0:
+                break
             await docker("rm", "-f", name, check=False)
-            raise SandboxError(f"docker run failed: {res.text()[-2000:]}")
+            # the daemon's bridge lost under it: made again once (dockerd.py), else named
+            lost = await bridge_lost(res.text()) if attempt == 1 else None
+            if lost:
+                raise SandboxError(lost)
+            if lost is None:
+                raise SandboxError(f"docker run failed: {res.text()[-2000:]}")
         box = DockerSandbox(name, spec, workdir, user, res.stdout.decode().strip())
         if spec.agent_user is not None:  # who 'agent' is (accounts.py), before the agent runs
             try:
@@ -282,6 +307,26 @@ class DockerBackend:
                 await box.stop()
                 raise
         return box
+
+    async def _run(self, name: str, args: list[str], disk_mb: int | None) -> DockerOutput:
+        """``docker run -d ARGS``, its disk capped by the driver's quota or a loop disk."""
+        res: DockerOutput | None = None
+        if disk_mb and self._disk_mode in (None, "quota"):
+            # the driver's own quota (overlay2 on xfs with pquota, btrfs, zfs)
+            res = await docker("run", "-d", "--storage-opt", f"size={disk_mb}m", *args,
+                               check=False)
+            if res.returncode == 0:
+                self._disk_mode = "quota"
+            elif "storage-opt" in res.text():
+                await docker("rm", "-f", name, check=False)
+                self._disk_mode = await self._disk_fallback(disk_mb)
+                res = None
+        if res is None and disk_mb and self._disk_mode == "loop":
+            assert self._storage is not None
+            res = await _run_on_loop_disk(self._storage, name, args, disk_mb)
+        elif res is None:
+            res = await docker("run", "-d", *args, check=False)
+        return res
 
     async def _disk_fallback(self, disk_mb: int) -> str:
         """The daemon's driver cannot cap a container's disk: the loop-mounted layer where it

@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agentmeter.notices import notice
 from agentmeter.paths import cache_dir
 from agentmeter.sandbox import dockeruserns, droppings
 from agentmeter.sandbox.dockerfile import ParsedDockerfile, parse_dockerfile
@@ -161,19 +162,155 @@ def ensure_dockerd(wait_s: float = 60) -> DockerDaemon:
         else None
     if own is not None and own.socket.exists() and daemon_answers(host=own.host):
         os.environ["DOCKER_HOST"] = own.host
-        return DockerDaemon(started=False, host=own.host)
+        return _bridge_checked(DockerDaemon(started=False, host=own.host))
     if daemon_answers():
         dockeruserns.check_daemon()
-        return DockerDaemon(started=False)
+        return _bridge_checked(DockerDaemon(started=False))
     if os.geteuid() != 0:
         raise SandboxError("no Docker daemon answers and starting dockerd needs root "
                            "(start it with: sudo dockerd &)")
     ensure_tools(DOCKER_TOOLS, "the docker sandbox backend")
     if own is not None:
-        return start_own_daemon(own, wait_s)
+        return _bridge_checked(start_own_daemon(own, wait_s))
     daemon = _start_dockerd(DOCKERD_FLAG_SETS, cache_dir() / "docker" / "dockerd.log", wait_s)
     dockeruserns.check_daemon()
+    return _bridge_checked(daemon)
+
+
+def _bridge_checked(daemon: DockerDaemon) -> DockerDaemon:
+    """``daemon``, its bridge checked (repaired if lost): a bridge that cannot be used is said
+    once here, and is the reason every sandbox with network is refused with."""
+    problem = check_bridge()
+    if problem is not None:
+        notice(f"docker: {problem}")
     return daemon
+
+
+# --- the daemon's bridge ----------------------------------------------------------------------
+#
+# A sandbox with network runs on the daemon's default ``bridge`` network. Two ways it can be
+# unusable while ``docker info`` answers: the daemon was started with ``--bridge=none`` (the
+# fallback of DOCKERD_FLAG_SETS: it has no ``bridge`` network at all), or the host interface of
+# its bridge (docker0) was deleted under it (every container start then fails with ``could not
+# find bridge docker0``). The second is repaired (the interface made again with its addresses:
+# the daemon finds its bridge by name); both are otherwise named once, as the cause.
+
+#: the daemon's bridge network is unusable: why (None = usable or not known yet)
+_BRIDGE_UNUSABLE: str | None = None
+#: where the host's network interfaces are listed
+_INTERFACES = Path("/sys/class/net")
+_LOST_BRIDGE = re.compile(r"could not find bridge ([\w.-]+)|network bridge not found")
+
+
+@dataclass(frozen=True)
+class BridgeState:
+    """The daemon's default bridge network as ``docker network inspect bridge`` shows it."""
+
+    exists: bool  # False: the daemon has no ``bridge`` network (``--bridge=none``)
+    name: str = "docker0"  # its host interface
+    addresses: tuple[str, ...] = ()  # gateway/prefix of each subnet
+
+
+def parse_bridge_inspect(returncode: int, stdout: str) -> BridgeState:
+    """The :class:`BridgeState` of ``docker network inspect bridge --format '{{json .}}'``."""
+    if returncode != 0:
+        return BridgeState(exists=False)
+    info = json.loads(stdout or "{}") or {}
+    name = (info.get("Options") or {}).get("com.docker.network.bridge.name") or "docker0"
+    addrs = []
+    for cfg in (info.get("IPAM") or {}).get("Config") or []:
+        gateway, subnet = cfg.get("Gateway"), cfg.get("Subnet")
+        if gateway and subnet and "/" in subnet:
+            addrs.append(f"{gateway}/{subnet.rpartition('/')[2]}")
+    return BridgeState(exists=True, name=name, addresses=tuple(addrs))
+
+
+def bridge_problem(state: BridgeState) -> str | None:
+    """Why containers with network cannot start on the daemon (one sentence naming the cause),
+    or None when its bridge is there."""
+    if not state.exists:
+        return ("the Docker daemon has no 'bridge' network (it runs with --bridge=none, "
+                "agentmeter's fallback when dockerd could not set up its bridge and iptables: see "
+                f"{cache_dir() / 'docker' / 'dockerd.log'}), so no sandbox with network can start "
+                "on it; restart dockerd with its default bridge")
+    if not (_INTERFACES / state.name).exists():
+        return (f"the Docker daemon's bridge {state.name} is gone from this host (deleted while "
+                f"the daemon ran: every container with network fails with 'could not find bridge "
+                f"{state.name}'); restart dockerd, or make the interface again")
+    return None
+
+
+#: where dockerd writes its pid by default
+DEFAULT_PIDFILE = Path("/var/run/docker.pid")
+
+
+def _local_daemon() -> bool:
+    """Whether the daemon is one whose bridge this process may check and repair: the default
+    daemon or agentmeter's own, running in this process's network namespace (not a daemon
+    behind a TCP host, rootless, or the host's daemon seen from inside a container)."""
+    host = os.environ.get("DOCKER_HOST", "")
+    own = dockeruserns.own_daemon()
+    if host and host != own.host:
+        return False
+    try:
+        pid = int((own.pidfile if host else DEFAULT_PIDFILE).read_text().strip())
+        return os.readlink(f"/proc/{pid}/ns/net") == os.readlink("/proc/self/ns/net")
+    except (OSError, ValueError):
+        return False
+
+
+def _inspect_bridge() -> BridgeState:
+    r = subprocess.run(["docker", "network", "inspect", "bridge", "--format", "{{json .}}"],
+                       capture_output=True, text=True, timeout=30)
+    return parse_bridge_inspect(r.returncode, r.stdout)
+
+
+def _make_bridge(state: BridgeState) -> None:
+    """The bridge's host interface made again, with its gateway addresses, up."""
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", *args], capture_output=True, timeout=30, check=False)
+    ip("link", "add", state.name, "type", "bridge")
+    for addr in state.addresses:
+        ip("addr", "add", addr, "dev", state.name)
+    ip("link", "set", state.name, "up")
+
+
+def check_bridge() -> str | None:
+    """Check the daemon's bridge: a lost interface is made again (as root, on a local daemon);
+    what cannot be repaired is kept as the reason every sandbox with network is then refused
+    with (:func:`bridge_refusal`) and returned."""
+    global _BRIDGE_UNUSABLE
+    try:
+        if not _local_daemon():
+            return None
+        state = _inspect_bridge()
+        problem = bridge_problem(state)
+        if problem is not None and state.exists and os.geteuid() == 0:
+            if state.name == dockeruserns.BRIDGE:  # agentmeter's own daemon: with its rules
+                dockeruserns.ensure_bridge()
+            else:
+                _make_bridge(state)
+            problem = bridge_problem(state)
+    except (OSError, subprocess.TimeoutExpired, ValueError, SandboxError) as e:
+        problem = f"the Docker daemon's bridge could not be checked: {e}"
+    _BRIDGE_UNUSABLE = problem
+    return problem
+
+
+def bridge_refusal() -> str | None:
+    """Why sandboxes with network cannot start on the daemon, as found by :func:`check_bridge`."""
+    return _BRIDGE_UNUSABLE
+
+
+async def bridge_lost(output: str) -> str | None:
+    """Whether a failed ``docker`` command failed because the daemon's bridge is unusable
+    (``could not find bridge docker0``, ``network bridge not found``): then the bridge is
+    checked and repaired if it can be, and the return is "" when the command may be tried again,
+    else the cause; None when the failure is something else."""
+    if not _LOST_BRIDGE.search(output):
+        return None
+    problem = await asyncio.to_thread(check_bridge)
+    return "" if problem is None else problem
 
 
 def start_own_daemon(own: dockeruserns.OwnDaemon, wait_s: float = 60) -> DockerDaemon:
@@ -293,6 +430,40 @@ def layer_tag(digest: str) -> str:
     return f"{LAYER_REPO}:{digest[:40]}"
 
 
+#: what the daemon says when a build fails for a reason of its own, not the step's command:
+#: a full disk, a lost bridge, a registry it cannot reach or that refuses, its own errors
+_DAEMON_ERRORS = (
+    re.compile(r"[^\n]*no space left on device[^\n]*", re.IGNORECASE),
+    re.compile(r"[^\n]*could not find bridge [^\n]*|[^\n]*network bridge not found[^\n]*"),
+    re.compile(r"[^\n]*(?:Get \"?https?://[^\n]*(?:dial tcp|no such host|i/o timeout|TLS handshake"
+               r"|connection refused|timeout)|pull access denied|manifest for \S+ not found"
+               r"|manifest unknown|toomanyrequests|error pulling image)[^\n]*"),
+    re.compile(r"(?<=Error response from daemon: )[^\n]+"),
+)
+#: how much of the daemon's error the first line of a build failure shows
+_DAEMON_ERROR_CHARS = 300
+
+
+def daemon_error(output: str) -> str | None:
+    """The daemon's own error in a failed build's output (the first kind of
+    ``_DAEMON_ERRORS`` found, its last line), to name on the failure's first line; None when
+    the output shows only a step's command failing."""
+    for pattern in _DAEMON_ERRORS:
+        found = pattern.findall(strip_ansi(output))
+        if found:
+            text = " ".join(found[-1].split()).removeprefix("Error response from daemon: ")
+            return text if len(text) <= _DAEMON_ERROR_CHARS else \
+                text[:_DAEMON_ERROR_CHARS - 1] + "…"
+    return None
+
+
+def build_failure(where: str, what: str, output: str) -> str:
+    """A build failure's message: ``WHERE: WHAT`` (and the daemon's own error, when it has one,
+    on that first line), then the output's tail."""
+    cause = daemon_error(output)
+    return f"{where}: {what}" + (f": {cause}" if cause else "") + f"\n{_tail(output)}"
+
+
 def _tail(text: str, n: int = ERROR_TAIL_LINES) -> str:
     lines = [ln for ln in strip_ansi(text).splitlines() if ln.strip()]
     return "\n".join("  | " + ln for ln in lines[-n:])
@@ -335,8 +506,9 @@ async def build_script_layer(layer: LayerSpec, parent: str, tag: str, labels: li
                     where = f":{lineno}: {command}"
                     break
             out = "\n".join(ln for ln in out.splitlines() if not ln.startswith(_FAIL_MARK))
-            raise LayerBuildError(f"{layer.origin}{where}: layer script failed "
-                                  f"(exit {res.returncode})\n{_tail(out)}")
+            raise LayerBuildError(build_failure(f"{layer.origin}{where}",
+                                                f"layer script failed (exit {res.returncode})",
+                                                out))
         # the build ran as root; the image keeps its parent's USER
         user = (await image_config(parent)).user or "root"
         await docker("commit", "--change", 'CMD ["/bin/bash"]', "--change", f"USER {user}",
@@ -413,16 +585,33 @@ async def build_dockerfile_layer(layer: LayerSpec, parent: str, tag: str,
         where = f"{layer.origin}:{step[0]}: {step[1]}" if step and step[0] else layer.origin
         if step and not step[0]:
             where += f": {step[1]}"
-        raise LayerBuildError(f"{where}: docker build failed\n{_tail(out)}")
+        raise LayerBuildError(build_failure(where, "docker build failed", out))
 
 
 async def build_layer(layer: LayerSpec, parent: str, tag: str, labels: list[str], *,
                       real_from: bool = False) -> None:
     """Build ``layer`` on ``parent`` as ``tag``, within the layer's build timeout if it has one."""
-    build = build_script_layer(layer, parent, tag, labels) if layer.kind == "script" else \
-        build_dockerfile_layer(layer, parent, tag, labels, real_from=real_from)
+    if layer.network == "full" and (refusal := bridge_refusal()):
+        raise LayerBuildError(f"{layer.origin}: {refusal}")
+
+    async def build() -> None:
+        for attempt in (1, 2):
+            try:
+                if layer.kind == "script":
+                    await build_script_layer(layer, parent, tag, labels)
+                else:
+                    await build_dockerfile_layer(layer, parent, tag, labels, real_from=real_from)
+                return
+            except LayerBuildError as e:
+                # the daemon's bridge lost under it: made again once (check_bridge), else named
+                lost = await bridge_lost(str(e)) if attempt == 1 else None
+                if lost is None:
+                    raise
+                if lost:
+                    raise LayerBuildError(f"{layer.origin}: {lost}") from e
+
     try:
-        await asyncio.wait_for(build, layer.build_timeout_s)
+        await asyncio.wait_for(build(), layer.build_timeout_s)
     except TimeoutError:
         raise LayerBuildError(f"{layer.origin}: the environment build took longer than its "
                               f"build_timeout_sec ({layer.build_timeout_s:g}s)") from None

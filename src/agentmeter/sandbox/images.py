@@ -36,6 +36,7 @@ from agentmeter.sandbox.dockerd import (
     image_exists,
     layer_tag,
 )
+from agentmeter.sandbox.dockerfile import image_emulation
 from agentmeter.sandbox.spec import (
     AGENT_GID,
     AGENT_UID,
@@ -249,7 +250,9 @@ async def from_root(ref: str, origin: str) -> Root | str | None:
         image_id = await obtain(image)
     except SandboxError as e:
         why = str(e).partition("could not be pulled: ")[2].partition(". Load it")[0]
-        return why or str(e)
+        # as the local backend says it (oci.py): "no registry is reachable: cannot look up …"
+        return re.sub(r"^no registry is reachable \((.*)\)$", r"no registry is reachable: \1",
+                      why) or str(e)
     return Root(tag=image_id, digest=image_digest(image_id), image=image)
 
 
@@ -288,6 +291,21 @@ class RootCache:
             oci.say_fallback(ref, origin, found)
             return None
         return found
+
+    def stand_in_for(self, ref: str) -> str | None:
+        """``REF: why it could not be had`` when :meth:`from_root` stood agentmeter's Debian
+        base in for it and a step failing on it may fail for that (not :func:`faithful_stand_in`;
+        as the local backend names it: layers.py), else None."""
+        found = self._from.get(ref)
+        return f"{ref}: {found}" if isinstance(found, str) and not faithful_stand_in(ref) \
+            else None
+
+
+def faithful_stand_in(image: str) -> bool:
+    """Whether the Debian base stands in for ``image`` closely enough that a step failing on it
+    fails for its own reasons (Debian, Ubuntu, and the runtimes image_emulation installs)."""
+    name = image.split("@")[0].rsplit("/", 1)[-1].split(":")[0]
+    return name in ("debian", "ubuntu") or image_emulation(image) is not None
 
 
 def foreign_install_error(root: Root, layer: LayerSpec, error: LayerBuildError) -> LayerBuildError:

@@ -50,11 +50,10 @@ from agentmeter.sandbox.dockerfile import (
     DockerStep,
     ParsedDockerfile,
     emulation_steps,
-    image_emulation,
     local_refusals,
     parse_dockerfile,
 )
-from agentmeter.sandbox.images import ADAPT_FORMAT, ADAPT_SCRIPT, adapt_error
+from agentmeter.sandbox.images import ADAPT_FORMAT, ADAPT_SCRIPT, adapt_error, faithful_stand_in
 from agentmeter.sandbox.output import strip_ansi
 from agentmeter.sandbox.spec import (
     AGENT_USER,
@@ -127,13 +126,6 @@ class _Chain:
 
     def lowers(self) -> list[str]:
         return [f"{n}/fs" for n in reversed(self.names)] + [self.base]
-
-
-def _faithful_stand_in(image: str) -> bool:
-    """Whether the Debian base stands in for ``image`` closely enough that a step failing on it
-    fails for its own reasons (Debian, Ubuntu, and the runtimes image_emulation installs)."""
-    name = image.split("@")[0].rsplit("/", 1)[-1].split(":")[0]
-    return name in ("debian", "ubuntu") or image_emulation(image) is not None
 
 
 def _as_root(meta: LayerMeta) -> bool:
@@ -222,7 +214,7 @@ class LocalLayerCache:
         found = await self.image_root(image)
         if isinstance(found, str):
             oci.say_fallback(image, f"{origin}:{line}", found)
-            if _faithful_stand_in(image):  # its failures are the step's own
+            if faithful_stand_in(image):  # its failures are the step's own
                 return self.debian_root(spec)
             return replace(self.debian_root(spec), stand_in_for=f"{image}: {found}")
         return found
