@@ -107,6 +107,7 @@ async def test_scripted_model_calls_stdio_and_http_mcp_tools(sandbox: Sandbox, t
     assert results == [SECRET] * 3
     (event,) = [m for m in transcript if m.get("event") == "mcp"]
     assert "'web': 1 tool(s) offered" in event["content"]
+    assert "MCP server 'web': 1 tool(s) offered" in run.notes  # recorded on the trial
     # the stdio server ended with the run (seen from the host: every exec has its own PIDs)
     left = subprocess.run(["pgrep", "-f", f"{SRV} stdio"], capture_output=True, text=True)
     assert left.stdout.strip() == "", "the stdio server outlived the run"

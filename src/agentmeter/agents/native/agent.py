@@ -56,6 +56,8 @@ class _RunState:
     usage: TokenUsage | None = None
     final_message: str | None = None
     error: str | None = None
+    #: what the trial records beside the transcript (which MCP servers were offered, or why not)
+    notes: list[str] = field(default_factory=list)
 
     def record(self, message: Message, **extra: Any) -> None:
         self.transcript.append(message.to_json() | extra)
@@ -102,7 +104,7 @@ class NativeAgent:
         return AgentRun(exit_code=None if failed else 0, timed_out=timed_out, error=state.error,
                         command_s=time.monotonic() - started, tool_calls=dict(state.tool_calls),
                         files_read=list(state.files_read), turns=state.turns, self_reported_usage=state.usage,
-                        final_message=state.final_message,
+                        final_message=state.final_message, notes=list(state.notes),
                         artifacts={NATIVE_TRANSCRIPT: (path, "transcript")})
 
     async def _loop(self, ctx: AgentContext, state: _RunState) -> None:
@@ -120,6 +122,7 @@ class NativeAgent:
             if mcp is not None:
                 await mcp.start()
                 state.event("mcp", "; ".join(mcp.notes))
+                state.notes += mcp.notes
             await self._turns(ctx, state, tools, TOOLS + (mcp.specs if mcp else ()))
         finally:
             if mcp is not None:
