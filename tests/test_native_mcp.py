@@ -12,12 +12,22 @@ import subprocess
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agentmeter.agents.base import AgentContext, GatewayEndpoint
 from agentmeter.agents.native import factory
-from agentmeter.agents.native.mcp import McpTools, parse_http, tool_name
+from agentmeter.agents.native.mcp import (
+    MAX_DESCRIPTION_CHARS,
+    MAX_TOOLS,
+    HttpTransport,
+    McpError,
+    McpSession,
+    McpTools,
+    parse_http,
+    tool_name,
+)
 from agentmeter.gateway import Gateway, ModelRegistry, ScriptedContext
 from agentmeter.pricing import PriceBook
 from agentmeter.records import NATIVE_TRANSCRIPT
@@ -152,3 +162,35 @@ def test_http_replies_are_parsed_incrementally() -> None:
     assert parse_http(head + chunked(event.replace(b"3", b"true")), False, 1) is None
     assert tool_name("a b", "x" * 80) != tool_name("a b", "x" * 81)
     assert len(tool_name("a b", "x" * 80)) == 64
+
+
+class _Lister:
+    """A transport whose server lists many tools with huge descriptions and schemas."""
+
+    async def request(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
+        if message["method"] == "initialize":
+            return {"jsonrpc": "2.0", "id": message["id"], "result": {}}
+        page = int(message["params"].get("cursor") or 0)
+        big = {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "d" * 100}
+                                                for i in range(500)}}
+        tools = [{"name": f"t{page}-{i}", "description": "x" * 100_000, "inputSchema": big}
+                 for i in range(50)]
+        return {"jsonrpc": "2.0", "id": message["id"],
+                "result": {"tools": tools, "nextCursor": str(page + 1)}}  # never ends
+
+    async def notify(self, message: dict[str, Any], timeout: float) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_a_server_listing_without_end_is_bounded() -> None:
+    session = McpSession(McpServer(name="many", transport="stdio", command="x"), _Lister(), 1.0)
+    notes = await session.start()
+    assert len(session.tools) == MAX_TOOLS and "first 64 tools" in notes[0]
+    spec = session.tools[0].spec
+    assert len(spec.description) <= MAX_DESCRIPTION_CHARS + 1
+    assert spec.parameters == {"type": "object", "additionalProperties": True}
+    with pytest.raises(McpError, match="visible ASCII"):
+        HttpTransport(None, "http://h:1/a b\r\nX: y", "/")  # type: ignore[arg-type]

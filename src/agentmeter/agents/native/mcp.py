@@ -200,6 +200,8 @@ class HttpTransport:
         if not re.fullmatch(r"[A-Za-z0-9._:-]+", self.host):
             raise McpError(f"{url!r}: bad host name")
         self.path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        if not re.fullmatch(r"[\x21-\x7e]+", self.path):
+            raise McpError(f"{url!r}: the path must be visible ASCII")
         self.hostport = f"[{self.host}]" if ":" in self.host else self.host
         if parts.port:
             self.hostport += f":{self.port}"
