@@ -204,8 +204,7 @@ async def test_crash_and_garbage_output_are_agent_errors(tmp_path: Path,
     assert "unparseable output" in (garbage.error or "") and "not stream-json" in (garbage.error or "")
 
 
-async def test_real_timeout_of_a_cli(tmp_path: Path,
-                                                             local_backend: LocalBackend) -> None:
+async def test_real_timeout_of_a_cli(tmp_path: Path, local_backend: LocalBackend) -> None:
     suite = tmp_path / "suite"
     make_task(suite, "slow", agent_timeout=4.0)  # explorer-500 never finishes in 4 s
     await _install(local_backend, "codex", ["slow"], suite=str(suite))
