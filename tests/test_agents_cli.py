@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from agentmeter.sandbox.spec import LayerBuildError
 from agentmeter.store.db import Store
 from agentmeter.tasks.suite import load_suites
 
+STARTER = Path(__file__).resolve().parent.parent / "src/agentmeter/tasks/suites/starter"
 #: one starter task per category
 CATEGORIES = ["log-level-counts", "sort-inbox-by-extension", "csv-top-customers",
               "git-restore-deleted-file", "fix-pagination-bug", "fix-makefile-link-error",
@@ -202,8 +204,7 @@ async def test_crash_and_garbage_output_are_agent_errors(tmp_path: Path,
     assert "unparseable output" in (garbage.error or "") and "not stream-json" in (garbage.error or "")
 
 
-async def test_real_timeout_and_harness_ending_a_finished_cli(tmp_path: Path,
-                                                             local_backend: LocalBackend) -> None:
+async def test_real_timeout_of_a_cli(tmp_path: Path, local_backend: LocalBackend) -> None:
     suite = tmp_path / "suite"
     make_task(suite, "slow", agent_timeout=4.0)  # explorer-500 never finishes in 4 s
     await _install(local_backend, "codex", ["slow"], suite=str(suite))
@@ -214,17 +215,38 @@ async def test_real_timeout_and_harness_ending_a_finished_cli(tmp_path: Path,
     assert slow.status is TrialStatus.TIMEOUT and slow.model_calls >= 1, slow.error
     assert slow.timings.agent_command is not None and slow.timings.agent_command < 15
     assert trials["scripted/solver:slow"].status is TrialStatus.PASSED
-    # Claude Code lingers a moment after its result event; with no grace the harness ends it
-    # once completion is seen, and that is a normal finish, not a timeout or an error
-    req = RunRequest(suites=["starter"], task_ids=["log-level-counts"], agents=["claude-code"],
-                     models=["scripted/solver"], max_infra_retries=0,
-                     agent_options={"claude-code": {"completion_grace_s": 0}})
-    await _install(local_backend, "claude-code", ["log-level-counts"])
-    store, rid, trials = await _run(tmp_path / "second", req)
-    t = trials["scripted/solver:log-level-counts"]
-    assert t.status is TrialStatus.PASSED and t.error is None, t.error
+
+
+async def test_claude_code_calls_the_tasks_mcp_server_and_is_ended_after_completion(
+        tmp_path: Path, local_backend: LocalBackend) -> None:
+    """The real Claude Code, given the task's (stdio) MCP server through the generated
+    --mcp-config (agents/cli/mcp.py): scripted/mcp calls its tool; the server, started by
+    Claude Code in the sandbox, logged the call (the verifier's check), and the tool's result
+    reached the model (quoted back in the final message). Claude Code lingers a moment after
+    its result event; with no grace the harness ends it once completion is seen, and that is a
+    normal finish, not a timeout or an error."""
+    suite = tmp_path / "suite"
+    task = suite / "mcp-task"
+    # log-level-counts' image (python3) and Claude Code's layer on it: the cached ones
+    shutil.copytree(STARTER / "log-level-counts", task)
+    script = (Path(__file__).parent / "data/mcp_server.py").read_text()
+    with (task / "task.toml").open("a") as f:
+        f.write('\n[[environment.mcp_servers]]\nname = "tiny"\ntransport = "stdio"\n'
+                f'command = "python3"\nargs = ["-c", {json.dumps(script)}, "stdio"]\n')
+    (task / "tests/test.sh").write_text(
+        "#!/bin/bash\nmkdir -p /logs/verifier\n"
+        "if grep -q '^get_secret ' /tmp/mcp-calls.log; then echo 1; else echo 0; fi"
+        " > /logs/verifier/reward.txt\n")
+    await _install(local_backend, "claude-code", ["mcp-task"], suite=str(suite))
+    req = RunRequest(suites=[str(suite)], agents=["claude-code"], models=["scripted/mcp"],
+                     max_infra_retries=0, agent_options={"claude-code": {"completion_grace_s": 0}})
+    store, rid, trials = await _run(tmp_path, req)
+    t = trials["scripted/mcp:mcp-task"]
+    assert t.status is TrialStatus.PASSED and t.error is None, t.error  # the server was called
+    assert t.tool_calls == {"mcp__tiny__get_secret": 1}, t.tool_calls
     traj = _trajectory(store, rid, t)
-    assert traj["timed_out"] is False and traj["final_message"]
+    assert "mcp-secret-4242" in traj["final_message"]  # the tool's result reached the model
+    assert traj["timed_out"] is False
     assert traj["ended_after_completion"] is True and traj["exit_code"] is None
     _assert_accounting("claude-code", t)
 

@@ -54,6 +54,12 @@ def test_codex_config_toml_gets_tables_and_says_what_it_cannot() -> None:
     assert notes and "events" in notes[0]
 
 
+def test_claude_code_is_told_not_to_hide_mcp_tools_behind_tool_search() -> None:
+    assert mcp.environment("claude", [STDIO]) == {"ENABLE_TOOL_SEARCH": "false",
+                                                  "MCP_TIMEOUT": "120000"}
+    assert mcp.environment("claude", []) == {} and mcp.environment("gemini", [STDIO]) == {}
+
+
 def test_no_servers_changes_nothing_and_no_support_is_noted() -> None:
     files = _files(claude_code.SPEC)
     assert mcp.configure("claude", [], files, "/s") == (files, [], [])

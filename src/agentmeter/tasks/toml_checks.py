@@ -53,8 +53,9 @@ def ignored_notices(config: TaskToml, file: Path) -> list[str]:
     if config.environment.mcp_servers:
         names = ", ".join(m.name for m in config.environment.mcp_servers)
         notes.append(f"{file}: environment.mcp_servers ({names}): configured for Claude Code, "
-                     "Codex, Gemini CLI and Qwen Code; other agents (the native one included) "
-                     "are not given them (docs/task-format.md)")
+                     "Codex, Gemini CLI, Qwen Code and the native agent; other agents "
+                     "(OpenCode, OpenHands, Kimi, mini-swe-agent) are not given them "
+                     "(docs/task-format.md)")
     if config.environment.skills_dir:
         notes.append(f"{file}: environment.skills_dir: ignored (agentmeter does not inject "
                      "agent skills)")

@@ -138,7 +138,7 @@ class InstalledCliAgent:
                 *(render(a, v) for a in spec.args[:cut]), *resume, *self.options.extra_args, *mcp_args,
                 *(render(a, v) for a in spec.args[cut:])]
         env = {"HOME": v["home"]} | {k: render(val, v) for k, val in spec.env.items()} \
-            | self.options.env
+            | mcp.environment(spec.mcp, ctx.task.mcp_servers) | self.options.env
         stderr_path = f"{v['state']}/stderr.log"
         # stderr goes to a file so that it survives the harness ending a lingering CLI
         wrapped = ["bash", "-c", 'exec "$@" 2>>"$0"', stderr_path, *argv]

@@ -2,7 +2,13 @@
 configuration, as Harbor configures them:
 
 - ``claude``  (Claude Code): a JSON file ``{"mcpServers": {name: {"type": "http"|"sse"|"stdio",
-  …}}}`` passed with ``--mcp-config``;
+  …}}}`` passed with ``--mcp-config``, and ``ENABLE_TOOL_SEARCH=false`` (:func:`environment`):
+  by default Claude Code 2.1 defers MCP tools behind its ``ToolSearch`` tool, whose answer is a
+  ``tool_reference`` block only Anthropic's own API expands; behind the gateway (any model,
+  translated) the model would never see the task's tools (verified with the scripted model:
+  tools offered without it: none of ``mcp__…``); and ``MCP_TIMEOUT`` (its wait for a server to
+  start) 120 s instead of 30: a task's stdio server starts in the agent's sandbox, under the
+  sandbox's CPU limit;
 - ``gemini`` (Gemini CLI, Qwen Code): ``mcpServers`` in its ``settings.json`` (``httpUrl`` for
   streamable HTTP, ``url`` for SSE, ``command``/``args`` for stdio);
 - ``codex`` (Codex): ``[mcp_servers.<name>]`` tables in its ``config.toml`` (``url`` for
@@ -43,6 +49,13 @@ def _toml_table(server: McpServer) -> str:
     else:
         lines.append(f"url = {json.dumps(server.url)}")
     return "\n".join(lines) + "\n"
+
+
+def environment(style: McpStyle | None, servers: Sequence[McpServer]) -> dict[str, str]:
+    """Environment the CLI needs for the servers to reach the model (module doc)."""
+    if servers and style == "claude":
+        return {"ENABLE_TOOL_SEARCH": "false", "MCP_TIMEOUT": "120000"}
+    return {}
 
 
 def configure(style: McpStyle | None, servers: Sequence[McpServer], files: dict[str, str],

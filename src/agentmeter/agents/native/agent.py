@@ -20,10 +20,11 @@ import aiohttp
 import agentmeter
 from agentmeter.agents.base import AgentContext, AgentRun
 from agentmeter.agents.native.compaction import ContextMeter, compact, estimate_tokens
+from agentmeter.agents.native.mcp import McpTools
 from agentmeter.agents.native.messages import Message
 from agentmeter.agents.native.model_client import ModelClient, ModelError
 from agentmeter.agents.native.options import NativeOptions
-from agentmeter.agents.native.tools import FINISH, MEMORY_PATH, TOOLS, ToolBox
+from agentmeter.agents.native.tools import FINISH, MEMORY_PATH, TOOLS, ToolBox, ToolSpec
 from agentmeter.records import NATIVE_TRANSCRIPT, TokenUsage
 from agentmeter.sandbox.spec import LayerSpec
 
@@ -55,6 +56,8 @@ class _RunState:
     usage: TokenUsage | None = None
     final_message: str | None = None
     error: str | None = None
+    #: what the trial records beside the transcript (which MCP servers were offered, or why not)
+    notes: list[str] = field(default_factory=list)
 
     def record(self, message: Message, **extra: Any) -> None:
         self.transcript.append(message.to_json() | extra)
@@ -101,15 +104,35 @@ class NativeAgent:
         return AgentRun(exit_code=None if failed else 0, timed_out=timed_out, error=state.error,
                         command_s=time.monotonic() - started, tool_calls=dict(state.tool_calls),
                         files_read=list(state.files_read), turns=state.turns, self_reported_usage=state.usage,
-                        final_message=state.final_message,
+                        final_message=state.final_message, notes=list(state.notes),
                         artifacts={NATIVE_TRANSCRIPT: (path, "transcript")})
 
     async def _loop(self, ctx: AgentContext, state: _RunState) -> None:
         assert ctx.gateway is not None
         opts = self.options
         workdir = ctx.task.workdir or ctx.sandbox.workdir
+        mcp = None
+        if ctx.task.mcp_servers:  # the task's MCP servers (agents/native/mcp.py)
+            mcp = McpTools(ctx.sandbox, ctx.task.mcp_servers, workdir,
+                           timeout_s=opts.mcp_timeout_s, lifetime_s=ctx.timeout_s + 60)
         tools = ToolBox(ctx.sandbox, workdir, max_output_chars=opts.max_output_chars,
-                        shell_timeout_s=opts.shell_timeout_s, search_url=opts.search_url)
+                        shell_timeout_s=opts.shell_timeout_s, search_url=opts.search_url,
+                        mcp=mcp)
+        try:
+            if mcp is not None:
+                await mcp.start()
+                state.event("mcp", "; ".join(mcp.notes))
+                state.notes += mcp.notes
+            await self._turns(ctx, state, tools, TOOLS + (mcp.specs if mcp else ()))
+        finally:
+            if mcp is not None:
+                await mcp.close()
+
+    async def _turns(self, ctx: AgentContext, state: _RunState, tools: ToolBox,
+                     specs: tuple[ToolSpec, ...]) -> None:
+        assert ctx.gateway is not None
+        opts = self.options
+        workdir = tools.workdir
         meter = ContextMeter(opts.context_window, opts.compact_at)
         session = ctx.session
         earlier = session.state.get("messages") if session is not None else None
@@ -141,7 +164,7 @@ class NativeAgent:
                     last_system = system
 
                 def over(msgs: list[Message], system: str = system) -> bool:
-                    return meter.over(client.body(system, msgs, TOOLS))
+                    return meter.over(client.body(system, msgs, specs))
 
                 if over(messages):
                     messages, notes = compact(messages, opts.keep_recent_turns, over,
@@ -149,7 +172,7 @@ class NativeAgent:
                     if ctx.session is not None:
                         ctx.session.state["messages"] = messages
                     state.event("compaction", "; ".join(notes))
-                request = client.body(system, messages, TOOLS)
+                request = client.body(system, messages, specs)
                 try:
                     reply = await client.complete(request)
                 except ModelError as e:

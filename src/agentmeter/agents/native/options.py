@@ -33,5 +33,8 @@ class NativeOptions(BaseModel):
         default="https://html.duckduckgo.com/html/?q={query}", pattern=r"^https?://.*\{query\}",
         description="web_search's results page ({query} replaced); it and web_fetch go "
         "through the sandbox's egress proxy, so the task's network decides")
+    mcp_timeout_s: float = Field(
+        default=60.0, gt=0, description="per request to a task's MCP server (initialize, "
+        "tools/list, each tool call)")
     host_base_url: str | None = Field(
         default=None, description="gateway URL as seen from the host (overrides the endpoint's)")

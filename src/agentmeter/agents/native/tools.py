@@ -8,14 +8,17 @@ sandbox trouble) is returned as an ``error: …`` text, never raised.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from agentmeter.agents.native import web
 from agentmeter.agents.native.messages import ToolCall, truncate
 from agentmeter.sandbox.accounts import account_of
 from agentmeter.sandbox.protocol import Sandbox
 from agentmeter.sandbox.spec import AGENT_USER, ExecResult
+
+if TYPE_CHECKING:
+    from agentmeter.agents.native.mcp import McpTools
 
 #: the memory bank of agentmeter's own account (an image USER's is in its HOME: memory_path)
 MEMORY_PATH = "/home/agent/.agentmeter-memory.md"
@@ -35,9 +38,13 @@ class ToolSpec:
     description: str
     properties: dict[str, Any]
     required: tuple[str, ...]
+    #: the whole JSON schema of the arguments, when given as one (an MCP tool's inputSchema)
+    schema: dict[str, Any] | None = field(default=None, compare=False)
 
     @property
     def parameters(self) -> dict[str, Any]:
+        if self.schema is not None:
+            return self.schema
         return {"type": "object", "properties": self.properties, "required": list(self.required)}
 
 
@@ -85,8 +92,11 @@ def _arg(args: dict[str, Any], key: str, default: str | None = None) -> str:
 
 class ToolBox:
     def __init__(self, sandbox: Sandbox, workdir: str, *, max_output_chars: int,
-                 shell_timeout_s: float, search_url: str = web.SEARCH_URL) -> None:
+                 shell_timeout_s: float, search_url: str = web.SEARCH_URL,
+                 mcp: McpTools | None = None) -> None:
         self.sandbox, self.workdir = sandbox, workdir
+        #: the task's MCP servers' tools (agents/native/mcp.py), if it has any
+        self.mcp = mcp
         #: in the agent account's HOME (the image's USER's: root's is /root)
         self.memory_path = memory_path(sandbox)
         self.max_output_chars, self.shell_timeout_s = max_output_chars, shell_timeout_s
@@ -96,6 +106,9 @@ class ToolBox:
         """The text result of one tool call (errors included)."""
         if call.parse_error is not None:
             return f"error: could not parse the arguments of {call.name}: {call.parse_error}"
+        if self.mcp is not None and self.mcp.owns(call.name):
+            return truncate(await self.mcp.call(call.name, call.arguments),
+                            self.max_output_chars)
         handler = getattr(self, f"_tool_{call.name}", None)
         if handler is None or call.name == FINISH:
             return f"error: unknown tool {call.name!r}"

@@ -4,6 +4,7 @@
 ``explorer[-N]`` reads files for N turns (default 8), then gives up; ``quitter`` gives up at once;
 ``learner`` gives up on a first prompt but runs the solution once the prompt carries feedback on a
 rejected attempt (``FEEDBACK_MARKER``: the harness's feedback rounds, ``runner/feedback.py``);
+``mcp`` calls each offered MCP tool (``mcp__…``) once, then finishes quoting the last result;
 ``judge[:normalized|always|never|garbage]`` answers a grading prompt (see ``judge``);
 ``schema-from-file`` answers a task-synthesis prompt with the file it was given (the task's
 schema.json: ``synth/assist.py``).
@@ -76,7 +77,7 @@ class Policy:
         if colon and not seed_text.isdigit():
             raise PolicyError(f"scripted policy {spec!r}: the seed after ':' must be a whole number")
         seed = int(seed_text) if colon else 0
-        if body in ("solver", "quitter", "explorer", "learner"):
+        if body in ("solver", "quitter", "explorer", "learner", "mcp"):
             return cls(body, seed=seed)
         if body == "schema-from-file" and not colon:
             return cls(body)
@@ -84,7 +85,7 @@ class Policy:
         if head == "explorer" and n.isdigit() and int(n) > 0:
             return cls("explorer", int(n), seed)
         raise PolicyError(f"unknown scripted policy {spec!r} (solver, quitter, learner, "
-                          "explorer[-N], each with an optional :SEED; "
+                          "explorer[-N], mcp, each with an optional :SEED; "
                           "judge[:normalized|always|never|garbage]; schema-from-file)")
 
     @property
@@ -176,6 +177,35 @@ def _shell(conv: Conversation, command: str, note: str) -> Completion:
                       finish="tool_calls")
 
 
+def _fill(tool: OfferedTool) -> dict[str, Any]:
+    """Arguments for ``tool``: each required one given a plain value of its type."""
+    props = tool.schema.get("properties")
+    props = props if isinstance(props, dict) else {}
+    args: dict[str, Any] = {}
+    for name in tool.schema.get("required") or []:
+        p = props.get(name) if isinstance(name, str) else None
+        kind = p.get("type") if isinstance(p, dict) else None
+        args[str(name)] = {"boolean": False, "integer": 1, "number": 1, "array": [],
+                           "object": {}}.get(str(kind), "agentmeter")
+    return args
+
+
+def _mcp(conv: Conversation) -> Completion:
+    """``mcp``: call each offered MCP tool (named ``mcp__…``, as Claude Code and the native
+    agent name them) once, in order, then finish quoting the last result."""
+    tools = [t for t in conv.tools if t.name.startswith("mcp__")]
+    step = conv.tool_results
+    if step < len(tools):
+        tool = tools[step]
+        return Completion(text="", tool_calls=[ToolCall(_call_id(conv), tool.name,
+                                                        json.dumps(_fill(tool)))],
+                          finish="tool_calls")
+    if not tools:
+        return Completion(text=f"No MCP tool was offered. {LABEL}", finish="stop")
+    return Completion(text=f"The MCP tool answered: {conv.tail_text[-2000:]} {LABEL}",
+                      finish="stop")
+
+
 def _final(conv: Conversation, message: str, steps_done: int) -> Completion:
     """Finish; under a submit protocol the first finishing step is the submit command."""
     if conv.submit_protocol and steps_done == 0:
@@ -189,6 +219,8 @@ def decide(policy: Policy, conv: Conversation, solution_script: str | None) -> C
         return judge.decide(policy.mode, conv.last_user_text)
     if policy.name == "schema-from-file":  # task synthesis' auxiliary model: the file given
         return Completion(text=f"{solution_script or '(no file given)'}\n{LABEL}", finish="stop")
+    if policy.name == "mcp":
+        return _mcp(conv)
     step = conv.tool_results if pick_tool(conv.tools) is not None else conv.assistant_turns
     if policy.name == "quitter" or (policy.name == "learner"
                                     and FEEDBACK_MARKER not in conv.prompt_user_text):
