@@ -24,6 +24,11 @@ hence per sandbox; each exec also joins a fresh session keyring (``masks.py``). 
 ``/proc/sys`` and the other proc paths Docker protects are read-only or masked (``masks.py``);
 no sysfs is mounted.
 
+Run as root, the keeper is a zygote (``zygote.py``): forked from one fork server per harness
+process, it makes the namespaces, mounts and user namespace by system calls, and forks each
+exec itself; the child joins the cgroup, a fresh session keyring and the user namespace, then
+runs the same bwrap command (no keyctl, sh or nsenter programs in between).
+
 As an ordinary user, the keeper runs in a user namespace in which that user is uid 0; root execs
 run as that uid 0, agent execs in a nested user namespace as uid 1000 without capabilities, and
 limits that need cgroups are skipped with a warning.
