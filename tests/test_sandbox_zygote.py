@@ -15,7 +15,7 @@ import pytest
 
 from agentmeter.sandbox import idmap, zygote
 from agentmeter.sandbox.local import LocalBackend
-from agentmeter.sandbox.spec import Limits, SandboxSpec
+from agentmeter.sandbox.spec import LayerSpec, Limits, SandboxSpec
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the zygote serves root-run sandboxes")
 
@@ -81,3 +81,31 @@ async def test_a_sandbox_cannot_send_requests_to_its_zygote(local_backend: Local
     shutil.rmtree(where, ignore_errors=True)
     assert not escaped
     assert r2.exit_code == 0
+
+
+#: a host directory the shifted root could write to, named by an image's symlink
+TARGET = "/tmp/agentmeter-zygote-symlink-target"
+
+
+async def test_the_start_s_workdir_is_made_inside_the_sandbox_through_symlinks(
+        local_backend: LocalBackend) -> None:
+    """The keeper makes a start's workdir itself (no bwrap): an image whose workdir's parent is
+    a symlink to an absolute path must get the directory inside its own tree, never on the
+    host at that path."""
+    host = Path(TARGET)
+    shutil.rmtree(host, ignore_errors=True)
+    host.mkdir(mode=0o777)
+    host.chmod(0o777)
+    spec = SandboxSpec(layers=(LayerSpec(kind="script", network="none",
+                                         source=f"mkdir -p {TARGET} && ln -s {TARGET} /wlink"),),
+                       workdir="/wlink/made")
+    try:
+        sb = await local_backend.start(spec)
+        try:
+            r = await sb.exec(["test", "-d", f"{TARGET}/made"], user="root")
+        finally:
+            await sb.stop()
+        assert not (host / "made").exists()
+        assert r.exit_code == 0
+    finally:
+        shutil.rmtree(host, ignore_errors=True)

@@ -191,7 +191,7 @@ class Keeper:
             ex = self._execs.pop(msg["id"], None)
             if ex is None or ex.exited.done():
                 continue
-            if "exit" in msg:
+            if "exit" in msg and not msg.get("error"):
                 ex.exited.set_result(int(msg["exit"]))
             else:
                 ex.exited.set_exception(SandboxError(f"exec failed: {msg.get('error')}"))
@@ -227,6 +227,21 @@ class Keeper:
                         self._loop.remove_writer(self._sock.fileno())
             if sent < len(payload):
                 await self._loop.sock_sendall(self._sock, payload[sent:])
+
+    async def mkdir(self, dirs: list[str], files: list[str]) -> None:
+        """``mkdir -p`` the ``dirs`` and create the ``files`` as the sandbox's root
+        (zygote_server.Keeper._mkdir)."""
+        self._attach()
+        rid = self._next
+        self._next += 1
+        ex = Exec(self, rid)
+        self._execs[rid] = ex
+        try:
+            await self.request({"op": "mkdir", "id": rid, "dirs": dirs, "files": files}, [])
+        except BaseException:
+            self._execs.pop(rid, None)
+            raise
+        await ex.wait()
 
     async def spawn(self, argv: list[str], env: dict[str, str], *, cgroup: list[str],
                     keyring: bool, stdin: bool, seccomp_fd: int | None) -> Exec:
