@@ -296,7 +296,8 @@ class LocalSandbox:
             "overlay_opts": opts, "host_dirs": host_dirs.split(),
             "disk_mb": self.spec.limits.disk_mb or 0, "owner": idmap.SHIFT_BASE, "binds": binds,
             "id_map": f"0 {idmap.SHIFT_BASE} {idmap.SHIFT_SIZE}\n", "join_netns": join,
-            "keyctl_nr": _keyctl_nr()})
+            "keyctl_nr": _keyctl_nr(), "keyring": self._keyring,
+            "cgroup": [] if self._cgroup is None else self._cgroup.procs_files})
         self._keeper = keeper
         _RUNNING[self.id] = self
         (self.dir / "owner.json").write_text(json.dumps({"owner": os.getpid(), "keeper": keeper.pid}))

@@ -90,6 +90,11 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
     return bytes(buf)
 
 
+def _frame(msg: dict[str, Any]) -> bytes:
+    data = json.dumps(msg).encode()
+    return struct.pack("!I", len(data)) + data
+
+
 def _recv_request(sock: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
     """One request: a 4-byte length, then that much JSON; descriptors ride on its first bytes.
     None at EOF."""
@@ -122,6 +127,8 @@ class Keeper:
         self.userns = -1
         self.children: dict[int, int] = {}  # pid -> request id
         self.pidfds: dict[int, int] = {}  # pidfd -> pid
+        #: the next exec's child, forked ahead (pid, its socket)
+        self.spare: tuple[int, socket.socket] | None = None
 
     def setup(self) -> None:
         """The keeper script of local.py, as system calls."""
@@ -187,7 +194,12 @@ class Keeper:
         sel = selectors.DefaultSelector()
         sel.register(self.sock, selectors.EVENT_READ)
         while True:
-            for key, _ in sel.select():
+            # the next exec's child, forked while nothing waits (off the exec's path)
+            events = sel.select(0 if self.spare is None else None)
+            if not events and self.spare is None:
+                self.spare = self._prefork()
+                continue
+            for key, _ in events:
                 if key.fileobj is self.sock:
                     got = _recv_request(self.sock)
                     if got is None:
@@ -212,36 +224,83 @@ class Keeper:
         if req["op"] == "mkdir":
             _send(self.sock, {"id": req["id"], **self._mkdir(req["dirs"], req["files"])})
             return
-        try:
-            pid = os.fork()
-        except OSError as e:
-            _send(self.sock, {"id": req["id"], "error": f"fork: {e.strerror}"})
-            return
-        if pid == 0:
-            self._child(req, fds)  # never returns
+        pid = -1
+        if (self.spare is not None and req["cgroup"] == self.req["cgroup"]
+                and req["keyring"] == self.req["keyring"]):
+            pid, line = self.spare
+            self.spare = None
+            try:
+                socket.send_fds(line, [_frame(req)], fds)
+            except OSError:
+                _kill_group(pid)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
+                pid = -1
+            finally:
+                line.close()
+        if pid < 0:
+            try:
+                pid = os.fork()
+            except OSError as e:
+                _send(self.sock, {"id": req["id"], "error": f"fork: {e.strerror}"})
+                return
+            if pid == 0:
+                code = 127
+                with contextlib.suppress(BaseException):
+                    self._enter(req["cgroup"], req["keyring"])
+                    code = self._run(req, fds)  # never returns but on failure
+                os._exit(code)
         pidfd = os.pidfd_open(pid)
         self.children[pid] = req["id"]
         self.pidfds[pidfd] = pid
         sel.register(pidfd, selectors.EVENT_READ)
 
-    def _child(self, req: dict[str, Any], fds: list[int]) -> None:
-        """The exec's first process: the chain keyctl session -> cgroup -> nsenter of before,
-        in one process, then bwrap."""
-        code = 127
+    def _prefork(self) -> tuple[int, socket.socket] | None:
+        """A child that has already joined the cgroup, a fresh session keyring and the user
+        namespace, waiting on its own socket pair for the one exec it will become."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            os.setsid()  # bwrap leads its session: killing the group kills the exec
-            for f in req["cgroup"]:  # as host root, before the user namespace
-                with open(f, "w") as fh:
-                    fh.write(str(os.getpid()))
-            if req["keyring"]:  # a fresh anonymous session keyring (keyctl session -)
-                _check(_libc.syscall(ctypes.c_long(self.req["keyctl_nr"]),
-                                     ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING), None),
-                       "keyctl join")
-            _setns(self.userns, CLONE_NEWUSER)  # uid 0 there is host SHIFT_BASE
-            os.setgroups([])
-            os.setresgid(0, 0, 0)
-            os.setresuid(0, 0, 0)
-            os.chdir("/")
+            pid = os.fork()
+        except OSError:
+            ours.close()
+            theirs.close()
+            return None
+        if pid == 0:
+            code = 127
+            with contextlib.suppress(BaseException):
+                ours.close()
+                self.sock.close()  # its keeper's socket: only the keeper answers the harness
+                self._enter(self.req["cgroup"], self.req["keyring"])
+                got = _recv_request(theirs)
+                if got is None:  # the keeper ended
+                    os._exit(0)
+                theirs.close()
+                code = self._run(*got)
+            os._exit(code)
+        theirs.close()
+        return pid, ours
+
+    def _enter(self, cgroup: list[str], keyring: bool) -> None:
+        """An exec's first process, before its request: the chain keyctl session -> cgroup ->
+        nsenter of before, in one process."""
+        os.setsid()  # bwrap leads its session: killing the group kills the exec
+        for f in cgroup:  # as host root, before the user namespace
+            with open(f, "w") as fh:
+                fh.write(str(os.getpid()))
+        if keyring:  # a fresh anonymous session keyring (keyctl session -)
+            _check(_libc.syscall(ctypes.c_long(self.req["keyctl_nr"]),
+                                 ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING), None),
+                   "keyctl join")
+        _setns(self.userns, CLONE_NEWUSER)  # uid 0 there is host SHIFT_BASE
+        os.setgroups([])
+        os.setresgid(0, 0, 0)
+        os.setresuid(0, 0, 0)
+        os.chdir("/")
+
+    @staticmethod
+    def _run(req: dict[str, Any], fds: list[int]) -> int:
+        """The request's descriptors as 0-3, nothing else, then bwrap; returns only on failure."""
+        try:
             stdio = fds[:3]
             sfd = fds[3] if len(fds) > 3 else -1
             # move them above the targets first, so no dup2 overwrites one not yet placed
@@ -256,7 +315,7 @@ class Keeper:
         except BaseException as e:  # noqa: BLE001 - said on the exec's stderr
             with contextlib.suppress(OSError):
                 os.write(2, f"agentmeter sandbox exec: {e}\n".encode())
-        os._exit(code)
+        return 127
 
     def _mkdir(self, dirs: list[str], files: list[str]) -> dict[str, Any]:
         """``mkdir -p`` each of ``dirs`` and create each of ``files`` (empty, if missing) as
@@ -300,6 +359,12 @@ class Keeper:
         _send(self.sock, {"id": rid, "exit": os.waitstatus_to_exitcode(status)})
 
     def _end(self) -> None:
+        if self.spare is not None:
+            pid, line = self.spare
+            line.close()  # it exits
+            _kill_group(pid)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
         for pid in self.children:
             _kill_group(pid)
         for pid in list(self.children):
