@@ -10,16 +10,20 @@ Before, a root-run sandbox's keeper was ``unshare`` + ``sh`` (+ ``ip``, ``mount`
 - the keeper makes the namespaces, mounts and user namespace by system calls (no program run)
   and stays as the sandbox's zygote: an exec is a request on the keeper's socket (argv of bwrap,
   environment, cgroup files, with the exec's stdin/stdout/stderr and seccomp program passed as
-  descriptors); the keeper forks a child that joins the cgroup and a fresh session keyring as
-  host root, enters the sandbox's user namespace as its uid 0, keeps only those descriptors
-  and execs bwrap with the same arguments as before (capabilities, seccomp, masks, PID/IPC/UTS
-  namespaces, ``setpriv`` to the agent), so every defence is bwrap's as before.
+  descriptors). While idle, the keeper forks the next exec's child, which joins the cgroup
+  and a fresh session keyring as host root, enters the sandbox's user namespace as its uid 0
+  and waits on a socket pair of its own; a request goes to it, and it keeps only those
+  descriptors and execs bwrap with the same arguments as before (capabilities, seccomp,
+  masks, PID/IPC/UTS namespaces, ``setpriv`` to the agent), so every defence is bwrap's as
+  before.
 
-An exec is thus bwrap + its init + the command. The keeper's socket is a socket pair whose
-other end only the harness holds; no exec inherits a descriptor of it (the child closes every
-descriptor but the four it was given), and an exec's processes live in their own PID namespace,
-so nothing in a sandbox can reach its zygote (tests/test_sandbox_zygote.py attacks this). The
-rootless backend keeps the chain of programs (local.py).
+An exec is thus bwrap + its init + the command. The start's workdir and mount targets are made
+by a child of the keeper chrooted into the tree as the sandbox's root, not by a first bwrap.
+The keeper's socket is a socket pair whose other end only the harness holds; no exec inherits
+a descriptor of it (the child closes every descriptor but the four it was given), and an
+exec's processes live in their own PID namespace, so nothing in a sandbox can reach its
+zygote (tests/test_sandbox_zygote.py attacks this). The rootless backend keeps the chain of
+programs (local.py).
 """
 
 from __future__ import annotations

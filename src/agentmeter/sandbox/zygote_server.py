@@ -10,8 +10,9 @@ Two roles, one file:
 - a *keeper* (one per sandbox): makes its mount and network namespaces (or joins a network
   namespace), mounts the sandbox tree, brings loopback up, makes the sandbox's user namespace
   and writes its id map, all by system calls (no program run), says ``ready``, then serves exec
-  requests: for each it forks a child that joins the sandbox's cgroup, a fresh session keyring
-  and the user namespace (uid 0 there), takes the request's stdin/stdout/stderr and seccomp
+  requests: while idle it forks the next exec's child, which joins the sandbox's cgroup, a
+  fresh session keyring and the user namespace (uid 0 there) and waits; a request goes to it
+  (or to a child forked then), which takes the request's stdin/stdout/stderr and seccomp
   program, closes every other descriptor and execs bwrap with the request's arguments. Exit
   statuses go back on the socket. When the socket closes (stop, or the harness died) it kills
   what it started and exits, which ends the mount namespace.
