@@ -3,7 +3,8 @@ tree holding an older ``src`` (e.g. ``git archive COMMIT src | tar -x -C DIR``),
 this checkout's. Each tree runs in a worker process of its own; the driver asks them in turn for
 one lifecycle (start + exec ``true`` + stop) at a time, so the machine's load falls on both
 alike. Cases: a default spec and one with a trial's default limits; this tree also with spares
-(``LocalBackend(spares=2)``). Prints a table, then a final JSON line.
+(``LocalBackend(spares=2)``). Each lifecycle also by step (start, exec ``true``, stop). Prints
+a table, then a final JSON line.
 Usage: python benchmarks/sandbox_ab.py --base DIR [--n 40]
 """
 
@@ -34,10 +35,13 @@ async def main():
         spec = SPECS[line.strip()]
         t = time.perf_counter()
         sb = await b.start(spec)
+        t1 = time.perf_counter()
         r = await sb.exec(["true"])
+        t2 = time.perf_counter()
         await sb.stop()
+        t3 = time.perf_counter()
         assert r.exit_code == 0, r
-        print(time.perf_counter() - t, flush=True)
+        print(t3 - t, t1 - t, t2 - t1, t3 - t2, flush=True)
     if spares:
         await b.close()
 asyncio.run(main())
@@ -67,14 +71,18 @@ def main() -> dict[str, object]:
                 assert p.stdin is not None and p.stdout is not None
                 p.stdin.write(spec + "\n")
                 p.stdin.flush()
-                times.setdefault(f"{name}/{spec}", []).append(float(p.stdout.readline()))
+                total, start, exec_true, stop = map(float, p.stdout.readline().split())
+                times.setdefault(f"{name}/{spec}", []).append(total)
+                for step, x in (("start", start), ("exec_true", exec_true), ("stop", stop)):
+                    times.setdefault(f"{name}/{spec}/{step}", []).append(x)
     for p in workers.values():
         assert p.stdin is not None
         p.stdin.close()
         p.wait(60)
     res: dict[str, object] = {k: {"p50_ms": round(statistics.median(v[2:]) * 1000, 2),
                                   "n": len(v) - 2} for k, v in times.items()}  # 2 warm-ups
-    for spec in ("default", "limits"):
+    for spec in ("default", "limits", "default/exec_true", "limits/exec_true", "default/start",
+                 "limits/start"):
         b = res[f"before/{spec}"]["p50_ms"]  # type: ignore[index]
         res[f"after_over_before/{spec}"] = round(res[f"after/{spec}"]["p50_ms"] / b, 3)  # type: ignore[index]
         res[f"spares_over_before/{spec}"] = round(

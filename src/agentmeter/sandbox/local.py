@@ -24,6 +24,11 @@ hence per sandbox; each exec also joins a fresh session keyring (``masks.py``). 
 ``/proc/sys`` and the other proc paths Docker protects are read-only or masked (``masks.py``);
 no sysfs is mounted.
 
+Run as root, the keeper is a zygote (``zygote.py``): forked from one fork server per harness
+process, it makes the namespaces, mounts and user namespace by system calls, and forks each
+exec itself; the child joins the cgroup, a fresh session keyring and the user namespace, then
+runs the same bwrap command (no keyctl, sh or nsenter programs in between).
+
 As an ordinary user, the keeper runs in a user namespace in which that user is uid 0; root execs
 run as that uid 0, agent execs in a nested user namespace as uid 1000 without capabilities, and
 limits that need cgroups are skipped with a warning.
@@ -48,7 +53,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agentmeter.notices import notice
-from agentmeter.sandbox import accounts, cgroups, copyout, idmap, local_dirs, rootfs, seccomp
+from agentmeter.sandbox import accounts, cgroups, copyout, idmap, local_dirs, rootfs, seccomp, zygote
 from agentmeter.sandbox.bridge import BridgeProcess, start_bridge
 from agentmeter.sandbox.fileops import WRITE_SCRIPT, SandboxFiles, copy_in_archive
 from agentmeter.sandbox.fsdiff import diff_host_tree, snapshot_host_tree
@@ -136,6 +141,13 @@ def host_setpriv() -> list[tuple[str, str]]:
 _RUNNING: dict[str, LocalSandbox] = {}
 
 
+@functools.cache
+def _keyctl_nr() -> int | None:
+    """keyctl's syscall number here; None (no zygote: the chain of programs) elsewhere."""
+    table = {"x86_64": seccomp.X86_64, "aarch64": seccomp.AARCH64}.get(platform.machine())
+    return None if table is None else table["keyctl"]
+
+
 def _joined_netns(sid: str, rootless: bool) -> list[str]:
     """The command prefix that starts a keeper in the network namespace of sandbox ``sid``
     (made by host root, so nothing in either sandbox can change it; see the module docstring)."""
@@ -163,7 +175,7 @@ class LocalSandbox(SandboxFiles):
         self._shifted = not rootless
         self._keyring = keyring
         self._layers_dir = layers_dir
-        self._keeper: subprocess.Popen[bytes] | None = None
+        self._keeper: subprocess.Popen[bytes] | zygote.Keeper | None = None
         self._cgroup: cgroups.Cgroup | None = None
         self._bridge: BridgeProcess | None = None
         self._pasta: Pasta | None = None  # network = "full" (pasta.py)
@@ -236,6 +248,9 @@ class LocalSandbox(SandboxFiles):
         cmd += ["sh", "-c", _KEEPER_SCRIPT, "sh"]
         if self.spec.network == "full":  # network: written now, so the keeper can stage it
             (self.dir / "resolv.conf").write_text(resolv_conf()[0])
+        if self._shifted and _keyctl_nr() is not None:  # the zygote (zygote.py)
+            self._start_zygote(opts, host_dirs)
+            return
         if self._shifted:
             for i, m in enumerate(self.spec.mounts):
                 cmd += [str(m.source), local_dirs.stage_point(i, m.source.is_dir())]
@@ -251,6 +266,26 @@ class LocalSandbox(SandboxFiles):
             keeper.kill()
             _, err = keeper.communicate()
             raise SandboxError(f"sandbox {self.id} failed to start: {err.decode(errors='replace').strip()}")
+        self._keeper = keeper
+        _RUNNING[self.id] = self
+        (self.dir / "owner.json").write_text(json.dumps({"owner": os.getpid(), "keeper": keeper.pid}))
+
+    def _start_zygote(self, opts: str, host_dirs: str) -> None:
+        """The keeper as a zygote (zygote.py): the script above, as system calls."""
+        binds = [[str(m.source), local_dirs.stage_point(i, m.source.is_dir())]
+                 for i, m in enumerate(self.spec.mounts)]
+        if self.spec.network == "full":
+            binds.append([str(self.dir / "resolv.conf"), self._resolv_conf])
+        join = None
+        if self.spec.join_network is not None:  # a compose sidecar: the main sandbox's network
+            join = _joined_netns(self.spec.join_network, self._rootless)[1].removeprefix("--net=")
+        keeper = zygote.start_keeper({
+            "layers": str(self._layers_dir), "rw": f"{self.dir}/rw", "tree": self._tree,
+            "overlay_opts": opts, "host_dirs": host_dirs.split(),
+            "disk_mb": self.spec.limits.disk_mb or 0, "owner": idmap.SHIFT_BASE, "binds": binds,
+            "id_map": f"0 {idmap.SHIFT_BASE} {idmap.SHIFT_SIZE}\n", "join_netns": join,
+            "keyctl_nr": _keyctl_nr(), "keyring": self._keyring,
+            "cgroup": [] if self._cgroup is None else self._cgroup.procs_files})
         self._keeper = keeper
         _RUNNING[self.id] = self
         (self.dir / "owner.json").write_text(json.dumps({"owner": os.getpid(), "keeper": keeper.pid}))
@@ -276,10 +311,22 @@ class LocalSandbox(SandboxFiles):
                 assert self._keeper is not None
                 self._bridge = await start_bridge(self._keeper.pid, self.spec.exposed_sockets,
                                                   enter_userns=self._rootless)
-            # the first exec also proves the sandbox works (bwrap, mounts, user switch)
-            r = await self.exec(["mkdir", "-p", self.workdir], user="root", cwd="/")
-            if r.exit_code != 0:
-                raise SandboxError(f"sandbox {self.id} failed to start: {r.stderr.strip()}")
+            if isinstance(self._keeper, zygote.Keeper):
+                # the workdir and the mount targets bwrap binds on, made without a bwrap (a
+                # target it could not make fails here, as the first bwrap did before)
+                targets = [(m.target, m.source.is_dir()) for m in self.spec.mounts]
+                if self.spec.network == "full" and self.spec.base != "host":
+                    targets.append(("/etc/resolv.conf", False))
+                try:
+                    await self._keeper.mkdir([self.workdir, *(t for t, d in targets if d)],
+                                             [t for t, d in targets if not d])
+                except SandboxError as e:
+                    raise SandboxError(f"sandbox {self.id} failed to start: {e}") from e
+            else:
+                # the first exec also proves the sandbox works (bwrap, mounts, user switch)
+                r = await self.exec(["mkdir", "-p", self.workdir], user="root", cwd="/")
+                if r.exit_code != 0:
+                    raise SandboxError(f"sandbox {self.id} failed to start: {r.stderr.strip()}")
             if self.spec.agent_user is not None:
                 await self._resolve_account()
         except BaseException:
@@ -310,6 +357,10 @@ class LocalSandbox(SandboxFiles):
             await asyncio.get_running_loop().run_in_executor(None, self._pasta.stop)
         await self.network.stop()
         keeper = self._keeper
+        if isinstance(keeper, zygote.Keeper):  # its execs are killed as it exits
+            keeper.close()
+            await asyncio.get_running_loop().run_in_executor(None, keeper.wait, 5)
+            keeper = None
         if keeper is not None and keeper.poll() is None:
             if keeper.stdin:
                 keeper.stdin.close()
@@ -345,18 +396,24 @@ class LocalSandbox(SandboxFiles):
                  seccomp_fd: int | None = None, busybox: bool = False) -> list[str]:
         assert self._keeper is not None
         cmd: list[str] = []
-        if self._keyring:
-            cmd += KEYRING_WRAPPER
-        if self._cgroup is not None:
-            files = ":".join(self._cgroup.procs_files)
-            cmd += ["sh", "-c", 'for f in $(echo "$0" | tr : " "); do echo $$ > "$f"; done; exec "$@"', files]
-        cmd += ["nsenter", "-t", str(self._keeper.pid), "-m"]
-        if self._rootless:
-            cmd += ["-U", "--preserve-credentials"]
-        if self._shifted:
-            cmd.append("-U")  # entered last; nsenter then becomes its uid 0 (host SHIFT_BASE)
-        cmd.append("-n")  # network: the sandbox's own namespace, with or without pasta
-        cmd += ["bwrap", "--bind", self._tree, "/", "--dev", "/dev", "--proc", "/proc",
+        if isinstance(self._keeper, zygote.Keeper):
+            # the keeper's child joins the keyring, cgroup and namespaces itself (zygote.py)
+            cmd.append(zygote.bwrap_path())
+        else:
+            if self._keyring:
+                cmd += KEYRING_WRAPPER
+            if self._cgroup is not None:
+                files = ":".join(self._cgroup.procs_files)
+                cmd += ["sh", "-c", 'for f in $(echo "$0" | tr : " "); do echo $$ > "$f"; done; exec "$@"',
+                        files]
+            cmd += ["nsenter", "-t", str(self._keeper.pid), "-m"]
+            if self._rootless:
+                cmd += ["-U", "--preserve-credentials"]
+            if self._shifted:
+                cmd.append("-U")  # entered last; nsenter then becomes its uid 0 (host SHIFT_BASE)
+            cmd.append("-n")  # network: the sandbox's own namespace, with or without pasta
+            cmd.append("bwrap")
+        cmd += ["--bind", self._tree, "/", "--dev", "/dev", "--proc", "/proc",
                 "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
                 "--hostname", self.spec.hostname, "--die-with-parent", "--new-session",
                 "--chdir", cwd, "--clearenv"]
@@ -428,20 +485,32 @@ class LocalSandbox(SandboxFiles):
             user = "root"
         sfd = seccomp.program_fd() if seccomp.supported() else None  # see _command
         run_env = {"PATH": DEFAULT_PATH, "LC_ALL": "C"} if busybox else self._env(user, env)
-        full = self._command(argv, cwd or self.workdir, run_env, user, sfd, busybox)
+        keeper = self._keeper
+        through_zygote = isinstance(keeper, zygote.Keeper)
+        full = self._command(argv, cwd or self.workdir, run_env, user,
+                             None if sfd is None else zygote.SECCOMP_FD if through_zygote else sfd,
+                             busybox)
+        # bwrap's own init stays visible inside as /proc/1/environ: give it nothing of ours
+        bwrap_env = {"PATH": os.environ.get("PATH", DEFAULT_PATH)}
         started = time.monotonic()
+        proc: asyncio.subprocess.Process | zygote.Exec
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *full, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                # bwrap's own init stays visible inside as /proc/1/environ: give it nothing of ours
-                env={"PATH": os.environ.get("PATH", DEFAULT_PATH)},
-                pass_fds=() if sfd is None else (sfd,))
+            if isinstance(keeper, zygote.Keeper):
+                proc = await keeper.spawn(
+                    full, bwrap_env, cgroup=[] if self._cgroup is None else self._cgroup.procs_files,
+                    keyring=self._keyring, stdin=stdin is not None, seccomp_fd=sfd)
+            else:
+                proc = await asyncio.create_subprocess_exec(
+                    *full, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                    env=bwrap_env, pass_fds=() if sfd is None else (sfd,))
         finally:
             if sfd is not None:
                 os.close(sfd)
         out = CappedBuffer(output_limit)
-        err = SessionNoticeFilter(output_limit) if self._keyring else CappedBuffer(output_limit)
+        # keyctl's notice only comes from the chain of programs (the zygote joins it silently)
+        err = (SessionNoticeFilter(output_limit) if self._keyring and not through_zygote
+               else CappedBuffer(output_limit))
         timed_out = False
         try:
             code = await asyncio.wait_for(collect_output(proc, stdin, out, err, on_stdout), timeout)
@@ -451,12 +520,18 @@ class LocalSandbox(SandboxFiles):
         except BaseException:
             await self._kill(proc)
             raise
+        finally:
+            if isinstance(proc, zygote.Exec):
+                proc.close()
         return ExecResult(exit_code=code, stdout=out.text(), stderr=err.text(), timed_out=timed_out,
                           duration_s=time.monotonic() - started, stdout_truncated=out.truncated,
                           stderr_truncated=err.truncated)
 
-    async def _kill(self, proc: asyncio.subprocess.Process) -> int:
+    async def _kill(self, proc: asyncio.subprocess.Process | zygote.Exec) -> int:
         # bwrap is the leader of its own session; killing it ends the PID namespace it made.
+        if isinstance(proc, zygote.Exec):
+            await proc.kill()
+            return await wait_drained(proc)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import re
 from collections.abc import Callable
+from typing import Protocol
 
 #: terminal escape sequences: CSI (colours, cursor moves: ESC [ ... final), OSC (titles,
 #: hyperlinks: ESC ] ... BEL or ESC \\), and the two-byte ESC forms
@@ -27,6 +28,17 @@ def strip_ansi(text: str) -> str:
             line = next((p for p in reversed(line.split("\r")) if p), "")
         lines.append(line)
     return _CONTROLS.sub("", "\n".join(lines))
+
+
+class Proc(Protocol):
+    """What output collection needs of a process: an asyncio subprocess, or an exec through
+    the local zygote (zygote.py)."""
+
+    stdin: asyncio.StreamWriter | None
+    stdout: asyncio.StreamReader | None
+    stderr: asyncio.StreamReader | None
+
+    async def wait(self) -> int: ...
 
 
 class CappedBuffer:
@@ -66,7 +78,7 @@ class CappedBuffer:
         )
 
 
-async def wait_drained(proc: asyncio.subprocess.Process) -> int:
+async def wait_drained(proc: Proc) -> int:
     """``proc.wait()`` for a process killed while its output was being collected: asyncio's wait
     also waits for its pipes to close, which a reader that stopped (its sink raised, the stream
     buffer full, reading paused) never sees; what is left in them is read and dropped."""
@@ -81,7 +93,7 @@ async def wait_drained(proc: asyncio.subprocess.Process) -> int:
     return code
 
 
-async def collect_output(proc: asyncio.subprocess.Process, stdin: bytes | None, out: CappedBuffer,
+async def collect_output(proc: Proc, stdin: bytes | None, out: CappedBuffer,
                          err: CappedBuffer, on_stdout: Callable[[bytes], None] | None) -> int:
     """Feed ``stdin``, capture stdout/stderr into the buffers (stdout chunks also go to
     ``on_stdout``) and return the exit code. Used by every backend's ``exec``."""

@@ -1,0 +1,320 @@
+"""The zygote of root-run local sandboxes: the keeper forks each exec itself (harness side; the
+processes are zygote_server.py).
+
+Before, a root-run sandbox's keeper was ``unshare`` + ``sh`` (+ ``ip``, ``mount``s, ``unshare
+--user``, ``sh``) and each exec a chain ``keyctl session`` -> ``sh`` (join the cgroup) ->
+``nsenter`` -> ``bwrap``, started by the harness: about 16 programs per lifecycle. Now:
+
+- one *fork server* per harness process (a small Python started once, host root in the host's
+  namespaces) forks each sandbox's keeper;
+- the keeper makes the namespaces, mounts and user namespace by system calls (no program run)
+  and stays as the sandbox's zygote: an exec is a request on the keeper's socket (argv of bwrap,
+  environment, cgroup files, with the exec's stdin/stdout/stderr and seccomp program passed as
+  descriptors). While idle, the keeper forks the next exec's child, which joins the cgroup
+  and a fresh session keyring as host root, enters the sandbox's user namespace as its uid 0
+  and waits on a socket pair of its own; a request goes to it, and it keeps only those
+  descriptors and execs bwrap with the same arguments as before (capabilities, seccomp,
+  masks, PID/IPC/UTS namespaces, ``setpriv`` to the agent), so every defence is bwrap's as
+  before.
+
+An exec is thus bwrap + its init + the command. The start's workdir and mount targets are made
+by a child of the keeper chrooted into the tree as the sandbox's root, not by a first bwrap.
+The keeper's socket is a socket pair whose other end only the harness holds; no exec inherits
+a descriptor of it (the child closes every descriptor but the four it was given), and an
+exec's processes live in their own PID namespace, so nothing in a sandbox can reach its
+zygote (tests/test_sandbox_zygote.py attacks this). The rootless backend keeps the chain of
+programs (local.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from agentmeter.sandbox.spec import SandboxError
+
+SERVER = Path(__file__).with_name("zygote_server.py")
+#: where an exec's seccomp program is (zygote_server.SECCOMP_FD)
+SECCOMP_FD = 3
+
+_lock = threading.Lock()
+_server: tuple[subprocess.Popen[bytes], socket.socket] | None = None
+
+
+def _forget_in_child() -> None:
+    global _server, _lock
+    _server = None  # a forked child does not share its parent's fork server
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def _frame(msg: dict[str, Any]) -> bytes:
+    data = json.dumps(msg).encode()
+    return struct.pack("!I", len(data)) + data
+
+
+def _fork_server() -> socket.socket:
+    global _server
+    if _server is not None and _server[0].poll() is None:
+        return _server[1]
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", str(SERVER), str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True, cwd="/",
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    finally:
+        theirs.close()
+    _server = (proc, ours)
+    return ours
+
+
+def start_keeper(request: dict[str, Any]) -> Keeper:
+    """A keeper for ``request`` (zygote_server.Keeper.setup), ready; blocking (on a thread)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with _lock:
+            server = _fork_server()
+            socket.send_fds(server, [_frame(request)], [theirs.fileno()])
+    except OSError as e:
+        ours.close()
+        raise SandboxError(f"the sandbox zygote is not running: {e}") from e
+    finally:
+        theirs.close()
+    line = bytearray()
+    while not line.endswith(b"\n"):
+        chunk = ours.recv(4096)
+        if not chunk:
+            break
+        line += chunk
+    try:
+        msg = json.loads(line) if line else {"error": "the keeper exited"}
+    except ValueError:
+        msg = {"error": f"the keeper said {bytes(line)!r}"}
+    if "ready" not in msg:
+        ours.close()
+        raise SandboxError(str(msg.get("error")))
+    ours.setblocking(False)
+    return Keeper(ours, int(msg["ready"]))
+
+
+class Exec:
+    """One exec through the zygote, shaped like the asyncio process ``collect_output`` takes."""
+
+    def __init__(self, keeper: Keeper, rid: int) -> None:
+        self._keeper = keeper
+        self.rid = rid
+        self.stdin: asyncio.StreamWriter | None = None
+        self.stdout: asyncio.StreamReader | None = None
+        self.stderr: asyncio.StreamReader | None = None
+        self.exited: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._transports: list[asyncio.BaseTransport] = []
+        self.returncode: int | None = None
+
+    async def wait(self) -> int:
+        self.returncode = await asyncio.shield(self.exited)
+        return self.returncode
+
+    async def kill(self) -> None:
+        """SIGKILL the exec's process group (bwrap leads it: its PID namespace ends)."""
+        if not self.exited.done():
+            with contextlib.suppress(OSError, SandboxError):
+                await self._keeper.request({"op": "kill", "id": self.rid}, [])
+
+    def close(self) -> None:
+        for t in self._transports:
+            t.close()
+
+
+class Keeper:
+    """The harness's end of a keeper (see module docstring): ``pid``, ``poll`` like a Popen."""
+
+    def __init__(self, sock: socket.socket, pid: int) -> None:
+        self._sock = sock
+        self.pid = pid
+        self._pidfd = os.pidfd_open(pid)
+        self._buf = bytearray()
+        self._execs: dict[int, Exec] = {}
+        self._next = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._send_lock: asyncio.Lock | None = None
+        self._closed = False
+
+    def poll(self) -> int | None:
+        """None while the keeper runs."""
+        if self._pidfd < 0:
+            return 0
+        return None if not select.select([self._pidfd], [], [], 0)[0] else 0
+
+    def _attach(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._loop is loop:
+            return
+        if self._loop is not None and not self._loop.is_closed():
+            with contextlib.suppress(Exception):
+                self._loop.remove_reader(self._sock.fileno())
+        self._loop = loop
+        self._send_lock = asyncio.Lock()
+        loop.add_reader(self._sock.fileno(), self._readable)
+
+    def _readable(self) -> None:
+        try:
+            data = self._sock.recv(65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._gone()
+            return
+        self._buf += data
+        while (end := self._buf.find(b"\n")) >= 0:
+            try:
+                msg = json.loads(self._buf[:end])
+                del self._buf[: end + 1]
+                int(msg["id"])
+            except (ValueError, KeyError, TypeError):  # not the keeper's: trust it no further
+                self.close()
+                self._gone()
+                return
+            ex = self._execs.pop(msg["id"], None)
+            if ex is None or ex.exited.done():
+                continue
+            if "exit" in msg and not msg.get("error"):
+                ex.exited.set_result(int(msg["exit"]))
+            else:
+                ex.exited.set_exception(SandboxError(f"exec failed: {msg.get('error')}"))
+
+    def _gone(self) -> None:
+        if self._loop is not None:
+            with contextlib.suppress(Exception):
+                self._loop.remove_reader(self._sock.fileno())
+        self._closed = True
+        for ex in self._execs.values():
+            if not ex.exited.done():
+                ex.exited.set_exception(SandboxError("the sandbox's keeper exited"))
+        self._execs.clear()
+
+    async def request(self, msg: dict[str, Any], fds: list[int]) -> None:
+        if self._closed:
+            raise SandboxError("the sandbox's keeper exited")
+        self._attach()
+        assert self._send_lock is not None and self._loop is not None
+        payload = _frame(msg)
+        async with self._send_lock:
+            while True:
+                try:
+                    sent = (socket.send_fds(self._sock, [payload], fds) if fds
+                            else self._sock.send(payload))
+                    break
+                except BlockingIOError:
+                    ready = self._loop.create_future()
+                    self._loop.add_writer(self._sock.fileno(), ready.set_result, None)
+                    try:
+                        await ready
+                    finally:
+                        self._loop.remove_writer(self._sock.fileno())
+            if sent < len(payload):
+                await self._loop.sock_sendall(self._sock, payload[sent:])
+
+    async def mkdir(self, dirs: list[str], files: list[str]) -> None:
+        """``mkdir -p`` the ``dirs`` and create the ``files`` as the sandbox's root
+        (zygote_server.Keeper._mkdir)."""
+        self._attach()
+        rid = self._next
+        self._next += 1
+        ex = Exec(self, rid)
+        self._execs[rid] = ex
+        try:
+            await self.request({"op": "mkdir", "id": rid, "dirs": dirs, "files": files}, [])
+        except BaseException:
+            self._execs.pop(rid, None)
+            raise
+        await ex.wait()
+
+    async def spawn(self, argv: list[str], env: dict[str, str], *, cgroup: list[str],
+                    keyring: bool, stdin: bool, seccomp_fd: int | None) -> Exec:
+        """Start ``argv`` (bwrap's, with ``--seccomp 3`` when ``seccomp_fd`` is given) through
+        the keeper; pipes for its stdout/stderr (and stdin when ``stdin``)."""
+        loop = asyncio.get_running_loop()
+        self._attach()
+        rid = self._next
+        self._next += 1
+        ex = Exec(self, rid)
+        theirs: list[int] = []
+        try:
+            if stdin:
+                r, w = os.pipe()
+                theirs.append(r)
+                wt, proto = await loop.connect_write_pipe(
+                    asyncio.streams.FlowControlMixin, open(w, "wb", 0))  # noqa: SIM115 - the transport's
+                ex._transports.append(wt)
+                ex.stdin = asyncio.StreamWriter(wt, proto, None, loop)
+            else:
+                theirs.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+            for name in ("stdout", "stderr"):
+                r, w = os.pipe()
+                theirs.append(w)
+                reader = asyncio.StreamReader(limit=1 << 16, loop=loop)
+                rt, _ = await loop.connect_read_pipe(
+                    lambda reader=reader: asyncio.StreamReaderProtocol(reader, loop=loop),  # type: ignore[misc]
+                    open(r, "rb", 0))  # noqa: SIM115 - the transport's
+                ex._transports.append(rt)
+                setattr(ex, name, reader)
+            if seccomp_fd is not None:
+                theirs.append(seccomp_fd)
+            self._execs[rid] = ex
+            await self.request({"op": "exec", "id": rid, "argv": argv, "env": env,
+                                "cgroup": cgroup, "keyring": keyring}, theirs)
+        except BaseException:
+            self._execs.pop(rid, None)
+            ex.close()
+            raise
+        finally:
+            for fd in theirs:
+                if fd != seccomp_fd:
+                    os.close(fd)
+        return ex
+
+    def close(self) -> None:
+        """Close the keeper's socket: it kills what it started and exits."""
+        if self._loop is not None and not self._loop.is_closed():
+            with contextlib.suppress(Exception):
+                self._loop.remove_reader(self._sock.fileno())
+        self._closed = True
+        self._sock.close()
+
+    def wait(self, timeout: float) -> None:
+        """Until the keeper has exited (its mount namespace gone); SIGKILL after ``timeout``."""
+        if not select.select([self._pidfd], [], [], timeout)[0]:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            select.select([self._pidfd], [], [], 5)
+        os.close(self._pidfd)
+        self._pidfd = -1
+
+    def kill(self) -> None:
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+
+
+def bwrap_path() -> str:
+    prog = shutil.which("bwrap")
+    if prog is None:
+        raise SandboxError("bwrap (bubblewrap) not found on the host")
+    return prog

@@ -1,0 +1,426 @@
+"""The zygote of root-run local sandboxes: the process side (standard library only; run as a
+script, ``python -I -S zygote_server.py FD``, by zygote.py). See zygote.py for the design.
+
+Two roles, one file:
+
+- the *fork server* (one per harness process, host root in the host's namespaces): reads start
+  requests on its socket (the fd its argument names), each with the keeper's end of a fresh
+  socket pair, and forks a keeper for each; children are reaped by the kernel (SIGCHLD
+  ignored). It exits when the harness's end closes.
+- a *keeper* (one per sandbox): makes its mount and network namespaces (or joins a network
+  namespace), mounts the sandbox tree, brings loopback up, makes the sandbox's user namespace
+  and writes its id map, all by system calls (no program run), says ``ready``, then serves exec
+  requests: while idle it forks the next exec's child, which joins the sandbox's cgroup, a
+  fresh session keyring and the user namespace (uid 0 there) and waits; a request goes to it
+  (or to a child forked then), which takes the request's stdin/stdout/stderr and seccomp
+  program, closes every other descriptor and execs bwrap with the request's arguments. Exit
+  statuses go back on the socket. When the socket closes (stop, or the harness died) it kills
+  what it started and exits, which ends the mount namespace.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import ctypes
+import fcntl
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import sys
+from typing import Any
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNET = 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT = 1, 2, 4, 32
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+KEYCTL_JOIN_SESSION_KEYRING = 1
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 1
+#: where the exec's seccomp program is (bwrap --seccomp 3)
+SECCOMP_FD = 3
+MAX_FDS = 8
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(ret: int, what: str) -> int:
+    if ret < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return ret
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int,
+           data: str | None = None) -> None:
+    _check(_libc.mount(None if source is None else source.encode(), target.encode(),
+                       None if fstype is None else fstype.encode(), ctypes.c_ulong(flags),
+                       None if data is None else data.encode()), f"mount {target}")
+
+
+def _unshare(flags: int) -> None:
+    _check(_libc.unshare(flags), "unshare")
+
+
+def _setns(fd: int, kind: int) -> None:
+    _check(_libc.setns(fd, kind), "setns")
+
+
+def _loopback_up() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        req = struct.pack("16sH22x", b"lo", 0)
+        flags = struct.unpack("16sH22x", fcntl.ioctl(s, SIOCGIFFLAGS, req))[1]
+        fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
+
+
+def _send(sock: socket.socket, msg: dict[str, Any]) -> None:
+    with contextlib.suppress(OSError):  # the harness is gone: the socket's EOF ends this keeper
+        sock.sendall(json.dumps(msg).encode() + b"\n")
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def _frame(msg: dict[str, Any]) -> bytes:
+    data = json.dumps(msg).encode()
+    return struct.pack("!I", len(data)) + data
+
+
+def _recv_request(sock: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
+    """One request: a 4-byte length, then that much JSON; descriptors ride on its first bytes.
+    None at EOF."""
+    fds = array.array("i")
+    msg, anc, _, _ = sock.recvmsg(4, socket.CMSG_SPACE(MAX_FDS * fds.itemsize),
+                                  socket.MSG_CMSG_CLOEXEC)
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+    if not msg:
+        for fd in fds:
+            os.close(fd)
+        return None
+    rest = _recv_exact(sock, 4 - len(msg)) if len(msg) < 4 else b""
+    body = None if rest is None else _recv_exact(sock, struct.unpack("!I", msg + rest)[0])
+    if body is None:
+        for fd in fds:
+            os.close(fd)
+        return None
+    return json.loads(body), list(fds)
+
+
+# -- keeper ---------------------------------------------------------------------------------
+
+
+class Keeper:
+    def __init__(self, sock: socket.socket, req: dict[str, Any]) -> None:
+        self.sock = sock
+        self.req = req
+        self.userns = -1
+        self.children: dict[int, int] = {}  # pid -> request id
+        self.pidfds: dict[int, int] = {}  # pidfd -> pid
+        #: the next exec's child, forked ahead (pid, its socket)
+        self.spare: tuple[int, socket.socket] | None = None
+
+    def setup(self) -> None:
+        """The keeper script of local.py, as system calls."""
+        r = self.req
+        if r.get("join_netns"):
+            fd = os.open(r["join_netns"], os.O_RDONLY)
+            _setns(fd, CLONE_NEWNET)
+            os.close(fd)
+            _unshare(CLONE_NEWNS)
+        else:
+            _unshare(CLONE_NEWNS | CLONE_NEWNET)
+        _mount(None, "/", None, MS_REC | MS_PRIVATE)
+        _loopback_up()
+        os.chdir(r["layers"])  # lowerdir holds paths relative to it (mount options are short)
+        rw = r["rw"]
+        if r["disk_mb"]:
+            _mount("tmpfs", rw, "tmpfs", 0, f"size={r['disk_mb']}m,mode=0755")
+            for d in ("upper", "work"):
+                os.mkdir(f"{rw}/{d}")
+            os.chown(f"{rw}/upper", r["owner"], r["owner"])
+        tree = r["tree"]
+        _mount("overlay", tree, "overlay", 0, r["overlay_opts"])
+        for d in r["host_dirs"]:
+            _mount(d, tree + d, None, MS_BIND | MS_REC)
+            _mount(None, tree + d, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NODEV | MS_NOSUID)
+        # the network namespace is host root's: let the sandbox bind ports < 1024, as Docker does
+        with open("/proc/sys/net/ipv4/ip_unprivileged_port_start", "w") as f:
+            f.write("0")
+        for src, dst in r["binds"]:
+            _mount(src, dst, None, MS_BIND | MS_REC)
+        self.userns = self._make_userns(r["id_map"])
+
+    @staticmethod
+    def _make_userns(id_map: str) -> int:
+        """A fresh user namespace with ``id_map`` (made by a short-lived child; held by fd)."""
+        ready_r, ready_w = os.pipe()
+        hold_r, hold_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(ready_r)
+                os.close(hold_w)
+                _unshare(CLONE_NEWUSER)
+                os.write(ready_w, b"u")
+                os.read(hold_r, 1)
+            finally:
+                os._exit(0)
+        os.close(ready_w)
+        os.close(hold_r)
+        try:
+            if os.read(ready_r, 1) != b"u":
+                raise OSError("the user namespace's child failed")
+            for name in ("uid_map", "gid_map"):
+                with open(f"/proc/{pid}/{name}", "w") as f:
+                    f.write(id_map)
+            return os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+        finally:
+            os.close(ready_r)
+            os.close(hold_w)
+            os.waitpid(pid, 0)
+
+    def serve(self) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(self.sock, selectors.EVENT_READ)
+        while True:
+            # the next exec's child, forked while nothing waits (off the exec's path)
+            events = sel.select(0 if self.spare is None else None)
+            if not events and self.spare is None:
+                self.spare = self._prefork()
+                continue
+            for key, _ in events:
+                if key.fileobj is self.sock:
+                    got = _recv_request(self.sock)
+                    if got is None:
+                        self._end()
+                        return
+                    req, fds = got
+                    try:
+                        self._handle(req, fds, sel)
+                    finally:
+                        for fd in fds:
+                            os.close(fd)
+                else:
+                    assert isinstance(key.fileobj, int)
+                    self._reap(key.fileobj, sel)
+
+    def _handle(self, req: dict[str, Any], fds: list[int], sel: selectors.BaseSelector) -> None:
+        if req["op"] == "kill":
+            for pid, rid in self.children.items():
+                if rid == req["id"]:
+                    _kill_group(pid)
+            return
+        if req["op"] == "mkdir":
+            _send(self.sock, {"id": req["id"], **self._mkdir(req["dirs"], req["files"])})
+            return
+        pid = -1
+        if (self.spare is not None and req["cgroup"] == self.req["cgroup"]
+                and req["keyring"] == self.req["keyring"]):
+            pid, line = self.spare
+            self.spare = None
+            try:
+                socket.send_fds(line, [_frame(req)], fds)
+            except OSError:
+                _kill_group(pid)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
+                pid = -1
+            finally:
+                line.close()
+        if pid < 0:
+            try:
+                pid = os.fork()
+            except OSError as e:
+                _send(self.sock, {"id": req["id"], "error": f"fork: {e.strerror}"})
+                return
+            if pid == 0:
+                code = 127
+                with contextlib.suppress(BaseException):
+                    self._enter(req["cgroup"], req["keyring"])
+                    code = self._run(req, fds)  # never returns but on failure
+                os._exit(code)
+        pidfd = os.pidfd_open(pid)
+        self.children[pid] = req["id"]
+        self.pidfds[pidfd] = pid
+        sel.register(pidfd, selectors.EVENT_READ)
+
+    def _prefork(self) -> tuple[int, socket.socket] | None:
+        """A child that has already joined the cgroup, a fresh session keyring and the user
+        namespace, waiting on its own socket pair for the one exec it will become."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            pid = os.fork()
+        except OSError:
+            ours.close()
+            theirs.close()
+            return None
+        if pid == 0:
+            code = 127
+            with contextlib.suppress(BaseException):
+                ours.close()
+                self.sock.close()  # its keeper's socket: only the keeper answers the harness
+                self._enter(self.req["cgroup"], self.req["keyring"])
+                got = _recv_request(theirs)
+                if got is None:  # the keeper ended
+                    os._exit(0)
+                theirs.close()
+                code = self._run(*got)
+            os._exit(code)
+        theirs.close()
+        return pid, ours
+
+    def _enter(self, cgroup: list[str], keyring: bool) -> None:
+        """An exec's first process, before its request: the chain keyctl session -> cgroup ->
+        nsenter of before, in one process."""
+        os.setsid()  # bwrap leads its session: killing the group kills the exec
+        for f in cgroup:  # as host root, before the user namespace
+            with open(f, "w") as fh:
+                fh.write(str(os.getpid()))
+        if keyring:  # a fresh anonymous session keyring (keyctl session -)
+            _check(_libc.syscall(ctypes.c_long(self.req["keyctl_nr"]),
+                                 ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING), None),
+                   "keyctl join")
+        _setns(self.userns, CLONE_NEWUSER)  # uid 0 there is host SHIFT_BASE
+        os.setgroups([])
+        os.setresgid(0, 0, 0)
+        os.setresuid(0, 0, 0)
+        os.chdir("/")
+
+    @staticmethod
+    def _run(req: dict[str, Any], fds: list[int]) -> int:
+        """The request's descriptors as 0-3, nothing else, then bwrap; returns only on failure."""
+        try:
+            stdio = fds[:3]
+            sfd = fds[3] if len(fds) > 3 else -1
+            # move them above the targets first, so no dup2 overwrites one not yet placed
+            moved = [os.dup(fd) for fd in (*stdio, *([sfd] if sfd >= 0 else []))]
+            for target, fd in enumerate(moved):
+                os.dup2(fd, target, inheritable=True)
+            os.closerange(len(moved), 1 << 20)  # nothing of the keeper's: no socket to it
+            for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_SETMASK, [])
+            os.execve(req["argv"][0], req["argv"], req["env"])
+        except BaseException as e:  # noqa: BLE001 - said on the exec's stderr
+            with contextlib.suppress(OSError):
+                os.write(2, f"agentmeter sandbox exec: {e}\n".encode())
+        return 127
+
+    def _mkdir(self, dirs: list[str], files: list[str]) -> dict[str, Any]:
+        """``mkdir -p`` each of ``dirs`` and create each of ``files`` (empty, if missing) as
+        the sandbox's root, inside the sandbox tree: a start's workdir and mount targets,
+        without a bwrap. A child chroots into the tree as host root, so every symlink resolves
+        inside it, then enters the user namespace as its uid 0. No sandbox code runs in it."""
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                os.close(r)
+                os.chroot(self.req["tree"])
+                os.chdir("/")
+                _setns(self.userns, CLONE_NEWUSER)
+                os.setgroups([])
+                os.setresgid(0, 0, 0)
+                os.setresuid(0, 0, 0)
+                for path in dirs:
+                    os.makedirs(path, exist_ok=True)
+                for path in files:
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+            except BaseException as e:  # noqa: BLE001 - reported
+                code = 1
+                with contextlib.suppress(OSError):
+                    os.write(w, str(e).encode())
+            os._exit(code)
+        os.close(w)
+        with os.fdopen(r, "rb") as f:
+            err = f.read().decode(errors="replace")
+        _, status = os.waitpid(pid, 0)
+        return {"exit": os.waitstatus_to_exitcode(status), "error": err}
+
+    def _reap(self, pidfd: int, sel: selectors.BaseSelector) -> None:
+        pid = self.pidfds.pop(pidfd)
+        sel.unregister(pidfd)
+        os.close(pidfd)
+        _, status = os.waitpid(pid, 0)
+        rid = self.children.pop(pid)
+        _send(self.sock, {"id": rid, "exit": os.waitstatus_to_exitcode(status)})
+
+    def _end(self) -> None:
+        if self.spare is not None:
+            pid, line = self.spare
+            line.close()  # it exits
+            _kill_group(pid)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        for pid in self.children:
+            _kill_group(pid)
+        for pid in list(self.children):
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+
+
+def _kill_group(pid: int) -> None:
+    for kill in (os.killpg, os.kill):
+        with contextlib.suppress(ProcessLookupError):
+            kill(pid, signal.SIGKILL)
+
+
+def _keeper_main(sock: socket.socket, req: dict[str, Any]) -> None:
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.setsid()
+    keeper = Keeper(sock, req)
+    try:
+        keeper.setup()
+    except BaseException as e:  # noqa: BLE001 - reported to the harness
+        _send(sock, {"error": str(e)})
+        return
+    _send(sock, {"ready": os.getpid()})
+    keeper.serve()
+
+
+# -- fork server ----------------------------------------------------------------------------
+
+
+def main() -> None:
+    server = socket.socket(fileno=int(sys.argv[1]))
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # keepers are reaped by the kernel
+    while True:
+        got = _recv_request(server)
+        if got is None:
+            return
+        req, fds = got
+        if len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            continue
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                server.close()
+                _keeper_main(socket.socket(fileno=fds[0]), req)
+            except BaseException:  # noqa: BLE001
+                code = 1
+            os._exit(code)
+        os.close(fds[0])
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KeyboardInterrupt:
+        sys.exit(0)

@@ -1,0 +1,111 @@
+"""Attacks on the zygote of root-run local sandboxes (zygote.py): an exec the keeper forks keeps
+every defence of the chain of programs it replaces, and nothing in a sandbox can reach the
+keeper's socket to have it run something outside the sandbox's limits."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from agentmeter.sandbox import idmap, zygote
+from agentmeter.sandbox.local import LocalBackend
+from agentmeter.sandbox.spec import LayerSpec, Limits, SandboxSpec
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the zygote serves root-run sandboxes")
+
+
+async def test_exec_through_the_zygote_keeps_uid_map_seccomp_and_cgroup(
+        local_backend: LocalBackend) -> None:
+    sb = await local_backend.start(SandboxSpec(limits=Limits(pids=64)))
+    try:
+        assert isinstance(sb._keeper, zygote.Keeper)
+        r = await sb.exec("id -u; cat /proc/self/uid_map; grep -E '^(Seccomp|NoNewPrivs|CapEff):' "
+                          "/proc/self/status; cat /sys/fs/cgroup/pids.max 2>/dev/null "
+                          "|| cat /proc/self/cgroup", user="agent")
+        assert r.exit_code == 0, r
+        lines = r.stdout.split("\n")
+        assert lines[0] == "1000"
+        assert lines[1].split() == ["0", str(idmap.SHIFT_BASE), str(idmap.SHIFT_SIZE)]
+        assert "Seccomp:\t2" in r.stdout and "NoNewPrivs:\t1" in r.stdout
+        assert "CapEff:\t0000000000000000" in r.stdout
+        # the exec runs in the sandbox's cgroup: seen from the host, its processes are there
+        assert sb._cgroup is not None
+        cgroup = sb._cgroup
+        running = asyncio.ensure_future(sb.exec(["sleep", "3"], user="agent", timeout=10))
+        seen: set[int] = set()
+        for _ in range(300):
+            if seen := cgroup.pids():
+                break
+            await asyncio.sleep(0.01)
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+        assert seen
+    finally:
+        await sb.stop()
+
+
+async def test_a_sandbox_cannot_send_requests_to_its_zygote(local_backend: LocalBackend) -> None:
+    """A root process in the sandbox writes a forged exec request (a command run outside the
+    sandbox, in the keeper's mount namespace) to every socket it holds; none may be the
+    keeper's, and the command must not run."""
+    where = Path(tempfile.mkdtemp(prefix="agentmeter-zygote-"))  # reachable by the shifted root
+    where.chmod(0o777)
+    mark = where / "escaped"
+    req = ('{"op":"exec","id":4242,"argv":["/bin/sh","-c","touch ' + str(mark) + '"],'
+           '"env":{},"cgroup":[],"keyring":false}')
+    hdr = "".join(f"\\{b:03o}" for b in len(req).to_bytes(4, "big"))
+    script = (f"req='{req}'\n"
+              "for f in /proc/self/fd/*; do n=${f##*/}\n"
+              '  case "$(readlink "$f")" in socket:*) echo "SOCKET:$n"\n'
+              f'    eval "printf \'{hdr}%s\' \\"\\$req\\" >&$n" ;; esac\n'
+              "done\n"
+              "ls -l /proc/[0-9]*/fd 2>/dev/null | grep -c socket: || true\n")
+    sb = await local_backend.start(SandboxSpec())
+    try:
+        r = await sb.exec(["bash", "-c", script], user="root")
+        await asyncio.sleep(0.3)  # a forged request would have run by now
+        r2 = await sb.exec(["true"])  # the keeper still serves its harness
+    finally:
+        await sb.stop()
+    assert r.exit_code == 0, r
+    assert "SOCKET:" not in r.stdout, r.stdout
+    assert r.stdout.strip().splitlines()[-1] == "0", r.stdout
+    escaped = mark.exists()
+    shutil.rmtree(where, ignore_errors=True)
+    assert not escaped
+    assert r2.exit_code == 0
+
+
+#: a host directory the shifted root could write to, named by an image's symlink
+TARGET = "/tmp/agentmeter-zygote-symlink-target"
+
+
+async def test_the_start_s_workdir_is_made_inside_the_sandbox_through_symlinks(
+        local_backend: LocalBackend) -> None:
+    """The keeper makes a start's workdir itself (no bwrap): an image whose workdir's parent is
+    a symlink to an absolute path must get the directory inside its own tree, never on the
+    host at that path."""
+    host = Path(TARGET)
+    shutil.rmtree(host, ignore_errors=True)
+    host.mkdir(mode=0o777)
+    host.chmod(0o777)
+    spec = SandboxSpec(layers=(LayerSpec(kind="script", network="none",
+                                         source=f"mkdir -p {TARGET} && ln -s {TARGET} /wlink"),),
+                       workdir="/wlink/made")
+    try:
+        sb = await local_backend.start(spec)
+        try:
+            r = await sb.exec(["test", "-d", f"{TARGET}/made"], user="root")
+        finally:
+            await sb.stop()
+        assert not (host / "made").exists()
+        assert r.exit_code == 0
+    finally:
+        shutil.rmtree(host, ignore_errors=True)
