@@ -23,6 +23,7 @@ import socket
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
@@ -193,12 +194,12 @@ class BoundedConnection(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # a stream transport; uvloop's are not asyncio.Transport subclasses, hence no check
+        self.transport = stream = cast(asyncio.Transport, transport)
         key = client_key(transport)
         if not self.gate.admit(key):
-            transport.write(_REFUSED)
-            transport.close()
+            stream.write(_REFUSED)
+            stream.close()
             return
         self.key = key
         self.inner.connection_made(transport)
