@@ -13,7 +13,14 @@ per call one per transaction and 32 per transaction. ``gateway_cpu_ms_per_reques
 gateway process's CPU per request under the throughput load: on a machine shared with other
 work, requests/s follows that work, the CPU per request much less.
 
+``--floor`` adds the floor of a gateway on aiohttp with the same client: a bare aiohttp server
+(``floor_hello_*``) and a bare aiohttp proxy to the same upstream (``floor_proxy_*``). Every
+throughput pass also reports the load generator's and the upstream's CPU per request:
+``machine_ceiling_rps`` is what the three processes' CPU per request leaves of this machine's
+cores. ``--loop uvloop`` runs the gateway (and the floor servers) on uvloop, if installed.
+
     python benchmarks/gateway.py [--requests 1000] [--concurrency 32] [--no-store] [--postgres]
+                                 [--loop asyncio|uvloop] [--floor] [--throughput-only]
 """
 
 from __future__ import annotations
@@ -45,6 +52,16 @@ GEMINI_BODY = {"systemInstruction": {"parts": [{"text": "You are a coding agent.
                    "type": "object", "properties": {"command": {"type": "string"}}}}]}]}
 
 
+def _run(main: Any, loop: str) -> None:
+    """``main()`` on asyncio's own event loop, or on uvloop's (``--loop uvloop``: optional)."""
+    if loop == "uvloop":
+        import uvloop  # type: ignore[import-not-found,unused-ignore]
+
+        uvloop.run(main())
+    else:
+        asyncio.run(main())
+
+
 def _serve_upstream(q: Any) -> None:
     from aiohttp import web
 
@@ -63,7 +80,7 @@ def _serve_upstream(q: Any) -> None:
 
 
 def _serve_gateway(q: Any, upstream_port: int, store_dir: str | None, conc: int,
-                   ctl: Any) -> None:
+                   ctl: Any, loop: str = "asyncio") -> None:
     from agentmeter.gateway import Gateway, ModelRegistry, UpstreamModel
     from agentmeter.gateway.bounds import GatewayLimits
     from agentmeter.gateway.metering import StoreSink
@@ -93,7 +110,7 @@ def _serve_gateway(q: Any, upstream_port: int, store_dir: str | None, conc: int,
             await asyncio.to_thread(ctl.get)
             q.put(gw.commits)
 
-    asyncio.run(main())
+    _run(main, loop)
 
 
 async def _one(s: aiohttp.ClientSession, url: str, token: str, stream: bool) -> tuple[float, float]:
@@ -151,9 +168,11 @@ def _cpu_s(pid: int) -> float:
 
 
 async def _throughput(url: str, token: str, n: int, conc: int,
-                      cpu: dict[str, float] | None = None, gw_pid: int = 0) -> float:
-    """Requests/s of ``conc`` clients; with ``cpu``, the gateway's CPU ms per request in
-    ``cpu["ms"]`` (robust on a shared machine, where requests/s follows the other load)."""
+                      pids: dict[str, int] | None = None) -> tuple[float, dict[str, float]]:
+    """Requests/s of ``conc`` clients, and the CPU ms per request of each process in ``pids``
+    and of this one (``client``): robust on a shared machine, where requests/s follows the
+    other load."""
+    pids = dict(pids or {}, client=os.getpid())
     conn = aiohttp.TCPConnector(limit=conc)
     async with aiohttp.ClientSession(connector=conn) as s:
         left = n
@@ -166,34 +185,89 @@ async def _throughput(url: str, token: str, n: int, conc: int,
 
         await asyncio.gather(*(worker() for _ in range(conc)))  # warm-up connections
         left = n
-        c0 = _cpu_s(gw_pid) if cpu is not None else 0.0
+        c0 = {name: _cpu_s(pid) for name, pid in pids.items()}
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(conc)))
         rps = n / (time.perf_counter() - t0)
-        if cpu is not None:
-            cpu["ms"] = (_cpu_s(gw_pid) - c0) * 1000 / n
-        return rps
+        cpu = {name: (_cpu_s(pid) - c0[name]) * 1000 / n for name, pid in pids.items()}
+        return rps, cpu
+
+
+def _serve_floor(q: Any, kind: str, upstream_port: int, loop: str = "asyncio") -> None:
+    """The floor of a gateway on aiohttp, same client: ``hello``, a bare aiohttp server that
+    reads the body and answers a fixed reply of the upstream's size; ``proxy``, a bare aiohttp
+    proxy (read the body, post it to the upstream on a kept-alive session, return its reply:
+    no parsing, metering, storing or bounds)."""
+    from aiohttp import web
+
+    reply = json.dumps({"id": "x", "choices": [{"message": {"content": "y" * 600}}]}).encode()
+
+    async def main() -> None:
+        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        up = f"http://127.0.0.1:{upstream_port}/v1/chat/completions"
+
+        async def hello(request: web.Request) -> web.Response:
+            await request.read()
+            return web.Response(body=reply, content_type="application/json")
+
+        async def proxy(request: web.Request) -> web.Response:
+            body = await request.read()
+            async with session.post(up, data=body, headers={
+                    "Content-Type": "application/json"}) as r:
+                got = await r.read()
+                return web.Response(status=r.status, body=got, content_type="application/json")
+
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", hello if kind == "hello" else proxy)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        q.put(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+        await asyncio.Event().wait()
+
+    _run(main, loop)
 
 
 async def bench(up: int, gw: int, token: str, inproc: str, gemini: str, n: int, conc: int,
-                store: bool, gw_pid: int, commits: Any) -> dict[str, Any]:
-    """``commits()``: the gateway's (batches, calls) written so far."""
+                store: bool, gw_pid: int, commits: Any, up_pid: int = 0,
+                floors: dict[str, tuple[int, int]] | None = None,
+                loop: str = "asyncio", throughput_only: bool = False) -> dict[str, Any]:
+    """``commits()``: the gateway's (batches, calls) written so far. ``floors``: the bare
+    aiohttp servers' (port, pid) by kind (``_serve_floor``)."""
+    floors = floors or {}
     direct_url = f"http://127.0.0.1:{up}/v1/chat/completions"
     gw_url = f"http://127.0.0.1:{gw}/v1/chat/completions"
-    whole = await _paired(direct_url, gw_url, token, n, False)
-    streamed = await _paired(direct_url, gw_url, token, n, True)
     g_path = "/v1beta/models/explorer-1000:generateContent"
-    g_whole = await _paired(f"http://127.0.0.1:{up}{g_path}", f"http://127.0.0.1:{gw}{g_path}",
-                            gemini, n, False)
-    g_streamed = await _paired(f"http://127.0.0.1:{up}{g_path}",
-                               f"http://127.0.0.1:{gw}{g_path}", gemini, n, True)
-    cpu: dict[str, float] = {}
-    cpu_inproc: dict[str, float] = {}
-    direct_rps = await _throughput(direct_url, "direct", n, conc)
+    if throughput_only:
+        whole = streamed = g_whole = g_streamed = dict.fromkeys(
+            ("direct_p50_ms", "via_p50_ms", "added_p50_ms", "added_p99_ms",
+             "added_ttft_p50_ms", "added_ttft_p99_ms"), 0.0)
+    else:
+        whole = await _paired(direct_url, gw_url, token, n, False)
+        streamed = await _paired(direct_url, gw_url, token, n, True)
+        g_whole = await _paired(f"http://127.0.0.1:{up}{g_path}",
+                                f"http://127.0.0.1:{gw}{g_path}", gemini, n, False)
+        g_streamed = await _paired(f"http://127.0.0.1:{up}{g_path}",
+                                   f"http://127.0.0.1:{gw}{g_path}", gemini, n, True)
+    direct_rps, direct_cpu = await _throughput(direct_url, "direct", n, conc, {"upstream": up_pid})
     b0, c0 = await asyncio.to_thread(commits)
-    gateway_rps = await _throughput(gw_url, token, n, conc, cpu, gw_pid)
+    gateway_rps, cpu = await _throughput(gw_url, token, n, conc,
+                                         {"gateway": gw_pid, "upstream": up_pid})
     b1, c1 = await asyncio.to_thread(commits)
-    inproc_rps = await _throughput(gw_url, inproc, n, conc, cpu_inproc, gw_pid)
+    inproc_rps, cpu_inproc = await _throughput(gw_url, inproc, n, conc, {"gateway": gw_pid})
+    floor: dict[str, float] = {}
+    for kind, (port, pid) in floors.items():  # --floor: aiohttp's own, same client
+        rps, fcpu = await _throughput(f"http://127.0.0.1:{port}/v1/chat/completions", "x", n,
+                                      conc, {"server": pid, "upstream": up_pid})
+        floor[f"floor_{kind}_rps"] = round(rps, 1)
+        floor[f"floor_{kind}_cpu_ms_per_request"] = round(fcpu["server"], 3)
+        floor[f"floor_{kind}_client_cpu_ms_per_request"] = round(fcpu["client"], 3)
+    # what the three processes take of the machine per request through the gateway, and the
+    # requests/s that leaves on its cores: the ceiling of this benchmark on this machine
+    # (each process has one event loop: the gateway alone is also bound by 1000 / its ms)
+    total = cpu["client"] + cpu["upstream"] + cpu["gateway"]
+    ceiling = min((os.cpu_count() or 1) * 1000 / total, 1000 / cpu["gateway"])
     return {
         "benchmark": "gateway",
         "requests": n, "concurrency": conc, "cpus": os.cpu_count(), "calls_stored": store,
@@ -213,8 +287,16 @@ async def bench(up: int, gw: int, token: str, inproc: str, gemini: str, n: int, 
         "gateway_inprocess_scripted_rps": round(inproc_rps, 1),
         # the gateway process's CPU per request at ``concurrency`` (its ceiling: 1000 / this
         # requests/s on one core), robust where requests/s follows the machine's other load
-        "gateway_cpu_ms_per_request": round(cpu["ms"], 3),
-        "gateway_inprocess_cpu_ms_per_request": round(cpu_inproc["ms"], 3),
+        "gateway_cpu_ms_per_request": round(cpu["gateway"], 3),
+        "gateway_inprocess_cpu_ms_per_request": round(cpu_inproc["gateway"], 3),
+        # the load generator's and the upstream's CPU per request (the client's ceiling alone:
+        # 1000 / its ms on one core), and the ceiling they leave the gateway on this machine
+        "client_cpu_ms_per_request": round(cpu["client"], 3),
+        "upstream_cpu_ms_per_request": round(cpu["upstream"], 3),
+        "direct_client_cpu_ms_per_request": round(direct_cpu["client"], 3),
+        "direct_upstream_cpu_ms_per_request": round(direct_cpu["upstream"], 3),
+        "machine_ceiling_rps": round(ceiling, 1),
+        **floor, "gateway_loop": loop,
         # calls per transaction during the HTTP-upstream throughput load (group commit)
         "calls_per_commit": round((c1 - c0) / max(b1 - b0, 1), 2),
         # issue 30: 5,000 requests/s and 0.5 ms added, every call durable (was 2 ms, 500)
@@ -274,6 +356,12 @@ def main() -> None:
     ap.add_argument("--no-store", action="store_true", help="no per-call persistence")
     ap.add_argument("--postgres", action="store_true",
                     help="also the store's cost per call on PostgreSQL (starts a server; root)")
+    ap.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio",
+                    help="the gateway's event loop (uvloop: optional, if installed)")
+    ap.add_argument("--floor", action="store_true",
+                    help="also a bare aiohttp server and a bare aiohttp proxy, same client")
+    ap.add_argument("--throughput-only", action="store_true",
+                    help="no latency pairs: the throughput passes only (their figures 0)")
     args = ap.parse_args()
     tmp = tempfile.TemporaryDirectory(prefix="agentmeter-bench-")
     store_dir = None if args.no_store else tmp.name
@@ -282,10 +370,18 @@ def main() -> None:
     upstream = ctx.Process(target=_serve_upstream, args=(q,), daemon=True)
     upstream.start()
     up_port = q.get(timeout=30)
-    gateway = ctx.Process(target=_serve_gateway, args=(q, up_port, store_dir, args.concurrency, ctl),
-                         daemon=True)
+    gateway = ctx.Process(target=_serve_gateway,
+                          args=(q, up_port, store_dir, args.concurrency, ctl, args.loop),
+                          daemon=True)
     gateway.start()
     gw_port, token, inproc, gemini = q.get(timeout=30)
+    procs = [gateway, upstream]
+    floors: dict[str, tuple[int, int]] = {}
+    for kind in ("hello", "proxy") if args.floor else ():
+        proc = ctx.Process(target=_serve_floor, args=(q, kind, up_port, args.loop), daemon=True)
+        proc.start()
+        procs.append(proc)
+        floors[kind] = (q.get(timeout=30), proc.pid or 0)
 
     def commits() -> tuple[int, int]:
         ctl.put(None)
@@ -293,14 +389,15 @@ def main() -> None:
     try:
         result = asyncio.run(bench(up_port, gw_port, token, inproc, gemini, args.requests,
                                    args.concurrency, store_dir is not None,
-                                   gateway.pid or 0, commits))
+                                   gateway.pid or 0, commits, upstream.pid or 0, floors,
+                                   args.loop, args.throughput_only))
         if store_dir is not None:  # every served call is in the store
             from agentmeter.store.db import Store
 
             with Store.open(store_dir) as st:
                 result["stored_calls"] = len(st.model_calls("bench"))
     finally:
-        for p in (gateway, upstream):
+        for p in procs:
             p.terminate()
             p.join(5)
         tmp.cleanup()

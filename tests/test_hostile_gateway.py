@@ -193,6 +193,61 @@ async def test_request_bodies_over_the_limit_are_refused_and_the_connection_clos
         await gw.stop()
 
 
+
+async def test_a_small_body_that_arrived_whole_is_still_held_to_the_limits() -> None:
+    """A body already received with its headers is read at once (no deadline armed): its size
+    still counts against the request's and the trial's limits."""
+    gw = await start_gateway(GatewayLimits(max_body_bytes=1000, max_trial_body_bytes=1000))
+    try:
+        assert gw.port is not None
+        token = gw.open_trial("t", "scripted/explorer")
+
+        async def chunked(size: int) -> bytes:
+            reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+            body = b'{"model": "m", "x": "' + b"y" * (size - 21) + b'"}'
+            writer.write(head(token, "Transfer-Encoding: chunked\r\n\r\n")
+                         + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+            try:
+                return await closed_within(reader, 5)
+            finally:
+                writer.close()
+
+        assert (await chunked(1500)).startswith(b"HTTP/1.1 413")
+        r1, w1 = await asyncio.open_connection("127.0.0.1", gw.port)
+        w1.write(head(token, "Content-Length: 500\r\n\r\n") + b"{")  # holds 500 bytes
+        await w1.drain()
+        assert await eventually_async(lambda: gw._trials["t"].load.body_bytes == 500)
+        assert (await chunked(800)).startswith(b"HTTP/1.1 429")  # 500 + 800 over the trial's
+        w1.close()
+        assert await eventually_async(lambda: gw._trials["t"].load.body_bytes == 0)
+    finally:
+        await gw.stop()
+
+
+async def test_a_connection_busy_past_the_header_timeout_stays_open_then_idles_out() -> None:
+    """The header deadline is moved on by each response, not armed per request: requests back
+    to back for longer than ``header_timeout_s`` keep their connection; idle, it is closed."""
+    gw = await start_gateway(GatewayLimits(header_timeout_s=0.3))
+    try:
+        assert gw.port is not None
+        token = gw.open_trial("t", "scripted/explorer")
+        good = json.dumps(request_body("chat", False)).encode()
+        reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+        try:
+            for _ in range(8):  # ≈ 0.8 s on one connection
+                writer.write(head(token, f"Content-Length: {len(good)}\r\n\r\n") + good)
+                headers = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+                assert headers.startswith(b"HTTP/1.1 200"), headers[:100]
+                length = int(headers.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                await reader.readexactly(length)
+                await asyncio.sleep(0.1)
+            assert await closed_within(reader, 3) == b""
+        finally:
+            writer.close()
+        assert await eventually_async(lambda: gw._gate.open == {})
+    finally:
+        await gw.stop()
+
 # -- time --------------------------------------------------------------------------------------
 async def test_half_sent_requests_are_closed_after_the_timeout() -> None:
     gw = await start_gateway(GatewayLimits(header_timeout_s=0.5, body_timeout_s=0.5))

@@ -23,6 +23,7 @@ import socket
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
@@ -86,6 +87,14 @@ async def read_body(request: web.BaseRequest, load: TrialLoad, limits: GatewayLi
             raise BodyRefused(413, f"request body of {declared} bytes is over the gateway's "
                               f"limit of {limits.max_body_bytes} bytes")
         _hold(load, limits, held, declared)
+    content = request.content
+    if content.is_eof() and content.total_bytes <= limits.max_body_bytes:
+        # the whole body is here already (a small body arrives with its headers): no wait, so
+        # no deadline to arm; its size is checked as a streamed body's is
+        data = content.read_nowait(-1)
+        if len(data) > held[0]:
+            _hold(load, limits, held, len(data) - held[0])
+        return data
     chunks: list[bytes] = []
     size = 0
     try:
@@ -179,15 +188,18 @@ class BoundedConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.key: str | None = None
         self.busy = 0
+        #: the idle connection's header deadline (loop time), ``None`` while a request is
+        #: handled. One timer serves many requests: it is moved on, not re-armed, per request
+        self.deadline: float | None = None
         self._timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # a stream transport; uvloop's are not asyncio.Transport subclasses, hence no check
+        self.transport = stream = cast(asyncio.Transport, transport)
         key = client_key(transport)
         if not self.gate.admit(key):
-            transport.write(_REFUSED)
-            transport.close()
+            stream.write(_REFUSED)
+            stream.close()
             return
         self.key = key
         self.inner.connection_made(transport)
@@ -218,7 +230,7 @@ class BoundedConnection(asyncio.Protocol):
     # -- the header deadline -------------------------------------------------------------
     def start_request(self) -> None:
         self.busy += 1
-        self._cancel()
+        self.deadline = None
 
     def end_request(self) -> None:
         self.busy -= 1
@@ -226,10 +238,23 @@ class BoundedConnection(asyncio.Protocol):
             self.idle()
 
     def idle(self) -> None:
-        self._cancel()
-        if self.transport is not None and not self.transport.is_closing():
-            loop = asyncio.get_running_loop()
-            self._timer = loop.call_later(self.gate.limits.header_timeout_s, self.abort)
+        if self.transport is None or self.transport.is_closing():
+            self._cancel()
+            return
+        loop = asyncio.get_running_loop()
+        self.deadline = loop.time() + self.gate.limits.header_timeout_s
+        if self._timer is None:  # else the armed timer (due earlier) moves on when it fires
+            self._timer = loop.call_at(self.deadline, self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        if self.deadline is None:  # a request is being handled: its end arms the deadline
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() < self.deadline:  # a request came and went since: its deadline
+            self._timer = loop.call_at(self.deadline, self._expire)
+        else:
+            self.abort()
 
     def abort(self) -> None:
         self._cancel()

@@ -39,6 +39,10 @@ class CallWriter:
         self._cond = threading.Condition(threading.Lock())
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()  # the current thread's
+        #: calls finished in this turn of the event loop, handed to the thread together at the
+        #: turn's end (``_hand_over``): one lock and one wake-up per turn, not per call
+        self._turn: list[_Job] = []
+        self._turn_lock = threading.Lock()  # taken by event loops only (one in a gateway)
         #: transactions and calls written (for tests and benchmarks)
         self.batches = 0
         self.calls = 0
@@ -47,20 +51,34 @@ class CallWriter:
         """Queue the call and wait until its batch is written (committed)."""
         if trial.sink is None:
             return
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        with self._turn_lock:
+            self._turn.append(_Job(trial, record, done))
+            first = len(self._turn) == 1
+        if first:  # the turn's first call: hand the turn's calls over when the turn ends
+            loop.call_soon(self._hand_over)
+        # shielded: a cancelled handler must not drop a write that is queued or under way
+        await asyncio.shield(done)
+
+    def _hand_over(self) -> None:
+        """The calls finished so far to the writer thread's queue, with one wake-up."""
+        with self._turn_lock:
+            jobs, self._turn = self._turn, []
+        if not jobs:
+            return
         with self._cond:
-            self._queue.append(_Job(trial, record, done))
+            self._queue.extend(jobs)
             if self._thread is None:
                 self._stop = threading.Event()
                 self._thread = threading.Thread(target=self._run, args=(self._stop,),
                                                 name="agentmeter-calls", daemon=True)
                 self._thread.start()
             self._cond.notify()
-        # shielded: a cancelled handler must not drop a write that is queued or under way
-        await asyncio.shield(done)
 
     async def close(self) -> None:
         """Wait for queued writes, then stop the thread."""
+        self._hand_over()
         with self._cond:
             thread, self._thread = self._thread, None
             self._stop.set()

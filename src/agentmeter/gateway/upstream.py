@@ -124,6 +124,8 @@ class HttpUpstream:
     def __init__(self, model: UpstreamModel, key: str | None, session: aiohttp.ClientSession,
                  retry: RetryPolicy) -> None:
         self.model, self.key, self.session, self.retry = model, key, session, retry
+        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=retry.connect_timeout,
+                                              sock_read=retry.read_timeout)
 
     def _headers(self, req: UpstreamRequest) -> dict[str, str]:
         headers = {"Content-Type": "application/json",
@@ -147,8 +149,7 @@ class HttpUpstream:
         url = self.model.base_url.rstrip("/") + path.replace("{model}", self.model.model_id)
         data = json.dumps(req.body).encode()
         headers = self._headers(req)
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.retry.connect_timeout,
-                                        sock_read=self.retry.read_timeout)
+        timeout = self._timeout
         last: UpstreamReply | None = None
         problem = ""
         attempts = self.retry.max_retries + 1

@@ -95,6 +95,9 @@ class PriceBook:
                           + list(snapshots))
         self.use_genai_prices = use_genai_prices
         self.cache_price_fallback = cache_price_fallback
+        #: a key's quote from the snapshots, found once (the gateway prices every call): the
+        #: snapshots are fixed once loaded; genai-prices' rates (tiered, dated) are not kept
+        self._snapshot_quotes: dict[str, PriceQuote | None] = {}
 
     @classmethod
     def load(cls, paths: Iterable[Path], *, use_genai_prices: bool = True,
@@ -102,7 +105,9 @@ class PriceBook:
         return cls([PricingSnapshot.load(p) for p in paths], use_genai_prices=use_genai_prices,
                    cache_price_fallback=cache_price_fallback)
 
-    def quote(self, price_key: str, input_tokens: int = 0) -> PriceQuote | None:
+    def _from_snapshots(self, price_key: str) -> PriceQuote | None:
+        if price_key in self._snapshot_quotes:
+            return self._snapshot_quotes[price_key]
         found: PriceQuote | None = None
         for snap in reversed(self.snapshots):
             rates = snap.rates(price_key)
@@ -110,6 +115,12 @@ class PriceBook:
                 found = PriceQuote(rates, snap.usd_per_unit,
                                    snap.label or snap.source or "snapshot", snap.fake)
                 break
+        if len(self._snapshot_quotes) < 4096:  # bounded: keys come from configs, not callers
+            self._snapshot_quotes[price_key] = found
+        return found
+
+    def quote(self, price_key: str, input_tokens: int = 0) -> PriceQuote | None:
+        found = self._from_snapshots(price_key)
         if found is None and self.use_genai_prices:
             rates = _genai_rates(price_key, input_tokens)
             if rates is not None:
