@@ -1,4 +1,4 @@
-"""The ``docker`` sandbox backend: one container per sandbox on cached images (see dockerd.py).
+"""The ``docker`` sandbox backend: one container per sandbox on cached images (see dockerimage.py).
 
 A sandbox is a container whose pid 1 is a tiny bash loop that only reaps orphans; every command
 is a ``docker exec``. Each exec carries a random marker in its environment, which its children
@@ -36,26 +36,19 @@ from agentmeter.sandbox import (
     seccomp,
 )
 from agentmeter.sandbox.bridge import BridgeProcess, start_bridge
-from agentmeter.sandbox.dockerd import (
-    KILL_MARKED,
-    LABEL,
-    OWNER_LABEL,
-    DockerOutput,
+from agentmeter.sandbox.dockerbridge import bridge_lost, bridge_refusal
+from agentmeter.sandbox.dockerbuild import build_layer
+from agentmeter.sandbox.dockercli import LABEL, OWNER_LABEL, DockerOutput, docker, owner_alive, owner_label
+from agentmeter.sandbox.dockerfile import parse_dockerfile
+from agentmeter.sandbox.dockerimage import (
     ImageConfig,
-    bridge_lost,
-    bridge_refusal,
-    build_layer,
     chain_digest,
-    docker,
     ensure_base_image,
     image_config,
     image_exists,
-    kill_marked_on_host,
     layer_tag,
-    owner_alive,
-    owner_label,
 )
-from agentmeter.sandbox.dockerfile import parse_dockerfile
+from agentmeter.sandbox.dockerkill import KILL_MARKED, kill_marked_on_host
 from agentmeter.sandbox.fileops import WRITE_SCRIPT, SandboxFiles, copy_in_archive
 from agentmeter.sandbox.fsdiff import (
     diff_entries,
@@ -281,7 +274,7 @@ class DockerBackend:
             if res.returncode == 0:
                 break
             await docker("rm", "-f", name, check=False)
-            # the daemon's bridge lost under it: made again once (dockerd.py), else named
+            # the daemon's bridge lost under it: made again once (dockerbridge.py), else named
             lost = await bridge_lost(res.text()) if attempt == 1 else None
             if lost:
                 raise SandboxError(lost)
