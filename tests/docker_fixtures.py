@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from agentmeter.sandbox.docker import OWNER_LABEL, DockerBackend, owner_label
+from agentmeter.sandbox.docker import DockerBackend
+from agentmeter.sandbox.dockercli import OWNER_LABEL, owner_label
 from agentmeter.sandbox.dockerd import DockerDaemon, ensure_dockerd
 from agentmeter.sandbox.spec import SandboxError
 

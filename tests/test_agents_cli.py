@@ -304,7 +304,7 @@ async def test_cli_on_the_docker_backend(tmp_path: Path, docker_daemon: object) 
 def _docker_images() -> set[str]:
     import subprocess
 
-    from agentmeter.sandbox.dockerd import OWNER_LABEL, owner_label
+    from agentmeter.sandbox.dockercli import OWNER_LABEL, owner_label
 
     # this process's images only: other test files build their own at the same time (xdist)
     r = subprocess.run(["docker", "images", "-q", "--no-trunc", "--filter",

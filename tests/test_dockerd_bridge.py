@@ -1,4 +1,4 @@
-"""The docker daemon's bridge (sandbox/dockerd.py): a daemon whose bridge interface was deleted
+"""The docker daemon's bridge (sandbox/dockerbridge.py): a daemon whose bridge interface was deleted
 under it is repaired or named as the cause, never a pile of unexplained start failures; a
 ``--bridge=none`` daemon is named; a build failure's first line names the daemon's own error.
 Unit level: no daemon is started or changed."""
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from agentmeter.sandbox import dockerd
-from agentmeter.sandbox.dockerd import BridgeState
+from agentmeter.sandbox import dockerbridge, dockerbuild
+from agentmeter.sandbox.dockerbridge import BridgeState
 from agentmeter.sandbox.spec import LayerBuildError, LayerSpec
 
 INSPECT = json.dumps({"Name": "bridge",
@@ -28,26 +28,26 @@ LOST = ("docker: Error response from daemon: failed to create endpoint agentmete
 def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
     """A host whose interfaces are a directory, with a local daemon showing INSPECT."""
     made: list[BridgeState] = []  # _make_bridge does nothing: the interface stays gone
-    monkeypatch.setattr(dockerd, "_INTERFACES", tmp_path)
-    monkeypatch.setattr(dockerd, "_local_daemon", lambda: True)
-    monkeypatch.setattr(dockerd, "_inspect_bridge",
-                        lambda: dockerd.parse_bridge_inspect(0, INSPECT))
+    monkeypatch.setattr(dockerbridge, "_INTERFACES", tmp_path)
+    monkeypatch.setattr(dockerbridge, "_local_daemon", lambda: True)
+    monkeypatch.setattr(dockerbridge, "_inspect_bridge",
+                        lambda: dockerbridge.parse_bridge_inspect(0, INSPECT))
     monkeypatch.setattr(os, "geteuid", lambda: 0)
-    monkeypatch.setattr(dockerd, "_make_bridge", made.append)
-    monkeypatch.setattr(dockerd, "_BRIDGE_UNUSABLE", None)
+    monkeypatch.setattr(dockerbridge, "_make_bridge", made.append)
+    monkeypatch.setattr(dockerbridge, "_BRIDGE_UNUSABLE", None)
     return {"dir": tmp_path, "made": made}
 
 
 def test_inspect_is_read_and_problems_name_their_cause(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    state = dockerd.parse_bridge_inspect(0, INSPECT)
+    state = dockerbridge.parse_bridge_inspect(0, INSPECT)
     assert state == BridgeState(exists=True, name="docker0", addresses=("172.17.0.1/16",))
-    monkeypatch.setattr(dockerd, "_INTERFACES", tmp_path)
-    lost = dockerd.bridge_problem(state)
+    monkeypatch.setattr(dockerbridge, "_INTERFACES", tmp_path)
+    lost = dockerbridge.bridge_problem(state)
     assert lost is not None and "bridge docker0 is gone" in lost
     (tmp_path / "docker0").mkdir()
-    assert dockerd.bridge_problem(state) is None
-    none = dockerd.bridge_problem(dockerd.parse_bridge_inspect(1, ""))
+    assert dockerbridge.bridge_problem(state) is None
+    none = dockerbridge.bridge_problem(dockerbridge.parse_bridge_inspect(1, ""))
     assert none is not None and "--bridge=none" in none
 
 
@@ -61,39 +61,39 @@ def test_a_lost_bridge_is_made_again(host: dict[str, object],
         made.append(state)
         (root / state.name).mkdir()
 
-    monkeypatch.setattr(dockerd, "_make_bridge", make)
-    assert dockerd.check_bridge() is None
+    monkeypatch.setattr(dockerbridge, "_make_bridge", make)
+    assert dockerbridge.check_bridge() is None
     assert [s.addresses for s in made] == [("172.17.0.1/16",)]
-    assert dockerd.bridge_refusal() is None
+    assert dockerbridge.bridge_refusal() is None
 
 
 def test_an_unrepairable_bridge_refuses_network_builds_with_its_cause(
         host: dict[str, object]) -> None:
-    problem = dockerd.check_bridge()  # _make_bridge does nothing here: the interface stays gone
+    problem = dockerbridge.check_bridge()  # _make_bridge does nothing here: the interface stays gone
     assert problem is not None and "could not find bridge docker0" in problem
-    assert dockerd.bridge_refusal() == problem
+    assert dockerbridge.bridge_refusal() == problem
     layer = LayerSpec(kind="script", source="true", origin="environment/setup.sh")
     with pytest.raises(LayerBuildError, match="environment/setup.sh: the Docker daemon's bridge "
                        "docker0 is gone"):
-        asyncio.run(dockerd.build_layer(layer, "parent", "tag", []))
+        asyncio.run(dockerbuild.build_layer(layer, "parent", "tag", []))
 
 
 def test_a_build_that_lost_the_bridge_is_retried_once_after_the_repair(
         host: dict[str, object], monkeypatch: pytest.MonkeyPatch) -> None:
     root = host["dir"]
     assert isinstance(root, Path)
-    monkeypatch.setattr(dockerd, "_make_bridge", lambda state: (root / state.name).mkdir())
+    monkeypatch.setattr(dockerbridge, "_make_bridge", lambda state: (root / state.name).mkdir())
     calls: list[str] = []
 
     async def script_layer(layer: LayerSpec, parent: str, tag: str, labels: list[str]) -> None:
         calls.append(tag)
         if len(calls) == 1:
-            raise LayerBuildError(dockerd.build_failure("setup.sh", "layer script failed (exit 1)",
+            raise LayerBuildError(dockerbuild.build_failure("setup.sh", "layer script failed (exit 1)",
                                                         LOST))
 
-    monkeypatch.setattr(dockerd, "build_script_layer", script_layer)
+    monkeypatch.setattr(dockerbuild, "build_script_layer", script_layer)
     layer = LayerSpec(kind="script", source="true", origin="setup.sh")
-    asyncio.run(dockerd.build_layer(layer, "parent", "tag", []))
+    asyncio.run(dockerbuild.build_layer(layer, "parent", "tag", []))
     assert calls == ["tag", "tag"]
 
 
@@ -112,7 +112,7 @@ def test_a_build_that_lost_the_bridge_is_retried_once_after_the_repair(
     ("Step 2/2 : RUN false\nThe command '/bin/sh -c false' returned a non-zero code: 1", None),
 ])
 def test_a_build_failure_names_the_daemon_error_first(output: str, cause: str | None) -> None:
-    first = dockerd.build_failure("Dockerfile:3: RUN x", "docker build failed", output) \
+    first = dockerbuild.build_failure("Dockerfile:3: RUN x", "docker build failed", output) \
         .splitlines()[0]
     if output is LOST:
         assert first.endswith("could not find bridge docker0: route ip+net: no such network "
@@ -126,10 +126,10 @@ def test_a_build_failure_names_the_daemon_error_first(output: str, cause: str | 
 def test_only_a_daemon_in_this_network_namespace_is_repaired(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DOCKER_HOST", "tcp://10.0.0.5:2375")
-    assert not dockerd._local_daemon()  # a remote daemon: its docker0 is not this host's
+    assert not dockerbridge._local_daemon()  # a remote daemon: its docker0 is not this host's
     monkeypatch.delenv("DOCKER_HOST")
     pidfile = tmp_path / "docker.pid"
-    monkeypatch.setattr(dockerd, "DEFAULT_PIDFILE", pidfile)
-    assert not dockerd._local_daemon()  # no pid: not known to be here
+    monkeypatch.setattr(dockerbridge, "DEFAULT_PIDFILE", pidfile)
+    assert not dockerbridge._local_daemon()  # no pid: not known to be here
     pidfile.write_text(f"{os.getpid()}\n")
-    assert dockerd._local_daemon()
+    assert dockerbridge._local_daemon()

@@ -13,14 +13,11 @@ import pytest
 from aiohttp import web
 from notices_capture import captured_notices
 
-from agentmeter.sandbox.docker import LABEL, OWNER_LABEL, DockerBackend, DockerSandbox  # noqa: E402
-from agentmeter.sandbox.dockerd import (  # noqa: E402
-    BASE_TAG,
-    KILL_MARKED,
-    base_digest,
-    chain_digest,
-    layer_tag,
-)  # noqa: E402
+from agentmeter.sandbox.docker import DockerBackend  # noqa: E402
+from agentmeter.sandbox.dockercli import LABEL, OWNER_LABEL  # noqa: E402
+from agentmeter.sandbox.dockerimage import BASE_TAG, base_digest, chain_digest, layer_tag  # noqa: E402
+from agentmeter.sandbox.dockerkill import KILL_MARKED  # noqa: E402
+from agentmeter.sandbox.dockersandbox import DockerSandbox  # noqa: E402
 from agentmeter.sandbox.images import adapt_digest, image_digest  # noqa: E402
 from agentmeter.sandbox.protocol import Sandbox  # noqa: E402
 from agentmeter.sandbox.spec import (  # noqa: E402

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from polling import eventually_async
 
-from agentmeter.sandbox import layers
+from agentmeter.sandbox import layer_steps
 from agentmeter.sandbox.local import LocalBackend
 from agentmeter.sandbox.protocol import Sandbox
 from agentmeter.sandbox.spec import ExposedSocket, LayerBuildError, LayerSpec, Limits, SandboxSpec
@@ -157,13 +157,13 @@ def test_layer_cache_keys_ignore_host_bytecode_caches(tmp_path: Path) -> None:
     (ctx / "a.py").write_text("A = 1\n")
     (ctx / "sub" / "c.txt").write_text("C")
     layer = LayerSpec(kind="script", source="true", context=ctx)
-    before = (layer.recipe_digest(), layers._tree_digest([ctx]))
+    before = (layer.recipe_digest(), layer_steps.tree_digest([ctx]))
     (ctx / "__pycache__").mkdir()
     (ctx / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\x00bytecode")
     (ctx / "sub" / "old.pyc").write_bytes(b"\x00")
-    assert (layer.recipe_digest(), layers._tree_digest([ctx])) == before
+    assert (layer.recipe_digest(), layer_steps.tree_digest([ctx])) == before
     (ctx / "sub" / "c.txt").write_text("changed")  # content still counts
-    assert layer.recipe_digest() != before[0] and layers._tree_digest([ctx]) != before[1]
+    assert layer.recipe_digest() != before[0] and layer_steps.tree_digest([ctx]) != before[1]
 
 
 async def test_snapshot_and_diff(local_backend: LocalBackend) -> None:

@@ -25,7 +25,7 @@ from agentmeter.records import TrialStatus
 from agentmeter.runner.session import RunRequest, RunSetupError, prepare, run
 from agentmeter.runner.tasksandbox import sandbox_spec
 from agentmeter.sandbox.docker import DockerBackend
-from agentmeter.sandbox.dockerd import BASE_TAG, ensure_base_image, layer_tag
+from agentmeter.sandbox.dockerimage import BASE_TAG, ensure_base_image, layer_tag
 from agentmeter.sandbox.images import adapted_digest
 from agentmeter.sandbox.local import LocalBackend
 from agentmeter.sandbox.spec import BaseImage, LayerBuildError, LayerSpec, SandboxError, SandboxSpec

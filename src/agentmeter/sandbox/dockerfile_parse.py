@@ -32,7 +32,7 @@ from agentmeter.sandbox.dockerfile_text import (
 )
 from agentmeter.sandbox.spec import LayerBuildError
 
-#: the PATH every base image here has (Debian's, docker's default; dockerd.py's base sets it)
+#: the PATH every base image here has (Debian's, docker's default; dockerimage.py's base sets it)
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _STAGE_NAME = re.compile(r"^[a-z][a-z0-9._-]*$")
 _BARE_HEREDOC = re.compile(r"^<<-?([\"']?)[A-Za-z_][A-Za-z0-9_.-]*\1$")

@@ -1,5 +1,5 @@
 """The docker backend's Dockerfile, written from the parsed model (``dockerfile.py``) for its
-builder (``dockerd.py``).
+builder (``dockerbuild.py``).
 
 The backend builds with Docker's classic builder (``DOCKER_BUILDKIT=0``: no buildx needed),
 which knows multi-stage builds but not BuildKit's additions, and every FROM image becomes the

@@ -5,7 +5,7 @@ workspace they are files the task never had (a reference solution that counts fi
 less), and in a build context they would change layer cache keys from one host to the next.
 
 Used by both backends' ``copy_in``, the docker backend's build contexts and the layer cache
-keys (``layers.py``, ``spec.LayerSpec.recipe_digest``). A leaf module: imports nothing of
+keys (``layer_steps.py``, ``spec.LayerSpec.recipe_digest``). A leaf module: imports nothing of
 agentmeter's.
 """
 

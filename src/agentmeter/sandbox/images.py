@@ -29,14 +29,9 @@ from pathlib import Path
 
 from agentmeter.notices import notice
 from agentmeter.sandbox import oci
-from agentmeter.sandbox.dockerd import (
-    base_digest,
-    docker,
-    image_config,
-    image_exists,
-    layer_tag,
-)
+from agentmeter.sandbox.dockercli import docker
 from agentmeter.sandbox.dockerfile import image_emulation
+from agentmeter.sandbox.dockerimage import base_digest, image_config, image_exists, layer_tag
 from agentmeter.sandbox.spec import (
     AGENT_GID,
     AGENT_UID,

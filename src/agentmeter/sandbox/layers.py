@@ -29,24 +29,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import glob
-import hashlib
 import os
 import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
 from agentmeter.notices import notice
 from agentmeter.paths import cache_dir
-from agentmeter.sandbox import accounts, droppings, idmap, oci, rootfs
-from agentmeter.sandbox.buildcopy import copy_step
+from agentmeter.sandbox import idmap, oci, rootfs
 from agentmeter.sandbox.dockerfile import (
-    DEFAULT_SHELL,
     DockerStep,
     ParsedDockerfile,
     emulation_steps,
@@ -54,9 +49,17 @@ from agentmeter.sandbox.dockerfile import (
     parse_dockerfile,
 )
 from agentmeter.sandbox.images import ADAPT_FORMAT, ADAPT_SCRIPT, adapt_error, faithful_stand_in
-from agentmeter.sandbox.output import strip_ansi
+from agentmeter.sandbox.layer_steps import (
+    BUILD_STEP_TIMEOUT_S,
+    Step,
+    as_root,
+    copy_sources,
+    digest,
+    run_step,
+    step_timeout,
+    tree_digest,
+)
 from agentmeter.sandbox.spec import (
-    AGENT_USER,
     RECIPE_HINT,
     BaseImage,
     LayerBuildError,
@@ -64,14 +67,12 @@ from agentmeter.sandbox.spec import (
     SandboxError,
     SandboxSpec,
 )
-from agentmeter.sandbox.trust import BUILD_CA_ENV, BUILD_CA_PATH, host_ca_bundle
 
 if TYPE_CHECKING:
     from agentmeter.sandbox.local import LocalBackend
 
 BuildLog = Callable[[str], None]
 
-BUILD_STEP_TIMEOUT_S = 1800.0
 #: package-manager state an independent layer must not lay over an environment's own
 INDEPENDENT_DROPPED = ("var/lib/dpkg", "var/lib/apt", "var/cache", "var/log", "etc/ld.so.cache",
                        "tmp", "root/.cache", "root/.npm")
@@ -83,19 +84,6 @@ class LayerMeta(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     workdir: str | None = None
     user: str | None = None
-
-
-@dataclass
-class _Step:
-    key: str                       # what makes this step unique (besides its parent)
-    label: str                     # for progress and errors
-    origin: str
-    docker: DockerStep | None = None
-    script: str | None = None
-    context: Path | None = None
-    network: str = "full"
-    #: COPY --from: the chain of the stage (or image) copied from
-    source: _Chain | None = None
 
 
 @dataclass(frozen=True)
@@ -113,7 +101,7 @@ class LocalRoot:
 
 
 @dataclass
-class _Chain:
+class Chain:
     """Cached layers on a root: a Dockerfile stage's, or the stack a sandbox runs on."""
 
     digest: str                  # names the chain so far (the next layer's name is derived)
@@ -126,31 +114,6 @@ class _Chain:
 
     def lowers(self) -> list[str]:
         return [f"{n}/fs" for n in reversed(self.names)] + [self.base]
-
-
-def _as_root(meta: LayerMeta) -> bool:
-    """Whether a build step under ``meta`` runs as root (no USER, or USER root)."""
-    return not accounts.needs_files(meta.user)
-
-
-def _digest(*parts: str) -> str:
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(p.encode())
-        h.update(b"\0")
-    return h.hexdigest()
-
-
-def _tree_digest(paths: list[Path]) -> str:
-    h = hashlib.sha256()
-    for top in paths:
-        items = [top] if top.is_file() else droppings.walk(top)
-        for p in items:
-            h.update(str(p.relative_to(top.parent)).encode())
-            if p.is_file():
-                h.update(p.read_bytes())
-                h.update(str(p.stat().st_mode & 0o777).encode())
-    return h.hexdigest()
 
 
 def image_refusal(image: BaseImage, why: str) -> str:
@@ -187,7 +150,7 @@ class LocalLayerCache:
     def debian_root(self, spec: SandboxSpec) -> LocalRoot:
         """The spec's base (Debian, or the host skeleton) as a root."""
         shift = () if self.backend.rootless else (idmap.SHIFT_TAG,)
-        chain = _digest("base", rootfs.BASE_ID if spec.base == "debian" else "host", *shift)
+        chain = digest("base", rootfs.BASE_ID if spec.base == "debian" else "host", *shift)
         return LocalRoot(lower=self.backend.base_lower(spec.base), chain=chain, meta=LayerMeta())
 
     async def image_root(self, ref: str) -> LocalRoot | str:
@@ -200,7 +163,7 @@ class LocalLayerCache:
                 self._images[ref] = str(e)
             else:
                 self._images[ref] = LocalRoot(
-                    lower=str(img.rootfs), chain=_digest("oci", img.key), image=ref,
+                    lower=str(img.rootfs), chain=digest("oci", img.key), image=ref,
                     meta=LayerMeta(env=img.env, workdir=img.workdir, user=img.user))
         return self._images[ref]
 
@@ -248,19 +211,19 @@ class LocalLayerCache:
         return parsed
 
     async def _steps(self, layer: LayerSpec, spec: SandboxSpec, deadline: float | None,
-                     real_from: bool = False) -> list[_Step]:
+                     real_from: bool = False) -> list[Step]:
         """The steps of ``layer``; ``real_from``: its FROM is the image itself (not the Debian
         base), so the runtime emulation steps of its FROM line are left out."""
         if layer.kind == "script":
-            ctx = _tree_digest([layer.context]) if layer.context else ""
-            return [_Step(key=_digest("script", layer.source, ctx, layer.network),
+            ctx = tree_digest([layer.context]) if layer.context else ""
+            return [Step(key=digest("script", layer.source, ctx, layer.network),
                           label=layer.label or f"script {layer.origin}", origin=layer.origin,
                           script=layer.source, context=layer.context, network=layer.network)]
         parsed = self._parse(layer)
         stages = parsed.all_stages()
         # the stages the final one copies from, each its own chain (lower indices first: a
         # stage only copies from earlier ones)
-        trees: dict[int | str, _Chain] = {}
+        trees: dict[int | str, Chain] = {}
         for i in parsed.needed_stages():
             trees[i] = await self._stage_chain(parsed.chain_steps(i), stages[i].from_image,
                                                stages[i].from_line, layer, spec, deadline, trees)
@@ -272,10 +235,10 @@ class LocalLayerCache:
                                         deadline, trees)
 
     async def _docker_steps(self, steps: list[DockerStep], layer: LayerSpec, spec: SandboxSpec,
-                            deadline: float | None, trees: dict[int | str, _Chain]) -> list[_Step]:
+                            deadline: float | None, trees: dict[int | str, Chain]) -> list[Step]:
         out = []
         for st in steps:
-            key = _digest(st.kind, st.text, repr(st.args), st.chown or "", st.chmod or "",
+            key = digest(st.kind, st.text, repr(st.args), st.chown or "", st.chmod or "",
                           *st.cache_parts())
             source = None
             if st.from_stage is not None:
@@ -287,47 +250,27 @@ class LocalLayerCache:
                         layer, spec, deadline, trees)
                 source = trees[st.from_image]
             if source is not None:
-                key = _digest(key, "from", source.digest)
+                key = digest(key, "from", source.digest)
             elif st.kind == "COPY" and st.args[:-1]:
-                key = _digest(key, _tree_digest(self._copy_sources(st, layer)))
+                key = digest(key, tree_digest(copy_sources(st, layer)))
             where = f"{layer.label} (line {st.line})" if layer.label else f"{layer.origin}:{st.line}"
-            out.append(_Step(key=key, label=f"{where}: {st.text.splitlines()[0][:60]}",
+            out.append(Step(key=key, label=f"{where}: {st.text.splitlines()[0][:60]}",
                              origin=layer.origin, docker=st, context=layer.context,
                              network="none" if st.offline else layer.network, source=source))
         return out
 
     async def _stage_chain(self, steps: list[DockerStep], image: str, line: int,
                            layer: LayerSpec, spec: SandboxSpec, deadline: float | None,
-                           trees: dict[int | str, _Chain]) -> _Chain:
+                           trees: dict[int | str, Chain]) -> Chain:
         """Build (or find cached) the layers of a stage FROM ``image`` made of ``steps``."""
         root = await self.from_root(spec, image, layer.origin, line)
-        chain = _Chain(root.chain, root.lower, meta=root.meta, stand_in_for=root.stand_in_for)
+        chain = Chain(root.chain, root.lower, meta=root.meta, stand_in_for=root.stand_in_for)
         if root.image is not None:  # the image itself: no Debian emulation of its runtime
             steps = [st for st in steps if st.line != line]
         for step in await self._docker_steps(steps, layer, spec, deadline, trees):
             await self._advance(chain, step, layer, spec, deadline)
         return chain
 
-    def _copy_sources(self, st: DockerStep, layer: LayerSpec) -> list[Path]:
-        if layer.context is None:
-            raise LayerBuildError(f"{layer.origin}:{st.line}: COPY needs a build context directory")
-        ctx = layer.context.resolve()
-        out: list[Path] = []
-        for pattern in st.args[:-1]:
-            matches = sorted(glob.glob(str(ctx / pattern))) if any(c in pattern for c in "*?[") \
-                else [str(ctx / pattern)]
-            for m in matches:
-                p = Path(m).resolve()
-                if p != ctx and ctx not in p.parents:
-                    raise LayerBuildError(f"{layer.origin}:{st.line}: COPY source {pattern} is outside "
-                                          "the build context")
-                if not p.exists():
-                    raise LayerBuildError(f"{layer.origin}:{st.line}: COPY source {pattern} not found "
-                                          f"in {ctx}")
-                out.append(p)
-            if not matches:
-                raise LayerBuildError(f"{layer.origin}:{st.line}: COPY source {pattern} matches nothing")
-        return out
 
     async def resolve(self, spec: SandboxSpec) -> tuple[list[str], LayerMeta]:
         """Lower dirs (top first; layer dirs relative to the cache dir, the root absolute) and
@@ -335,7 +278,7 @@ class LocalLayerCache:
         on the root, then the adapt step; independent layers form their own chain on the root
         plus the adapt step and lie under the environment's."""
         root, env, installs = await self._plan(spec)
-        shared = _Chain(root.chain, root.lower, meta=root.meta, stand_in_for=root.stand_in_for)
+        shared = Chain(root.chain, root.lower, meta=root.meta, stand_in_for=root.stand_in_for)
         for i, layer in enumerate(env):
             deadline = None if layer.build_timeout_s is None else time.monotonic() + layer.build_timeout_s
             real_from = root.image is not None and i == 0
@@ -344,7 +287,7 @@ class LocalLayerCache:
         if spec.base == "debian":
             await self._adapt(shared, root, spec)
         ind_names: list[str] = []
-        ind = _Chain(root.chain, root.lower, meta=root.meta, args=shared.args)
+        ind = Chain(root.chain, root.lower, meta=root.meta, args=shared.args)
         if installs:
             if spec.base == "debian":
                 await self._adapt(ind, root, spec)
@@ -360,16 +303,16 @@ class LocalLayerCache:
         lowers = [f"{n}/fs" for n in reversed(ind_names + shared.names)] + [root.lower]
         return lowers, shared.meta.model_copy(update={"env": {**ind.meta.env, **shared.meta.env}})
 
-    async def _adapt(self, chain: _Chain, root: LocalRoot, spec: SandboxSpec) -> None:
+    async def _adapt(self, chain: Chain, root: LocalRoot, spec: SandboxSpec) -> None:
         """Add the adapt step (images.ADAPT_SCRIPT, as root, no network) to ``chain``."""
-        chain.digest = _digest(chain.digest, "adapt", str(ADAPT_FORMAT))
+        chain.digest = digest(chain.digest, "adapt", str(ADAPT_FORMAT))
         name = chain.digest[:24]
         if not (self.dir / name / "fs").is_dir():
             where = f"image {root.image!r}" if root.image else "agentmeter's Debian base"
-            step = _Step(key="adapt", label=f"sandbox account and directories ({where})",
+            step = Step(key="adapt", label=f"sandbox account and directories ({where})",
                          origin=where, network="none",
                          docker=DockerStep("RUN", 0, "RUN <adapt>", (ADAPT_SCRIPT,)))
-            as_root = _Chain(chain.digest, chain.base, names=list(chain.names),
+            as_root = Chain(chain.digest, chain.base, names=list(chain.names),
                              meta=chain.meta.model_copy(update={"user": None, "workdir": None}))
             try:
                 await self._build(step, name, as_root, spec, BUILD_STEP_TIMEOUT_S)
@@ -377,15 +320,15 @@ class LocalLayerCache:
                 raise adapt_error(where, str(e)) from None
         chain.names.append(name)
 
-    async def _advance(self, chain: _Chain, step: _Step, layer: LayerSpec, spec: SandboxSpec,
+    async def _advance(self, chain: Chain, step: Step, layer: LayerSpec, spec: SandboxSpec,
                        deadline: float | None, *, independent: bool = False) -> None:
         """Apply ``step`` to ``chain``: metadata steps change its metadata, the others add a
         layer (built unless cached)."""
         meta = chain.meta
         marker = ("independent",) if independent else ()
-        if not _as_root(meta):  # built as the USER account since (not as uid 1000)
+        if not as_root(meta):  # built as the USER account since (not as uid 1000)
             marker = (*marker, "as-user")
-        chain.digest = _digest(chain.digest, step.key, meta.model_dump_json(), *marker)
+        chain.digest = digest(chain.digest, step.key, meta.model_dump_json(), *marker)
         st = step.docker
         if st is not None and st.kind in ("ENV", "ARG", "USER"):
             if st.kind == "USER":
@@ -405,11 +348,11 @@ class LocalLayerCache:
         if not (self.dir / name / "fs").is_dir():
             async with self._building.setdefault(name, asyncio.Lock()):
                 if not (self.dir / name / "fs").is_dir():  # else built while this one waited
-                    await self._build(step, name, chain, spec, _step_timeout(layer, deadline),
+                    await self._build(step, name, chain, spec, step_timeout(layer, deadline),
                                       independent=independent)
         chain.names.append(name)
 
-    async def _build(self, step: _Step, name: str, chain: _Chain, spec: SandboxSpec,
+    async def _build(self, step: Step, name: str, chain: Chain, spec: SandboxSpec,
                      timeout: float, *, independent: bool = False) -> None:
         started = time.monotonic()
         if self.log:
@@ -419,7 +362,7 @@ class LocalLayerCache:
         # /etc/passwd and /etc/group as docker build resolves it (accounts.py)
         build_spec = SandboxSpec(base=spec.base, network=step.network,  # type: ignore[arg-type]
                                  user="root", workdir=meta.workdir or "/",
-                                 agent_user=None if _as_root(meta) else meta.user)
+                                 agent_user=None if as_root(meta) else meta.user)
         try:
             sb = await self.backend.start_raw(build_spec, chain.lowers(), meta)
         except SandboxError as e:
@@ -429,7 +372,7 @@ class LocalLayerCache:
         tmp = self.dir / f".tmp-{name}-{os.getpid()}"
         ok = False
         try:
-            await self._run_step(sb, step, meta, chain.args, timeout, spec)
+            await run_step(self.backend, sb, step, meta, chain.args, timeout, spec)
             tmp.mkdir(parents=True, exist_ok=True)
             ok = True
         except LayerBuildError as e:  # on a stand-in: the image that could not be had first
@@ -452,73 +395,3 @@ class LocalLayerCache:
                     (tmp / "fs" / rel).unlink()
         (tmp / "step.txt").write_text(f"{step.label}\nbuilt in {time.monotonic() - started:.1f}s\n")
         os.rename(tmp, final)
-
-    async def _run_step(self, sb, step: _Step, meta: LayerMeta, args: dict[str, str],  # type: ignore[no-untyped-def]
-                        timeout: float, spec: SandboxSpec) -> None:
-        env = {**args, **meta.env}
-        user = "root" if _as_root(meta) else AGENT_USER  # the USER account (_build)
-        cwd = meta.workdir or "/"
-        if step.script is not None:
-            if step.context is not None:
-                await sb.copy_in(step.context, "/tmp/agentmeter-context")
-            await sb.write_file("/tmp/agentmeter-setup.sh", step.script, mode=0o755)
-            r = await sb.exec(["bash", "-e", "/tmp/agentmeter-setup.sh"], env=env, user=user,
-                              cwd="/tmp/agentmeter-context" if step.context else cwd,
-                              timeout=timeout)
-            await sb.exec(["rm", "-rf", "/tmp/agentmeter-setup.sh", "/tmp/agentmeter-context"])
-            if not r.ok:
-                raise LayerBuildError(_failure(step.origin, "setup script", r.exit_code,
-                                               r.stdout + r.stderr, r.timed_out))
-            return
-        st = step.docker
-        assert st is not None
-        if st.kind == "WORKDIR":
-            await sb.exec(["mkdir", "-p", meta.workdir or "/"], cwd="/")
-        elif st.kind == "RUN":
-            argv = list(st.args) if st.exec_form else [*(st.shell or DEFAULT_SHELL), st.args[0]]
-            if st.mkdirs:  # RUN --mount=type=cache|tmpfs: plain directories of the layer
-                await sb.exec(["mkdir", "-p", "--", *st.mkdirs], cwd="/")
-            ca = host_ca_bundle() if step.network != "none" else None
-            if ca is not None:  # lent for this step only (sandbox/trust.py)
-                await sb.write_file(BUILD_CA_PATH, ca, mode=0o644)
-                env = {**BUILD_CA_ENV, **env}
-            r = await sb.exec(argv, env=env, user=user, cwd=cwd, timeout=timeout)
-            if ca is not None:
-                await sb.exec(["rm", "-f", BUILD_CA_PATH], cwd="/")
-            if not r.ok:
-                raise LayerBuildError(_failure(f"{step.origin}:{st.line}", f"RUN {' '.join(st.args)}",
-                                               r.exit_code, r.stdout + r.stderr, r.timed_out))
-        elif st.kind == "COPY":
-            dest = st.args[-1]
-            if not dest.startswith("/"):
-                dest = f"{cwd.rstrip('/')}/{dest}"
-            where = f"{step.origin}:{st.line}"
-            if step.source is None:
-                sources = self._copy_sources(st, LayerSpec(
-                    kind="dockerfile", source="", origin=step.origin, context=step.context)) \
-                    if st.args[:-1] else []
-                await copy_step(sb, st, dest, where, sources=sources)
-                return
-            src_spec = SandboxSpec(base=spec.base, network="none", user="root", workdir="/")
-            src = await self.backend.start_raw(src_spec, step.source.lowers(), step.source.meta)
-            try:
-                await copy_step(sb, st, dest, where, source=src)
-            finally:
-                await src.stop()
-
-
-def _step_timeout(layer: LayerSpec, deadline: float | None) -> float:
-    """What is left of the layer's build time for its next step (at most the per-step cap)."""
-    if deadline is None:
-        return BUILD_STEP_TIMEOUT_S
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise LayerBuildError(f"{layer.origin}: the environment build took longer than its "
-                              f"build_timeout_sec ({layer.build_timeout_s:g}s)")
-    return min(BUILD_STEP_TIMEOUT_S, left)
-
-
-def _failure(where: str, what: str, code: int, output: str, timed_out: bool) -> str:
-    tail = "\n".join(strip_ansi(output).strip().splitlines()[-20:])
-    status = "timed out" if timed_out else f"exit code {code}"
-    return f"{where}: {what[:300]} failed ({status}); last output:\n{tail}"
