@@ -50,9 +50,7 @@ from agentmeter.sandbox.spec import (
 MARKER_VAR = "AGENTMETER_EXEC"
 #: the host's static busybox, bind-mounted read-only in every container (copyout.py)
 BUSYBOX = copyout.BUSYBOX
-#: run as the user whose processes must go: ``kill -KILL -1`` signals every process that user
-#: may signal (all of its own, never pid 1 or root's) except the caller, atomically with respect
-#: to fork; repeated until /proc shows none but zombies. Prints how many there were.
+#: the spellings of root and of the agent account in an exec's ``user``
 _ROOT_USERS = {"", "root", "0", "0:0", "root:root"}
 _AGENT_USERS = {AGENT_USER, str(AGENT_UID), f"{AGENT_UID}:{AGENT_GID}",
                 f"{AGENT_USER}:{AGENT_USER}"}
