@@ -273,8 +273,76 @@ def test_step_network_keys_are_honoured(tmp_path: Path) -> None:
     _steps_task(tmp_path / "b", '[environment]\nnetwork_mode = "public"\n'
                 '[[steps]]\nname = "one"\n[steps.agent]\nnetwork_mode = "no-network"\n',
                 {"one": "true"}, {"tests/test.sh": "#!/bin/bash\n"})
-    with pytest.raises(TaskError, match=r"steps\[0\]\.agent\.network_mode: step 'one'"):
-        load_suite(tmp_path / "b")
+    with pytest.raises(TaskError, match=r"steps\[0\]\.verifier\.network_mode: step 'one'"):
+        load_suite(tmp_path / "b")  # its shared verifier keeps the public baseline
+
+
+#: network-policy-matrix/dynamic/sa-sv-diff's shape: the environment's baseline is Harbor's
+#: default (public); the step's agent and its (shared) verifier both state no-network
+SA_SV_DIFF = '''
+[environment]
+cpus = 1
+[[steps]]
+name = "both-offline"
+[steps.agent]
+network_mode = "no-network"
+[steps.verifier]
+network_mode = "no-network"
+'''
+
+
+def test_scenario_whose_phases_agree_takes_their_network(tmp_path: Path) -> None:
+    """sa-sv-diff was refused ("its agent's network (no-network) differs from the task's
+    (public)") though no phase runs on the baseline: every phase agrees, so the scenario's
+    sandbox takes their network. e-ve-sa-sv-diff's shape likewise: baseline no-network, the
+    one in-sandbox phase public, the separate verifier its own allowlist."""
+    _steps_task(tmp_path / "a", SA_SV_DIFF, {"both-offline": "true"},
+                {"tests/test.sh": "#!/bin/bash\n"})
+    (task,) = load_suite(tmp_path / "a").tasks
+    assert (task.allow_internet, task.allowed_hosts, task.network_default) == (False, (), False)
+    _steps_task(tmp_path / "b", '[verifier]\nenvironment_mode = "separate"\n'
+                '[verifier.environment]\nnetwork_mode = "public"\n'
+                '[environment]\nnetwork_mode = "no-network"\n'
+                '[[steps]]\nname = "all-differ"\n[steps.agent]\nnetwork_mode = "public"\n'
+                '[steps.verifier]\nnetwork_mode = "allowlist"\nallowed_hosts = ["www.iana.org"]\n',
+                {"all-differ": "true"}, {"tests/test.sh": "#!/bin/bash\n"})
+    (task,) = load_suite(tmp_path / "b").tasks
+    sep = task.separate_verifier
+    assert task.allow_internet and sep is not None
+    assert (sep.allow_internet, sep.allowed_hosts) == (False, ("www.iana.org",))
+    # an allowlist a step states is the sandbox's, named by its key
+    _steps_task(tmp_path / "c", '[environment]\nnetwork_mode = "no-network"\n'
+                '[verifier]\nnetwork_mode = "allowlist"\nallowed_hosts = ["a.example"]\n'
+                '[[steps]]\nname = "one"\n[steps.agent]\nnetwork_mode = "allowlist"\n'
+                'allowed_hosts = ["A.example"]\n', {"one": "true"},
+                {"tests/test.sh": "#!/bin/bash\n"})
+    (task,) = load_suite(tmp_path / "c").tasks
+    assert task.allowed_hosts == ("a.example",) and not task.allow_internet
+    assert task.allowed_hosts_origin is not None
+    assert task.allowed_hosts_origin.endswith("steps[0].agent.allowed_hosts")
+    # phases that disagree are still refused: step two's agent differs from step one's
+    _steps_task(tmp_path / "d", SA_SV_DIFF + '[[steps]]\nname = "two"\n[steps.verifier]\n'
+                'network_mode = "no-network"\n', {"both-offline": "true", "two": "true"},
+                {"tests/test.sh": "#!/bin/bash\n"})
+    with pytest.raises(TaskError, match=r"steps\[1\]\.agent\.network_mode: step 'two': its "
+                       r"agent's network \(public\) differs from the scenario sandbox's "
+                       r"\(no-network, step 'both-offline'"):
+        load_suite(tmp_path / "d")
+
+
+@pytest.mark.slow
+def test_scenario_whose_phases_agree_runs_offline(tmp_path: Path) -> None:
+    """sa-sv-diff's shape runs (was refused at load), its sandbox without a network interface
+    but loopback for the agent and the shared verifier alike."""
+    offline = "[ \"$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ')\" = lo ]"
+    _steps_task(tmp_path / "suite", SA_SV_DIFF,
+                {"both-offline": f"{offline} && echo blocked > /tmp/status"},
+                {"steps/both-offline/tests/test.sh": "#!/bin/bash\nmkdir -p /logs/verifier\n"
+                 + REWARD.format(cond=f"{offline} && [ \"$(cat /tmp/status)\" = blocked ]")})
+    res = CliRunner().invoke(app, ["tasks", "check", str(tmp_path / "suite"), "--json",
+                                   "--store", str(tmp_path / "runs")])
+    out = json.loads(res.stdout)
+    assert out["ran"] == 1 and out["broken"] == [] and out["trivial"] == [], out
 
 
 @pytest.mark.slow

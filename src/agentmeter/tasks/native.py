@@ -53,8 +53,9 @@ from agentmeter.tasks.models import (
 )
 from agentmeter.tasks.phases import (
     network_stated,
-    phase_network,
+    sandbox_network,
     separate_verifier,
+    stated_mode,
     verifier_network,
     verifier_network_stated,
 )
@@ -263,13 +264,22 @@ def rubric_problems(tests_dir: Path) -> list[TaskProblem]:
     return []
 
 
+def _hosts_key(config: TaskToml) -> str:
+    """The key the sandbox's allowlist comes from (tasks/phases.py, ``sandbox_network``)."""
+    step = config.steps[0].agent if config.steps and stated_mode(config.steps[0].agent) else None
+    phase = step or config.agent
+    if phase.allowed_hosts and stated_mode(phase) == "allowlist":
+        return f"{'steps[0].agent' if step else 'agent'}.allowed_hosts"
+    return "environment.allowed_hosts"
+
+
 def build_task(directory: Path, config: TaskToml, instruction: str, dockerfile: Path | None,
                 setup_script: Path | None, solution_dir: Path | None) -> Task:
     meta, env, agent, verifier = config.metadata, config.environment, config.agent, config.verifier
     tier: Tier | None = meta.tier
     if tier is None:
         tier = next((t for t in TIERS if t == meta.difficulty), None)
-    mode, hosts = phase_network(config, agent)
+    mode, hosts = sandbox_network(config)
     package = config.task
     sidecars, main_deps, _, _ = read_compose(directory / "environment")
     tags = meta.tags or (package.keywords if package else [])
@@ -294,8 +304,7 @@ def build_task(directory: Path, config: TaskToml, instruction: str, dockerfile: 
         storage_mb=env.storage_mb if env.storage is None else size_to_mb(env.storage),
         allow_internet=mode == "public",
         allowed_hosts=hosts,
-        allowed_hosts_origin=(f"{directory / TASK_TOML}: "
-                              f"{'agent' if agent.allowed_hosts else 'environment'}.allowed_hosts"
+        allowed_hosts_origin=(f"{directory / TASK_TOML}: {_hosts_key(config)}"
                               if hosts else None),
         network_default=not network_stated(config),
         sidecars=tuple(sidecars),

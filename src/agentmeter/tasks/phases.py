@@ -73,6 +73,23 @@ def phase_network(config: TaskToml, phase: _PhaseNetwork) -> Network:
     return base, _hosts(env.allowed_hosts) if base == "allowlist" else ()
 
 
+def step_agent_network(config: TaskToml, step: StepEntry) -> Network:
+    """A step's agent phase network: the step's own ``network_mode`` / ``allowed_hosts``, else
+    the task's ``[agent]`` phase network (:func:`phase_network`)."""
+    return phase_network(config, step.agent if stated_mode(step.agent) else config.agent)
+
+
+def sandbox_network(config: TaskToml) -> Network:
+    """The network of the task's (agent's) sandbox, which cannot change after it starts: the
+    agent phase's; in a multi-step task, the first step's agent phase's (the task's ``[agent]``
+    and ``[environment]`` are only defaults there, so a scenario whose phases all agree on a
+    network that differs from the environment's baseline takes that network).
+    toml_checks.py refuses a task whose other in-sandbox phases differ from it."""
+    if config.steps:
+        return step_agent_network(config, config.steps[0])
+    return phase_network(config, config.agent)
+
+
 def verifier_network(config: TaskToml, phase: _PhaseNetwork,
                      venv: _EnvironmentSection | None) -> Network:
     """A separate verifier's network, as Harbor resolves it: the phase's own ``network_mode``,

@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agentmeter.tasks.errors import TaskProblem
-from agentmeter.tasks.phases import Network, phase_network, separate_verifier, stated_mode, step_separate
+from agentmeter.tasks.phases import (
+    Network,
+    phase_network,
+    sandbox_network,
+    separate_verifier,
+    stated_mode,
+    step_agent_network,
+    step_separate,
+)
 from agentmeter.verify.registry import kind_problem
 
 if TYPE_CHECKING:
@@ -86,7 +94,8 @@ def phase_problems(config: TaskToml, file: Path) -> list[TaskProblem]:
                                     "'agent' (1000) and 'root' (0) only", "verifier.user"))
     agent_net = phase_network(config, config.agent)
     verifier_net = phase_network(config, config.verifier)
-    if agent_net != verifier_net and not separate_verifier(config):
+    if agent_net != verifier_net and not separate_verifier(config) and not config.steps:
+        # (a multi-step task's phases are its steps': _step_network_problems)
         def name(net: Network) -> str:
             return net[0] + (f" {list(net[1])}" if net[1] else "")
         problems.append(TaskProblem(
@@ -157,24 +166,28 @@ def _net_name(net: Network) -> str:
 def _step_network_problems(config: TaskToml, step: StepEntry, i: int,
                            file: Path) -> list[TaskProblem]:
     """A step's agent (and shared verifier) network: honoured when it is the scenario's sandbox
-    network, which cannot change between steps here; else the task is refused, naming the key."""
+    network (:func:`sandbox_network`: its first step's agent's), which cannot change between
+    phases here; else the task is refused, naming the key. The task's ``[agent]`` and
+    ``[environment]`` are only the steps' defaults: when every phase agrees on one network, the
+    sandbox takes it even if the environment's baseline is another."""
     problems: list[TaskProblem] = []
-    agent_net = phase_network(config, config.agent)
-    step_agent = phase_network(config, step.agent) if stated_mode(step.agent) else agent_net
+    sandbox_net = sandbox_network(config)
+    first = (config.steps or [step])[0].name
     why = ("the steps of a scenario share one sandbox whose network policy cannot change after "
            "it starts, so the task is not run (as Harbor refuses it on providers without "
            "dynamic network policies)")
-    if step_agent != agent_net:
+    step_agent = step_agent_network(config, step)
+    if step_agent != sandbox_net:
         problems.append(TaskProblem(file, f"step {step.name!r}: its agent's network "
-                                    f"({_net_name(step_agent)}) differs from the task's "
-                                    f"({_net_name(agent_net)}): {why}",
-                                    f"steps[{i}].agent.network_mode"))
+                                    f"({_net_name(step_agent)}) differs from the scenario "
+                                    f"sandbox's ({_net_name(sandbox_net)}, step {first!r}'s "
+                                    f"agent's): {why}", f"steps[{i}].agent.network_mode"))
     if not step_separate(config, step):
         verifier = step.verifier if stated_mode(step.verifier) else config.verifier
         step_verifier = phase_network(config, verifier)
-        if step_verifier != agent_net:
+        if step_verifier != sandbox_net:
             problems.append(TaskProblem(file, f"step {step.name!r}: its verifier's network "
-                                        f"({_net_name(step_verifier)}) differs from the agent's "
-                                        f"({_net_name(agent_net)}): {why}",
-                                        f"steps[{i}].verifier.network_mode"))
+                                        f"({_net_name(step_verifier)}) differs from the scenario "
+                                        f"sandbox's ({_net_name(sandbox_net)}, step {first!r}'s "
+                                        f"agent's): {why}", f"steps[{i}].verifier.network_mode"))
     return problems
