@@ -53,6 +53,7 @@ from agentmeter.sandbox.protocol import Sandbox, SandboxBackend
 from agentmeter.sandbox.spec import AGENT_GID, AGENT_UID, AGENT_USER, ExecResult, SandboxError
 from agentmeter.store import leases
 from agentmeter.store.db import Store
+from agentmeter.tasks import artifact_paths
 from agentmeter.tasks.models import Task, TaskArtifact
 from agentmeter.verify.protocol import Verdict, VerificationError, VerifierContext
 from agentmeter.verify.registry import make_verifier
@@ -441,7 +442,11 @@ class TrialRunner:
         conventional = TaskArtifact(source=hooks.ARTIFACTS_DIR,
                                     destination=hooks.ARTIFACTS_DIR.strip("/"))
         for art in (conventional, *self.task.artifacts):
-            dest = root / art.destination
+            dest = artifact_paths.inside(root, art.destination)
+            if dest is None:  # the host is written as root: never outside artifacts/
+                problems.append(f"{art.source}: destination {art.destination!r} is not inside "
+                                "the artifacts directory: not collected")
+                continue
             box = sandbox if art.service is None else side.box(art.service) if side else None
             if box is None:
                 problems.append(f"{art.source}: service {art.service!r} is not running")

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from agentmeter.tasks.artifact_paths import destination_problem
 from agentmeter.tasks.errors import TaskError, TaskProblem, problems_from_validation
 from agentmeter.tasks.models import BaseName, Tier
 from agentmeter.verify.difftest.config import DifftestConfig
@@ -436,15 +437,28 @@ def _phase_problems(config: TaskToml, file: Path) -> list[TaskProblem]:
             problems.append(TaskProblem(file, f"allowed_hosts goes with network_mode = "
                                         f"'allowlist' (this section says {part.network_mode!r})",
                                         f"{section}.allowed_hosts"))
-    for i, art in enumerate(config.artifacts):
+    return problems + artifact_problems(config.artifacts, file, "artifacts")
+
+
+def artifact_problems(artifacts: list[str | _ArtifactEntry], file: Path,
+                      key: str) -> list[TaskProblem]:
+    """An artifact's source is absolute; its destination (given, else the source without its
+    leading '/') is a relative path inside the trial's artifacts directory, which the runner
+    writes as root (``artifact_paths``)."""
+    problems: list[TaskProblem] = []
+    for i, art in enumerate(artifacts):
         source = art if isinstance(art, str) else art.source
         if not source.startswith("/"):
             problems.append(TaskProblem(file, f"{source!r}: an artifact source is an absolute path "
-                                        "inside the sandbox", f"artifacts[{i}]"))
+                                        "inside the sandbox", f"{key}[{i}]"))
+            continue
         dest = None if isinstance(art, str) else art.destination
-        if dest is not None and (dest.startswith("/") or ".." in Path(dest).parts or not dest.strip("/")):
-            problems.append(TaskProblem(file, f"{dest!r}: a destination is a relative path inside "
-                                        "the trial's artifacts directory", f"artifacts[{i}].destination"))
+        field = f"{key}[{i}]" if dest is None else f"{key}[{i}].destination"
+        problem = destination_problem(source.strip("/") if dest is None else dest)
+        if problem is not None:
+            problems.append(TaskProblem(file, f"{problem} (a relative path inside the trial's "
+                                        "artifacts directory; without a destination, the source "
+                                        "without its leading '/')", field))
     return problems
 
 
@@ -519,6 +533,7 @@ def _step_problems(config: TaskToml, file: Path) -> list[TaskProblem]:
         if unknown_kind is not None:
             problems.append(TaskProblem(file, unknown_kind, f"steps[{i}].verifier.kind"))
         problems += _step_network_problems(config, step, i, file)
+        problems += artifact_problems(step.artifacts, file, f"steps[{i}].artifacts")
         user = step.agent.user
         task_user = config.agent.user
         if user is not None and str(user) != str(task_user) and not (
