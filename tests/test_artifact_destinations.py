@@ -6,7 +6,7 @@ sandbox is started."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from types import SimpleNamespace
 from typing import Any
 
@@ -16,6 +16,7 @@ from taskgen import make_scenario, make_task
 
 from agentmeter.runner import separate
 from agentmeter.runner.trial import TrialRunner
+from agentmeter.sandbox.copyout import CopyNotes
 from agentmeter.sandbox.spec import ExecResult
 from agentmeter.tasks.errors import TaskError
 from agentmeter.tasks.models import TaskArtifact
@@ -85,33 +86,55 @@ def test_a_separate_verifier_is_never_given_a_host_path_outside(tmp_path: Path) 
 
 
 class _Box:
-    """A sandbox whose every artifact is a directory; copy_out records where it writes."""
+    """A sandbox whose artifacts are directories (a name with a dot: a file) holding one file;
+    copy_out behaves as copyout's; its image's programs must never be run."""
 
     def __init__(self) -> None:
-        self.writes: list[Path] = []
+        self.copied: list[str] = []
 
     async def exec(self, argv: list[str], user: str | None = None) -> ExecResult:
-        return ExecResult(exit_code=0, stdout="dir\n", stderr="", duration_s=0.0)
+        raise AssertionError(f"a program of the image was run: {argv}")
 
     async def copy_out(self, src: str, dest: Path, **kw: Any) -> list[str]:
-        self.writes.append(dest)
-        dest.mkdir(parents=True, exist_ok=True)
-        (dest / "owned.txt").write_text("written by the agent\n")
-        return []
+        self.copied.append(src)
+        notes = CopyNotes()
+        name = PurePosixPath(src).name
+        if "." in name:
+            (dest / name).write_text("a file\n")
+            notes.top_kind = "file"
+        else:
+            (dest / "owned.txt").write_text("written by the agent\n")
+            notes.top_kind = "dir"
+        return notes
 
 
-async def test_the_trial_never_writes_outside_the_artifacts_directory(tmp_path: Path) -> None:
-    root, outside = _outside_via_link(tmp_path)
-    arts = (TaskArtifact.model_construct(source="/x", destination="../../pwned", exclude=(),
-                                         service=None),
-            TaskArtifact(source="/y", destination="link/sub"))
+async def _collect(root: Path, *arts: TaskArtifact) -> list[str]:
     notes: dict[str, list[str]] = {}
     fake: Any = SimpleNamespace(dir=root.parent, task=SimpleNamespace(artifacts=arts),
                                 _note=lambda key, value: notes.__setitem__(key, value),
                                 _artifact=lambda *a: None)
-    box = _Box()
-    await TrialRunner._collect_artifacts(fake, box)  # type: ignore[arg-type]
-    assert box.writes == [root / "logs" / "artifacts"]  # the conventional directory only
+    await TrialRunner._collect_artifacts(fake, _Box())  # type: ignore[arg-type]
+    return notes.get("artifact_problems", [])
+
+
+async def test_the_trial_never_writes_outside_the_artifacts_directory(tmp_path: Path) -> None:
+    root, outside = _outside_via_link(tmp_path)
+    problems = await _collect(
+        root, TaskArtifact.model_construct(source="/x", destination="../../pwned", exclude=(),
+                                           service=None),
+        TaskArtifact(source="/y", destination="link/sub"))
+    assert (root / "logs" / "artifacts" / "owned.txt").is_file()  # the conventional directory
     assert not (tmp_path / "pwned").exists() and not (outside / "sub").exists()
-    assert sum("not inside the artifacts directory" in p
-               for p in notes["artifact_problems"]) == 2
+    assert sum("not inside the artifacts directory" in p for p in problems) == 2
+
+
+async def test_file_or_directory_is_what_the_copy_says_not_the_images_sh(tmp_path: Path) -> None:
+    """Security review finding 9: the image's own ``sh``, run as root after the agent, said
+    whether an artifact was a file or a directory."""
+    root = tmp_path / "trial" / "artifacts"
+    problems = await _collect(root, TaskArtifact(source="/app/out", destination="out"),
+                              TaskArtifact(source="/app/log.txt", destination="logs/the.txt"))
+    assert problems == []
+    assert (root / "out" / "owned.txt").is_file()
+    assert (root / "logs" / "the.txt").read_text() == "a file\n"
+    assert sorted(p.name for p in (root / "logs").iterdir()) == ["artifacts", "the.txt"]

@@ -14,7 +14,7 @@ import hashlib
 import time
 import traceback
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from agentmeter.agents.base import Agent, AgentContext, AgentRun, AgentSession, GatewayEndpoint
 from agentmeter.agents.reference import replay_script
@@ -31,6 +31,7 @@ from agentmeter.records import (
     utcnow,
 )
 from agentmeter.runner import hooks, separate, sidecars
+from agentmeter.runner.artifact_copy import copy_artifact
 from agentmeter.runner.judging import GatewayJudge, evaluation_extra, merge_meters
 from agentmeter.runner.network import (
     blocked_hosts,
@@ -451,23 +452,14 @@ class TrialRunner:
             if box is None:
                 problems.append(f"{art.source}: service {art.service!r} is not running")
                 continue
-            try:
-                kind = (await box.exec(["sh", "-c", 'if [ -d "$1" ]; then echo dir; elif '
-                                            '[ -e "$1" ]; then echo file; fi', "sh", art.source],
-                                           user="root")).stdout.strip()
-                if not kind:
+            try:  # a file or a directory: as the copied stream says (no sh of the image)
+                notes = await copy_artifact(box, art.source, dest, exclude=art.exclude,
+                                            max_bytes=ARTIFACT_MAX_BYTES)
+                if notes is None:
                     if art is not conventional:
                         problems.append(f"{art.source}: no such file or directory")
                     continue
-                is_dir = kind == "dir"
-                # as the agent: a path it replaced by a symlink reads nothing it could not
-                problems += await box.copy_out(art.source, dest if is_dir else dest.parent,
-                                                   exclude=art.exclude,
-                                                   max_bytes=ARTIFACT_MAX_BYTES)
-                if not is_dir:  # copied under the source's own name
-                    copied = dest.parent / PurePosixPath(art.source).name
-                    if copied != dest:
-                        copied.replace(dest)
+                problems += notes
             except (SandboxError, OSError) as e:
                 problems.append(f"{art.source}: {e}")
                 continue

@@ -313,6 +313,11 @@ def _extract_into(tree: _Tree, fileobj: BinaryIO, res: Result, *, what: str, max
         raise UntarError(f"{what}: not a complete tar stream: {e}") from e
 
 
+def merge(src: Path, dest: Path) -> None:
+    """Move the tree ``src`` into ``dest`` as an extraction does (see ``_merge``)."""
+    _merge(src, dest)
+
+
 def _merge(src: Path, dest: Path) -> None:
     """Move ``src``'s content into ``dest`` (created), replacing what is there; links in
     ``dest`` are replaced, never followed."""
