@@ -279,14 +279,43 @@ def test_malformed_description_names_file_and_key(tmp_path: Path, content: str,
     assert [p.name for p in tmp_path.iterdir()] == ["src"]  # no temporary directory left
 
 
-def test_a_failure_while_writing_leaves_nothing(tmp_path: Path) -> None:
+def test_a_failure_while_writing_leaves_nothing(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
     src = _fixture_copy(tmp_path)
-    # a dangling link in an asset: copying it fails after most scenarios were written
-    os.symlink(tmp_path / "nowhere", src / "AgencyBench-v2" / "MCP" / "scenario2" / "desktop"
-               / "broken.txt")
+    # an asset that cannot be copied: the failure comes after most scenarios were written
+    bad = src / "AgencyBench-v2" / "MCP" / "scenario2" / "desktop" / "unreadable.txt"
+    bad.write_text("x")
+    copy2 = shutil.copy2
+
+    def failing(s: Any, d: Any, **kw: Any) -> Any:
+        if Path(s) == bad:
+            raise PermissionError(13, "Permission denied", str(s))
+        return copy2(s, d, **kw)
+    monkeypatch.setattr(shutil, "copy2", failing)
     with pytest.raises(OSError):
         import_agencybench(src, tmp_path / "out")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]
+
+
+def test_links_in_a_hostile_checkout_bring_no_host_file(tmp_path: Path) -> None:
+    """Security review finding 8: an asset that is a link to a host file had that file's
+    content copied into the task (and on into the sandbox)."""
+    src = _fixture_copy(tmp_path)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host secret\n")
+    desktop = src / "AgencyBench-v2" / "MCP" / "scenario2" / "desktop"
+    os.symlink(secret, desktop / "notes.txt")
+    os.symlink(tmp_path, desktop / "linked_dir")
+    summary = import_agencybench(src, tmp_path / "out")
+    out = tmp_path / "out" / "mcp-scenario2"
+    assert not [p for p in out.rglob("*") if p.is_file() and b"host secret" in p.read_bytes()]
+    assert not [p for p in out.rglob("*") if p.is_symlink()]
+    assert any("notes.txt: a symbolic link" in n for n in summary.notes)
+    scen = src / "AgencyBench-v2" / "MCP" / "scenario2"
+    (scen / "description.json").rename(tmp_path / "description.json")
+    os.symlink(tmp_path / "description.json", scen / "description.json")
+    with pytest.raises(ImportFormatError, match="symbolic link"):
+        import_agencybench(src, tmp_path / "out2")
 
 
 def test_an_existing_destination_is_refused_untouched(tmp_path: Path) -> None:

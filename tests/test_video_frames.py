@@ -65,3 +65,32 @@ def test_without_ffmpeg_the_prompt_says_why(tmp_path: Path, monkeypatch: pytest.
     _, user = judging.prompt("vision", [ITEM], inputs)
     assert isinstance(user.content[0], str) and "their frames not attached" in user.content[0]
     assert bad.problem in user.content[0].replace("\\\"", '"') or "ffprobe" in user.content[0]
+
+
+def test_a_playlist_posing_as_a_video_reads_no_other_host_file(tmp_path: Path) -> None:
+    """Security review finding 6: ffmpeg runs on the host; an agent's "demo.mp4" that is an HLS
+    playlist naming another host file (another trial's recording) had its frames sampled."""
+    host_file = _video(tmp_path / "other_trial.ts")
+    fake = tmp_path / "site" / "demo.mp4"
+    fake.parent.mkdir()
+    fake.write_text(f"#EXTM3U\n#EXT-X-TARGETDURATION:2\n#EXTINF:2,\n{host_file}\n"
+                    "#EXT-X-ENDLIST\n")
+    got = frames.sample(fake, tmp_path / "frames", n=1)
+    assert not got.paths and got.problem is not None
+
+
+def test_a_frame_larger_than_the_cap_is_not_decoded(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A huge frame in a tiny file (8192x8192 PNG in Matroska: 456 MB of ffmpeg) is refused:
+    here the cap is lowered below the 64x48 test video's frame."""
+    video = _video(tmp_path / "demo.mp4")
+    monkeypatch.setattr(frames, "MAX_PIXELS", 64 * 48 - 1)
+    got = frames.sample(video, tmp_path / "frames", n=1)
+    assert not got.paths and got.problem is not None
+
+
+def test_ffmpeg_runs_under_a_memory_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    video = _video(tmp_path / "demo.mp4")
+    monkeypatch.setattr(frames, "MEMORY_LIMIT", 8 << 20)  # too little for ffmpeg to start
+    got = frames.sample(video, tmp_path / "frames", n=1)
+    assert not got.paths and got.problem is not None

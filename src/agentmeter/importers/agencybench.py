@@ -270,17 +270,25 @@ def dockerfile(sc: Scenario) -> str:
             f"WORKDIR {WORKDIR}\n")
 
 
-def _copy_tree(src: Path, dst: Path) -> int:
-    """Copy ``src`` into ``dst`` skipping dot-paths and __pycache__; the number of files."""
+def _copy_tree(src: Path, dst: Path, notes: list[str]) -> int:
+    """Copy ``src`` into ``dst`` skipping dot-paths and __pycache__; the number of files. A
+    symbolic link is not copied (noted): in a hostile checkout it would bring a host file's
+    content into the task."""
     n = 0
     for dirpath, dirnames, filenames in os.walk(src):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
+        links = [d for d in dirnames if (Path(dirpath) / d).is_symlink()]
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__"
+                             and d not in links)
         rel = Path(dirpath).relative_to(src)
         (dst / rel).mkdir(parents=True, exist_ok=True)
-        for f in sorted(filenames):
-            if not f.startswith("."):
-                shutil.copy2(Path(dirpath) / f, dst / rel / f)
-                n += 1
+        for f in sorted([*filenames, *links]):
+            if f.startswith("."):
+                continue
+            if (Path(dirpath) / f).is_symlink():
+                notes.append(f"{Path(dirpath) / f}: a symbolic link, not copied")
+                continue
+            shutil.copy2(Path(dirpath) / f, dst / rel / f, follow_symlinks=False)
+            n += 1
     return n
 
 
@@ -301,12 +309,15 @@ def write_scenario(sc: Scenario, out: Path, mode: PromptMode, notes: list[str]) 
     (out / "environment").mkdir()
     (out / "environment" / "Dockerfile").write_text(dockerfile(sc), encoding="utf-8")
     (out / "tests" / "agencybench").mkdir(parents=True)
-    shutil.copy2(sc.path / DESCRIPTION_JSON, out / "tests" / "agencybench" / DESCRIPTION_JSON)
+    if (sc.path / DESCRIPTION_JSON).is_symlink():
+        raise ImportFormatError(f"{sc.path / DESCRIPTION_JSON}: a symbolic link (not followed)")
+    shutil.copy2(sc.path / DESCRIPTION_JSON, out / "tests" / "agencybench" / DESCRIPTION_JSON,
+                 follow_symlinks=False)
     workdir = out / "steps" / "subtask1" / "workdir"
     if sc.id in ASSETS:
         name, where = ASSETS[sc.id]
         if (sc.path / name).is_dir():
-            _copy_tree(sc.path / name, workdir / where)
+            _copy_tree(sc.path / name, workdir / where, notes)
         else:
             notes.append(f"{sc.source}: asset {name}/ not in the source; "
                          "steps/subtask1/workdir/ left without it")

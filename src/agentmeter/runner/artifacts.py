@@ -5,14 +5,16 @@ out noted on the trial. A part of ``TrialRunner`` (trial.py)."""
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agentmeter.records import ArtifactRecord, TrialRecord
 from agentmeter.runner import hooks, sidecars
+from agentmeter.runner.artifact_copy import copy_artifact
 from agentmeter.sandbox import fsnames
 from agentmeter.sandbox.protocol import Sandbox
 from agentmeter.sandbox.spec import SandboxError
+from agentmeter.tasks import artifact_paths
 from agentmeter.tasks.models import Task, TaskArtifact
 
 if TYPE_CHECKING:
@@ -82,28 +84,23 @@ class TrialArtifacts:
         conventional = TaskArtifact(source=hooks.ARTIFACTS_DIR,
                                     destination=hooks.ARTIFACTS_DIR.strip("/"))
         for art in (conventional, *self.task.artifacts):
-            dest = root / art.destination
+            dest = artifact_paths.inside(root, art.destination)
+            if dest is None:  # the host is written as root: never outside artifacts/
+                problems.append(f"{art.source}: destination {art.destination!r} is not inside "
+                                "the artifacts directory: not collected")
+                continue
             box = sandbox if art.service is None else side.box(art.service) if side else None
             if box is None:
                 problems.append(f"{art.source}: service {art.service!r} is not running")
                 continue
-            try:
-                kind = (await box.exec(["sh", "-c", 'if [ -d "$1" ]; then echo dir; elif '
-                                            '[ -e "$1" ]; then echo file; fi', "sh", art.source],
-                                           user="root")).stdout.strip()
-                if not kind:
+            try:  # a file or a directory: as the copied stream says (no sh of the image)
+                notes = await copy_artifact(box, art.source, dest, exclude=art.exclude,
+                                            max_bytes=ARTIFACT_MAX_BYTES)
+                if notes is None:
                     if art is not conventional:
                         problems.append(f"{art.source}: no such file or directory")
                     continue
-                is_dir = kind == "dir"
-                # as the agent: a path it replaced by a symlink reads nothing it could not
-                problems += await box.copy_out(art.source, dest if is_dir else dest.parent,
-                                                   exclude=art.exclude,
-                                                   max_bytes=ARTIFACT_MAX_BYTES)
-                if not is_dir:  # copied under the source's own name
-                    copied = dest.parent / PurePosixPath(art.source).name
-                    if copied != dest:
-                        copied.replace(dest)
+                problems += notes
             except (SandboxError, OSError) as e:
                 problems.append(f"{art.source}: {e}")
                 continue

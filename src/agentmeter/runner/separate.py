@@ -17,6 +17,7 @@ from pathlib import Path
 from agentmeter.runner.hooks import ARTIFACTS_DIR
 from agentmeter.sandbox.protocol import Sandbox, SandboxBackend
 from agentmeter.sandbox.spec import AGENT_USER, BaseImage, LayerSpec, SandboxSpec
+from agentmeter.tasks import artifact_paths
 from agentmeter.tasks.models import Task, TaskArtifact
 
 
@@ -50,8 +51,8 @@ def collected(task: Task, artifacts_dir: Path) -> list[tuple[Path, str]]:
     out = []
     for art in (TaskArtifact(source=ARTIFACTS_DIR, destination=ARTIFACTS_DIR.strip("/")),
                 *task.artifacts):
-        host = artifacts_dir / art.destination
-        if host.exists() and not host.is_symlink():
+        host = artifact_paths.inside(artifacts_dir, art.destination)  # never a host path outside
+        if host is not None and host.exists() and not host.is_symlink():
             out.append((host, art.source))
     return out
 

@@ -38,6 +38,13 @@ ARGV_CHUNK_BYTES = 96 << 10
 _TAR_OVERHEAD = 64 << 10
 
 
+class CopyNotes(list[str]):
+    """``copy_out``'s notes, and what the copied path was by the stream itself (untar's
+    ``Result.top_kind``: "dir" or "file"), so a caller needs no program of the image to know."""
+
+    top_kind: str | None = None
+
+
 def _split(path: str, what: str) -> tuple[str, str, str]:
     """(normalised absolute path, its parent, its name)."""
     norm = posixpath.normpath(path)
@@ -118,7 +125,9 @@ async def copy_out(run: BusyboxRun, src: str, host_dst: Path, *, user: str,
         raise SandboxError(notes[0] if notes else f"{what}: no such file or directory")
     if res.top_kind == "symlink":
         raise SandboxError(f"{what}: {path} is a symbolic link: not followed, not copied")
-    return notes + [f"{what}: {n}" for n in res.notes]
+    out = CopyNotes(notes + [f"{what}: {n}" for n in res.notes])
+    out.top_kind = res.top_kind
+    return out
 
 
 async def read_file(run: BusyboxRun, path: str, *, user: str, max_bytes: int) -> bytes:

@@ -49,9 +49,9 @@ def _kind(mode: int) -> str:
     return "o"
 
 
-def _digest_file(path: str) -> str | None:
+def _digest_file(top: str, rel: str) -> str | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = fsnames.open_exact(top, rel, os.O_RDONLY | os.O_NONBLOCK, fsnames.kernel_name(top))
     except OSError:
         return None
     h = hashlib.blake2b(digest_size=16)
@@ -67,14 +67,15 @@ def _digest_file(path: str) -> str | None:
 def walk_host_tree(top: str, ignore: Sequence[str], budget: fsnames.Budget | None = None
                    ) -> dict[str, os.stat_result]:
     """lstat of every path under ``top`` (relative paths), never following symlinks, without
-    recursion, within ``budget`` (default: ``fsnames.CAPS``)."""
+    recursion, within ``budget`` (default: ``fsnames.CAPS``). ``top`` has no link in it
+    (``inroot.resolve_in_root``): none is followed on the way to it either."""
     budget = budget if budget is not None else fsnames.Budget()
     match = _matcher(tuple(ignore)) if ignore else None
 
     def skip(name: str, rel: str) -> bool:
         # parents were checked already: only the new component and the whole path
         return match is not None and bool(match(name) or match(rel))
-    return dict(fsnames.scan(top, budget, skip))
+    return dict(fsnames.scan(top, budget, skip, exact=True))
 
 
 def snapshot_host_tree(top: str, root_label: str, ignore: Sequence[str]) -> FsSnapshot:
@@ -85,7 +86,7 @@ def snapshot_host_tree(top: str, root_label: str, ignore: Sequence[str]) -> FsSn
         kind = _kind(st.st_mode)
         digest = None
         if kind == "f" and taken - st.st_mtime_ns < RACY_WINDOW_NS:
-            digest = _digest_file(os.path.join(top, rel))
+            digest = _digest_file(top, rel)
         # model_construct: thousands of trusted values, validation would dominate the cost
         entries[rel] = FsEntry(kind, st.st_size, st.st_mtime_ns,  # type: ignore[arg-type]
                                stat.S_IMODE(st.st_mode), digest)
@@ -132,7 +133,7 @@ def diff_host_tree(top: str, before: FsSnapshot, ignore: Sequence[str]) -> FsDif
                      stat.S_IMODE(st.st_mode))
         for rel, st in walk_host_tree(top, ignore, budget).items()
     }
-    return diff_entries(before, now, lambda rel: _digest_file(os.path.join(top, rel)), ignore,
+    return diff_entries(before, now, lambda rel: _digest_file(top, rel), ignore,
                         budget.note)
 
 

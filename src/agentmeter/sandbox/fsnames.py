@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import os
 import re
 import shutil
@@ -138,33 +139,75 @@ class Budget:
         return "; ".join(parts) or None
 
 
-def scan(top: str, budget: Budget, skip: Callable[[str, str], bool] | None = None
-         ) -> Iterator[tuple[str, os.stat_result]]:
+def kernel_name(top: str) -> str:
+    """The kernel's own path of the directory ``top`` (``/proc/self/fd``), the reference
+    ``open_exact`` compares with; ``top``'s last component is not followed."""
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    finally:
+        os.close(fd)
+
+
+def open_exact(top: str, rel: str, flags: int, name: str) -> int:
+    """A descriptor of ``top/rel`` opened without following a link below ``top``: the last
+    component with ``O_NOFOLLOW``, and the kernel's own path of what was opened must be
+    ``name`` (``kernel_name(top)``) joined with ``rel`` (a directory on the way swapped for a
+    link, by a process of the sandbox racing the walk, resolves elsewhere). OSError otherwise."""
+    fd = os.open(os.path.join(top, rel) if rel else top, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        want = (name.rstrip("/") + "/" + rel) if rel else name
+        if os.readlink(f"/proc/self/fd/{fd}") != want:
+            raise OSError(errno.ELOOP, "a symbolic link on the way", rel)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def scan(top: str, budget: Budget, skip: Callable[[str, str], bool] | None = None,
+         *, exact: bool = False) -> Iterator[tuple[str, os.stat_result]]:
     """``(relative path, lstat)`` of everything under ``top``, shallowest first, never following
     symlinks, without recursion, within ``budget`` (directories at its depth are not entered).
     ``skip(name, relpath)`` leaves an entry (and what is under it) out. Unreadable directories
-    are skipped."""
+    are skipped. Each directory is opened with ``open_exact``. ``exact``: ``top`` is taken as
+    given (a sandbox's tree, its links resolved inside it: ``inroot``), else the host's links
+    in it are resolved first."""
+    if not exact:
+        top = os.path.realpath(top)
+    try:
+        name = kernel_name(top)
+    except OSError:
+        return
     queue = collections.deque([""])
     while queue and budget.full is None:
         rel_dir = queue.popleft()
         try:
-            it = os.scandir(os.path.join(top, rel_dir) if rel_dir else top)
+            fd = open_exact(top, rel_dir, os.O_RDONLY | os.O_DIRECTORY, name)
         except OSError:
             continue
-        with it:
-            for de in it:
-                rel = f"{rel_dir}/{de.name}" if rel_dir else de.name
-                if skip is not None and skip(de.name, rel):
-                    continue
-                try:
-                    st = de.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                if not budget.admit(rel):
-                    break
-                yield rel, st
-                if stat.S_ISDIR(st.st_mode) and budget.descend(rel):
-                    queue.append(rel)
+        try:
+            it = os.scandir(fd)  # reads a duplicate of fd
+        except OSError:
+            os.close(fd)
+            continue
+        try:
+            with it:
+                for de in it:
+                    rel = f"{rel_dir}/{de.name}" if rel_dir else de.name
+                    if skip is not None and skip(de.name, rel):
+                        continue
+                    try:
+                        st = de.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if not budget.admit(rel):
+                        break
+                    yield rel, st
+                    if stat.S_ISDIR(st.st_mode) and budget.descend(rel):
+                        queue.append(rel)
+        finally:
+            os.close(fd)
 
 
 def walk_files(top: str, budget: Budget) -> list[str]:

@@ -64,6 +64,7 @@ from agentmeter.sandbox.hosttools import (
     missing,
     static_busybox,
 )
+from agentmeter.sandbox.inroot import resolve_in_root
 from agentmeter.sandbox.layers import LayerMeta, LocalLayerCache
 from agentmeter.sandbox.local_spares import Spares, spare_key
 from agentmeter.sandbox.masks import KEYRING_WRAPPER, SessionNoticeFilter, proc_masks
@@ -580,7 +581,8 @@ class LocalSandbox(SandboxFiles):
     # -- snapshots -----------------------------------------------------------------------
 
     def _host_view(self, root: str) -> str:
-        top = self.merged + "/" + root.strip("/")
+        # the image's links resolved as inside, below merged: never onto the host's tree
+        top = resolve_in_root(self.merged, root)
         st = os.lstat(top)
         if not stat.S_ISDIR(st.st_mode):
             raise SandboxError(f"snapshot root {root} is not a directory inside the sandbox")

@@ -12,7 +12,9 @@ stream (else it is refused); a symlink is kept only when its target is relative 
 (it then resolves inside the copy), else dropped; modes lose setuid, setgid, sticky and
 group/other write, and the owner may always read and write; names keep their bytes (the host's
 file system takes any); notes show them as the store does (``fsnames.escape_name``). At most
-``MAX_DEPTH`` components and ``MAX_MEMBERS`` members are kept. Everything is extracted
+``MAX_DEPTH`` components and ``MAX_MEMBERS`` members are kept; each member counts against the
+byte cap (``DIR_COST``, ``MEMBER_COST``) and at most ``MAX_OPEN_DIRS`` descriptors stay open,
+so a wide tree exhausts neither the disk nor the runner's descriptors. Everything is extracted
 into a scratch directory beside the destination first and moved in only when the whole stream
 was read: a failure writes nothing. Each refusal is
 returned as a note for the caller to show.
@@ -28,6 +30,7 @@ import shutil
 import stat
 import tarfile
 import tempfile
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +42,12 @@ from agentmeter.sandbox.spec import SandboxError
 
 MAX_DEPTH = 64
 MAX_MEMBERS = 100_000
+#: what a member costs against ``max_bytes`` beside a file's data: a directory takes a block
+#: on disk (100,000 empty ones in a 50 MB stream made 400 MB), any other member its header
+DIR_COST = 4096
+MEMBER_COST = 512
+#: directory descriptors kept open at once (least recently used closed; re-opened on need)
+MAX_OPEN_DIRS = 128
 #: notes beyond this many are summed up in one
 MAX_NOTES = 50
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -90,24 +99,31 @@ class _Tree:
 
     def __init__(self, root: Path) -> None:
         self.root_fd = os.open(root, _DIR_FLAGS)
-        self._dirs: dict[tuple[str, ...], int] = {(): self.root_fd}
+        #: open descriptors below the root, least recently used first
+        self._dirs: OrderedDict[tuple[str, ...], int] = OrderedDict()
 
     def close(self) -> None:
         for fd in self._dirs.values():
             os.close(fd)
         self._dirs.clear()
+        os.close(self.root_fd)
 
     def dir_fd(self, parts: Sequence[str], mode: int = 0o700) -> int:
         """The descriptor of directory ``parts`` (made when missing); OSError when a component
         is a symlink or not a directory."""
         key = tuple(parts)
+        if not key:
+            return self.root_fd
         if key in self._dirs:
+            self._dirs.move_to_end(key)
             return self._dirs[key]
         parent = self.dir_fd(parts[:-1])
         with contextlib.suppress(FileExistsError):
             os.mkdir(parts[-1], mode | 0o700, dir_fd=parent)
         fd = os.open(parts[-1], _DIR_FLAGS, dir_fd=parent)
         self._dirs[key] = fd
+        if len(self._dirs) > MAX_OPEN_DIRS:  # the parent just used is recent: never this one
+            os.close(self._dirs.popitem(last=False)[1])
         return fd
 
     def clear_entry(self, parent: int, name: str) -> None:
@@ -240,6 +256,10 @@ def _extract_into(tree: _Tree, fileobj: BinaryIO, res: Result, *, what: str, max
                     continue
                 if exclude and _excluded(parts, exclude):
                     continue
+                total += DIR_COST if member.isdir() else MEMBER_COST
+                if total > max_bytes:
+                    raise CopyTooLarge(f"{what}: its members take more than the {max_bytes} "
+                                       "bytes allowed")
                 try:
                     if member.isdir():
                         if parts:
@@ -291,6 +311,11 @@ def _extract_into(tree: _Tree, fileobj: BinaryIO, res: Result, *, what: str, max
                              "the way")
     except (tarfile.TarError, EOFError) as e:
         raise UntarError(f"{what}: not a complete tar stream: {e}") from e
+
+
+def merge(src: Path, dest: Path) -> None:
+    """Move the tree ``src`` into ``dest`` as an extraction does (see ``_merge``)."""
+    _merge(src, dest)
 
 
 def _merge(src: Path, dest: Path) -> None:

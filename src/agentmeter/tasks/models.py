@@ -12,9 +12,10 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agentmeter.records import TaskRecord
+from agentmeter.tasks.artifact_paths import destination_problem
 from agentmeter.verify.difftest.config import DifftestConfig
 
 TaskFormat = Literal["native", "terminal-bench"]
@@ -45,6 +46,15 @@ class TaskArtifact(BaseModel):
     exclude: tuple[str, ...] = Field(default=(), description="glob patterns left out (tar --exclude)")
     #: the compose service it is copied from (None: the main sandbox)
     service: str | None = None
+
+    @field_validator("destination")
+    @classmethod
+    def _relative_inside(cls, value: str) -> str:
+        # copied out as root: an absolute, '..' or empty destination writes anywhere on the host
+        problem = destination_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
 
 class Healthcheck(BaseModel):

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agentmeter.tasks.artifact_paths import destination_problem
 from agentmeter.tasks.errors import TaskProblem
 from agentmeter.tasks.phases import (
     Network,
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from agentmeter.tasks.task_toml import (
         StepEntry,
         TaskToml,
+        _ArtifactEntry,
     )
 
 ROOT_USERS = {"root", "0"}
@@ -109,15 +111,28 @@ def phase_problems(config: TaskToml, file: Path) -> list[TaskProblem]:
             problems.append(TaskProblem(file, f"allowed_hosts goes with network_mode = "
                                         f"'allowlist' (this section says {part.network_mode!r})",
                                         f"{section}.allowed_hosts"))
-    for i, art in enumerate(config.artifacts):
+    return problems + artifact_problems(config.artifacts, file, "artifacts")
+
+
+def artifact_problems(artifacts: list[str | _ArtifactEntry], file: Path,
+                      key: str) -> list[TaskProblem]:
+    """An artifact's source is absolute; its destination (given, else the source without its
+    leading '/') is a relative path inside the trial's artifacts directory, which the runner
+    writes as root (``artifact_paths``)."""
+    problems: list[TaskProblem] = []
+    for i, art in enumerate(artifacts):
         source = art if isinstance(art, str) else art.source
         if not source.startswith("/"):
             problems.append(TaskProblem(file, f"{source!r}: an artifact source is an absolute path "
-                                        "inside the sandbox", f"artifacts[{i}]"))
+                                        "inside the sandbox", f"{key}[{i}]"))
+            continue
         dest = None if isinstance(art, str) else art.destination
-        if dest is not None and (dest.startswith("/") or ".." in Path(dest).parts or not dest.strip("/")):
-            problems.append(TaskProblem(file, f"{dest!r}: a destination is a relative path inside "
-                                        "the trial's artifacts directory", f"artifacts[{i}].destination"))
+        field = f"{key}[{i}]" if dest is None else f"{key}[{i}].destination"
+        problem = destination_problem(source.strip("/") if dest is None else dest)
+        if problem is not None:
+            problems.append(TaskProblem(file, f"{problem} (a relative path inside the trial's "
+                                        "artifacts directory; without a destination, the source "
+                                        "without its leading '/')", field))
     return problems
 
 
@@ -145,6 +160,7 @@ def step_problems(config: TaskToml, file: Path) -> list[TaskProblem]:
         if unknown_kind is not None:
             problems.append(TaskProblem(file, unknown_kind, f"steps[{i}].verifier.kind"))
         problems += _step_network_problems(config, step, i, file)
+        problems += artifact_problems(step.artifacts, file, f"steps[{i}].artifacts")
         user = step.agent.user
         task_user = config.agent.user
         if user is not None and str(user) != str(task_user) and not (

@@ -23,6 +23,7 @@ from agentmeter.report.html.trials import (
     TextBudget,
     all_trials,
 )
+from agentmeter.store.artifacts import safe_trial_name
 from agentmeter.store.db import Store
 
 #: characters of artifact text embedded in one report (keeps the file small on big runs)
@@ -54,7 +55,9 @@ def _file_links(base: Path | None, media_dir: Path | None = None) -> ArtifactLin
     def link(run_id: str, trial_id: str, try_number: int, name: str, path: Path) -> str:
         target = path if path.is_absolute() else path.absolute()
         if media_dir is not None and base is not None and _is_media(name):
-            copy = media_dir / _safe(run_id) / f"{_safe(trial_id)}-{try_number}" / _safe_rel(name)
+            # safe_trial_name: a hash of the id when it was changed (a_b:c and a:b_c differ)
+            copy = (media_dir / _safe(run_id) / safe_trial_name(trial_id, try_number)
+                    / _safe_rel(name))
             if _place(target, copy):
                 return quote(os.path.relpath(copy, base))
         if base is None:

@@ -6,11 +6,15 @@ is returned, and the judge's prompt says it beside the video's name.
 
 The video is the capture's recording or a deliverable named by a vision item's ``inputs``
 (``VIDEO_TYPES``). ffmpeg runs on the host, on a file copied out of the sandbox, under a time
-limit, its output frames scaled to at most ``MAX_WIDTH`` pixels wide.
+limit, its output frames scaled to at most ``MAX_WIDTH`` pixels wide. The file is the agent's:
+ffmpeg and ffprobe read it only as one of the container formats ``FORMATS`` (an HLS playlist
+named ``demo.mp4`` made ffmpeg read other host files it named), through the ``file`` protocol,
+decode at most ``MAX_PIXELS`` a frame and run with ``MEMORY_LIMIT`` bytes of address space.
 """
 
 from __future__ import annotations
 
+import resource
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +26,21 @@ DEFAULT_FRAMES = 4
 MAX_WIDTH = 1280
 TIMEOUT_S = 60.0
 TOOLS = {"ffmpeg": "ffmpeg", "ffprobe": "ffmpeg"}
+#: the demuxers a video may be read with (no playlist, concat or image-sequence format, which
+#: would open other files by the names inside it)
+FORMATS = "mov,mp4,m4a,3gp,3g2,mj2,matroska,webm,avi,ogg"
+MAX_PIXELS = 16_777_216
+MEMORY_LIMIT = 2 << 30
+
+
+def _input_options() -> list[str]:
+    """Before ``-i``: what confines the agent's file (formats, protocol, frame size)."""
+    return ["-format_whitelist", FORMATS, "-protocol_whitelist", "file",
+            "-max_pixels", str(MAX_PIXELS), "-threads", "2"]
+
+
+def _limit_memory() -> None:  # in the child, before exec
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
 
 
 @dataclass
@@ -54,9 +73,9 @@ def ensure_ffmpeg() -> str | None:
 
 def duration(video: Path, timeout: float = TIMEOUT_S) -> float | None:
     r = subprocess.run(["ffprobe", "-v", "error", "-show_entries", "format=duration", "-of",
-                        "default=noprint_wrappers=1:nokey=1", str(video)],
+                        "default=noprint_wrappers=1:nokey=1", *_input_options(), "-i", str(video)],
                        capture_output=True, text=True, timeout=timeout, check=False,
-                       stdin=subprocess.DEVNULL)
+                       stdin=subprocess.DEVNULL, preexec_fn=_limit_memory)
     try:
         value = float(r.stdout.strip().splitlines()[0])
     except (ValueError, IndexError):
@@ -82,10 +101,11 @@ def sample(video: Path, out_dir: Path, n: int = DEFAULT_FRAMES, label: str | Non
         for k in range(n):
             t = round(length * (k + 0.5) / n, 3)
             out = out_dir / f"{video.stem}_frame{k + 1}.png"
-            r = subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-y", "-ss", f"{t}", "-i",
-                                str(video), "-frames:v", "1", "-vf",
+            r = subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-y", "-ss", f"{t}",
+                                *_input_options(), "-i", str(video), "-frames:v", "1", "-vf",
                                 f"scale='min({MAX_WIDTH},iw)':-2", str(out)],
-                               capture_output=True, text=True, timeout=timeout, check=False)
+                               capture_output=True, text=True, timeout=timeout, check=False,
+                               preexec_fn=_limit_memory)
             if r.returncode == 0 and out.is_file() and out.stat().st_size > 0:
                 got.paths.append(out)
                 got.times.append(t)
