@@ -32,6 +32,10 @@ runs the same bwrap command (no keyctl, sh or nsenter programs in between).
 As an ordinary user, the keeper runs in a user namespace in which that user is uid 0; root execs
 run as that uid 0, agent execs in a nested user namespace as uid 1000 without capabilities, and
 limits that need cgroups are skipped with a warning.
+
+The code by job: ``local_keeper.py`` (a sandbox's state, its tree and its keeper's start),
+``local_command.py`` (an exec's bwrap command), ``local_exec.py`` (the exec, its output and its
+kill), this module (start, stop, files, snapshots; ``LocalBackend``).
 """
 
 from __future__ import annotations
