@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
-from agentmeter.sandbox import cgroups, idmap, local, local_dirs, seccomp
+from agentmeter.sandbox import cgroups, idmap, local, local_dirs, local_exec, local_keeper, seccomp
 from agentmeter.sandbox.local import LocalBackend, LocalSandbox
 from agentmeter.sandbox.spec import DEFAULT_DISK_MB, DEFAULT_MEMORY_MB, DEFAULT_PIDS, Limits, SandboxSpec
 
@@ -58,12 +58,12 @@ def instrument(backend: LocalBackend) -> None:
     wrap(backend.layers, "resolve", "start: layers.resolve (cache hit)")
     wrap(local, "start_network", "start: start_network")
     wrap(cgroups, "create", "start: cgroup create")
-    wrap(local.subprocess, "Popen", "start: keeper spawn (Popen)")
+    wrap(local_keeper.subprocess, "Popen", "start: keeper spawn (Popen)")
     wrap(idmap, "write_id_map", "start: id map write")
     wrap(seccomp, "program_fd", "exec: seccomp program fd")
     wrap(LocalSandbox, "_command", "exec: build bwrap argv")
-    wrap(local.asyncio, "create_subprocess_exec", "exec: spawn (create_subprocess_exec)")
-    wrap(local, "collect_output", "exec: run chain to exit (collect_output)")
+    wrap(local_exec.asyncio, "create_subprocess_exec", "exec: spawn (create_subprocess_exec)")
+    wrap(local_exec, "collect_output", "exec: run chain to exit (collect_output)")
     wrap(cgroups.Cgroup, "remove_soon", "stop: cgroup kill + remove (dirs in background)")
     wrap(local_dirs, "discard", "stop: sandbox dir renamed away (removed in background)")
     wrap(cgroups.Cgroup, "remove", "stop: cgroup remove")  # before: both on the path

@@ -32,29 +32,28 @@ runs the same bwrap command (no keyctl, sh or nsenter programs in between).
 As an ordinary user, the keeper runs in a user namespace in which that user is uid 0; root execs
 run as that uid 0, agent execs in a nested user namespace as uid 1000 without capabilities, and
 limits that need cgroups are skipped with a warning.
+
+The code by job: ``local_keeper.py`` (a sandbox's state, its tree and its keeper's start),
+``local_command.py`` (an exec's bwrap command), ``local_exec.py`` (the exec, its output and its
+kill), this module (start, stop, files, snapshots; ``LocalBackend``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import json
 import os
 import platform
 import posixpath
 import secrets
-import shutil
-import signal
 import stat
 import subprocess
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from agentmeter.notices import notice
-from agentmeter.sandbox import accounts, cgroups, copyout, idmap, local_dirs, rootfs, seccomp, zygote
-from agentmeter.sandbox.bridge import BridgeProcess, start_bridge
+from agentmeter.sandbox import accounts, cgroups, idmap, local_dirs, rootfs, seccomp, zygote
+from agentmeter.sandbox.bridge import start_bridge
 from agentmeter.sandbox.fileops import WRITE_SCRIPT, SandboxFiles, copy_in_archive
 from agentmeter.sandbox.fsdiff import diff_host_tree, snapshot_host_tree
 from agentmeter.sandbox.hosttools import (
@@ -66,230 +65,31 @@ from agentmeter.sandbox.hosttools import (
 )
 from agentmeter.sandbox.inroot import resolve_in_root
 from agentmeter.sandbox.layers import LayerMeta, LocalLayerCache
+from agentmeter.sandbox.local_command import BUSYBOX
+from agentmeter.sandbox.local_exec import ExecSandbox
+from agentmeter.sandbox.local_keeper import RUNNING
 from agentmeter.sandbox.local_spares import Spares, spare_key
-from agentmeter.sandbox.masks import KEYRING_WRAPPER, SessionNoticeFilter, proc_masks
-from agentmeter.sandbox.netsetup import SandboxNetwork, fence_host, start_network
-from agentmeter.sandbox.output import CappedBuffer, collect_output, wait_drained
-from agentmeter.sandbox.pasta import Pasta, resolv_conf, start_pasta
+from agentmeter.sandbox.netsetup import fence_host, start_network
+from agentmeter.sandbox.pasta import start_pasta
 from agentmeter.sandbox.protocol import DEFAULT_IGNORE, OutputCallback
 from agentmeter.sandbox.spec import (
-    AGENT_USER,
-    DEFAULT_OUTPUT_LIMIT,
-    ExecResult,
     FsDiff,
     FsSnapshot,
     SandboxError,
     SandboxSpec,
 )
 
-#: Docker's default capabilities minus MKNOD, NET_RAW, AUDIT_WRITE and SETFCAP.
-ROOT_CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_SETGID",
-             "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL")
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-_KEEPER_SCRIPT = r"""
-set -e
-cd "$AM_LAYERS"
-ip link set lo up & lo=$!  # beside the mounts; waited for (and its failure fatal) below
-if [ -n "$AM_DISK" ]; then
-  mount -t tmpfs -o "size=${AM_DISK}m,mode=0755" tmpfs "$AM_RW"
-  mkdir -p "$AM_RW/upper" "$AM_RW/work"
-  if [ -n "$AM_OWNER" ]; then chown "$AM_OWNER" "$AM_RW/upper"; fi
-fi
-mount -t overlay overlay -o "$AM_OVL_OPTS" "$AM_MERGED"
-for d in $AM_HOST_DIRS; do
-  mount --rbind "$d" "$AM_MERGED$d"; mount -o remount,bind,ro,nodev,nosuid "$AM_MERGED$d"
-done
-wait "$lo"
-if [ -n "$AM_OWNER" ]; then
-  # the network namespace is host root's: let the sandbox bind ports < 1024 in it, as Docker does
-  echo 0 > /proc/sys/net/ipv4/ip_unprivileged_port_start
-  while [ $# -gt 0 ]; do mount --rbind "$1" "$2"; shift 2; done  # staged mount sources
-  # the sandbox's user namespace; the harness writes its id map after "ready"
-  exec unshare --user sh -c 'echo ready; while read -r _; do :; done'
-fi
-echo ready
-exec cat >/dev/null
-"""
 
-
-#: where an agent exec finds the host's setpriv when the sandbox root has none (a tmpfs of bwrap)
-HELPER_DIR = "/dev/.agentmeter"
-BUSYBOX = copyout.BUSYBOX
-
-
-@functools.cache
-def host_setpriv() -> list[tuple[str, str]]:
-    """The host's setpriv with its dynamic loader (first) and libraries, as (host path, name):
-    run through that loader it needs nothing from the sandbox root."""
-    prog = shutil.which("setpriv")
-    if prog is None:
-        raise SandboxError("setpriv (util-linux) not found on the host: install util-linux")
-    out = subprocess.run(["ldd", prog], capture_output=True, text=True, check=False).stdout
-    loader: list[tuple[str, str]] = []
-    libs = [(os.path.realpath(prog), "setpriv")]
-    for line in out.splitlines():
-        words = line.split()
-        if "=>" in words and len(words) > 2 and words[2].startswith("/"):
-            libs.append((os.path.realpath(words[2]), words[0]))
-        elif words and words[0].startswith("/"):
-            loader = [(os.path.realpath(words[0]), os.path.basename(words[0]))]
-    if not loader:
-        raise SandboxError(f"cannot find the dynamic loader of {prog} (ldd said: {out.strip()})")
-    return loader + libs
-
-
-#: running sandboxes by id, for a sidecar that joins one's network (SandboxSpec.join_network)
-_RUNNING: dict[str, LocalSandbox] = {}
-
-
-@functools.cache
-def _keyctl_nr() -> int | None:
-    """keyctl's syscall number here; None (no zygote: the chain of programs) elsewhere."""
-    table = {"x86_64": seccomp.X86_64, "aarch64": seccomp.AARCH64}.get(platform.machine())
-    return None if table is None else table["keyctl"]
-
-
-def _joined_netns(sid: str, rootless: bool) -> list[str]:
-    """The command prefix that starts a keeper in the network namespace of sandbox ``sid``
-    (made by host root, so nothing in either sandbox can change it; see the module docstring)."""
-    box = _RUNNING.get(sid)
-    if box is None or box._keeper is None or box._keeper.poll() is not None:
-        raise SandboxError(f"cannot join the network of sandbox {sid}: it is not running")
-    if rootless:
-        raise SandboxError("compose sidecars need the local backend run as root (a sidecar "
-                           "joins the main sandbox's network namespace)")
-    return ["nsenter", f"--net=/proc/{box._keeper.pid}/ns/net"]
-
-
-class LocalSandbox(SandboxFiles):
+class LocalSandbox(ExecSandbox, SandboxFiles):
     """A running local sandbox (see module docstring)."""
 
-    def __init__(self, spec: SandboxSpec, sid: str, directory: Path, lowers: list[str],
-                 meta: LayerMeta, rootless: bool, layers_dir: Path, keyring: bool = True) -> None:
-        self.id = sid
-        self.spec = spec
-        self.dir = directory
-        self._lowers = lowers
-        self._meta = meta
-        self._rootless = rootless
-        #: run as root: the sandbox's own user namespace on the shifted id range
-        self._shifted = not rootless
-        self._keyring = keyring
-        self._layers_dir = layers_dir
-        self._keeper: subprocess.Popen[bytes] | zygote.Keeper | None = None
-        self._cgroup: cgroups.Cgroup | None = None
-        self._bridge: BridgeProcess | None = None
-        self._pasta: Pasta | None = None  # network = "full" (pasta.py)
-        self.network = SandboxNetwork()  # the proxy, if any (netsetup.py)
-        self._stopped = False
-        #: who the exec user 'agent' is (resolved in _start: accounts.py)
-        self.account = accounts.SANDBOX_ACCOUNT
-        self._root_has_setpriv = any(
-            os.path.lexists(Path(layers_dir, lower, rel)) for lower in lowers
-            for rel in ("usr/bin/setpriv", "bin/setpriv", "usr/sbin/setpriv", "sbin/setpriv"))
-
     # -- lifecycle -----------------------------------------------------------------------
-
-    @property
-    def workdir(self) -> str:
-        return self.spec.workdir or self._meta.workdir or "/workspace"
 
     @property
     def merged(self) -> str:
         """The sandbox root as seen from the host (through the keeper's mount namespace)."""
         assert self._keeper is not None
         return f"/proc/{self._keeper.pid}/root{self._tree}"
-
-    @property
-    def _tree(self) -> str:
-        """Where the keeper mounts the sandbox tree (in its own mount namespace)."""
-        return f"{local_dirs.STAGE_DIR}/root" if self._shifted else f"{self.dir}/merged"
-
-    @property
-    def _resolv_conf(self) -> str:
-        """The sandbox's resolv.conf (network "full") where bwrap can reach it."""
-        if self._shifted:
-            return local_dirs.stage_point(len(self.spec.mounts), False)
-        return str(self.dir / "resolv.conf")
-
-    @property
-    def upper(self) -> Path:
-        return self.dir / "rw" / "upper"
-
-    def _start_keeper(self) -> None:
-        (self.dir / "rw").mkdir(parents=True)
-        if not self._shifted:
-            (self.dir / "merged").mkdir()
-        if not self.spec.limits.disk_mb:  # else made in the keeper's tmpfs
-            for d in ("upper", "work"):
-                (self.dir / "rw" / d).mkdir()
-            if self._shifted:
-                os.chown(self.upper, idmap.SHIFT_BASE, idmap.SHIFT_BASE)
-        opts = f"lowerdir={':'.join(self._lowers)},upperdir={self.dir}/rw/upper,workdir={self.dir}/rw/work"
-        if self._rootless:
-            opts += ",userxattr"
-        host_dirs = " ".join(rootfs.host_bind_dirs()) if self.spec.base == "host" else ""
-        env = {
-            "PATH": os.environ.get("PATH", DEFAULT_PATH),
-            "AM_LAYERS": str(self._layers_dir),
-            "AM_RW": f"{self.dir}/rw",
-            "AM_MERGED": self._tree,
-            "AM_OVL_OPTS": opts,
-            "AM_HOST_DIRS": host_dirs,
-            "AM_DISK": str(self.spec.limits.disk_mb or ""),
-            "AM_OWNER": f"{idmap.SHIFT_BASE}:{idmap.SHIFT_BASE}" if self._shifted else "",
-        }
-        # network: every sandbox has a network namespace of its own; "full" ones are attached
-        # to the outside by pasta (pasta.py, in _start), never to the host's loopback
-        cmd = ["unshare", "--mount", "--propagation", "private", "--net"]
-        if self.spec.join_network is not None:  # a compose sidecar: the main sandbox's network
-            cmd = [*_joined_netns(self.spec.join_network, self._rootless), *cmd[:-1]]
-        if self._rootless:
-            cmd[1:1] = ["--user", "--map-root-user"]
-        cmd += ["sh", "-c", _KEEPER_SCRIPT, "sh"]
-        if self.spec.network == "full":  # network: written now, so the keeper can stage it
-            (self.dir / "resolv.conf").write_text(resolv_conf()[0])
-        if self._shifted and _keyctl_nr() is not None:  # the zygote (zygote.py)
-            self._start_zygote(opts, host_dirs)
-            return
-        if self._shifted:
-            for i, m in enumerate(self.spec.mounts):
-                cmd += [str(m.source), local_dirs.stage_point(i, m.source.is_dir())]
-            if self.spec.network == "full":
-                cmd += [str(self.dir / "resolv.conf"), self._resolv_conf]
-        keeper = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, env=env, start_new_session=True)
-        assert keeper.stdout is not None
-        line = keeper.stdout.readline()
-        if line.strip() == b"ready" and self._shifted:
-            line = idmap.write_id_map(keeper.pid)
-        if line.strip() != b"ready":
-            keeper.kill()
-            _, err = keeper.communicate()
-            raise SandboxError(f"sandbox {self.id} failed to start: {err.decode(errors='replace').strip()}")
-        self._keeper = keeper
-        _RUNNING[self.id] = self
-        (self.dir / "owner.json").write_text(json.dumps({"owner": os.getpid(), "keeper": keeper.pid}))
-
-    def _start_zygote(self, opts: str, host_dirs: str) -> None:
-        """The keeper as a zygote (zygote.py): the script above, as system calls."""
-        binds = [[str(m.source), local_dirs.stage_point(i, m.source.is_dir())]
-                 for i, m in enumerate(self.spec.mounts)]
-        if self.spec.network == "full":
-            binds.append([str(self.dir / "resolv.conf"), self._resolv_conf])
-        join = None
-        if self.spec.join_network is not None:  # a compose sidecar: the main sandbox's network
-            join = _joined_netns(self.spec.join_network, self._rootless)[1].removeprefix("--net=")
-        keeper = zygote.start_keeper({
-            "layers": str(self._layers_dir), "rw": f"{self.dir}/rw", "tree": self._tree,
-            "overlay_opts": opts, "host_dirs": host_dirs.split(),
-            "disk_mb": self.spec.limits.disk_mb or 0, "owner": idmap.SHIFT_BASE, "binds": binds,
-            "id_map": f"0 {idmap.SHIFT_BASE} {idmap.SHIFT_SIZE}\n", "join_netns": join,
-            "keyctl_nr": _keyctl_nr(), "keyring": self._keyring,
-            "cgroup": [] if self._cgroup is None else self._cgroup.procs_files})
-        self._keeper = keeper
-        _RUNNING[self.id] = self
-        (self.dir / "owner.json").write_text(json.dumps({"owner": os.getpid(), "keeper": keeper.pid}))
 
     async def _start(self) -> None:
         try:
@@ -351,7 +151,7 @@ class LocalSandbox(SandboxFiles):
         if self._stopped:
             return
         self._stopped = True
-        _RUNNING.pop(self.id, None)
+        RUNNING.pop(self.id, None)
         if self._bridge is not None:
             await self._bridge.stop()
         if self._pasta is not None:  # network (pasta.py)
@@ -381,169 +181,6 @@ class LocalSandbox(SandboxFiles):
                 os.rename(self.upper, keep_upper)
         finally:
             local_dirs.discard(self.dir)  # renamed away now, removed off the critical path
-
-    # -- exec ----------------------------------------------------------------------------
-
-    def _env(self, user: str, extra: dict[str, str] | None) -> dict[str, str]:
-        name, home = ("root", "/root") if user == "root" else (self.account.name, self.account.home)
-        env = {"PATH": DEFAULT_PATH, "HOME": home, "USER": name, "LOGNAME": name,
-               "LANG": "C.UTF-8", "TERM": "dumb", "HOSTNAME": self.spec.hostname}
-        env.update(self._meta.env)
-        env.update(self.spec.env)
-        env.update(extra or {})
-        return env
-
-    def _command(self, argv: list[str], cwd: str, env: dict[str, str], user: str,
-                 seccomp_fd: int | None = None, busybox: bool = False) -> list[str]:
-        assert self._keeper is not None
-        cmd: list[str] = []
-        if isinstance(self._keeper, zygote.Keeper):
-            # the keeper's child joins the keyring, cgroup and namespaces itself (zygote.py)
-            cmd.append(zygote.bwrap_path())
-        else:
-            if self._keyring:
-                cmd += KEYRING_WRAPPER
-            if self._cgroup is not None:
-                files = ":".join(self._cgroup.procs_files)
-                cmd += ["sh", "-c", 'for f in $(echo "$0" | tr : " "); do echo $$ > "$f"; done; exec "$@"',
-                        files]
-            cmd += ["nsenter", "-t", str(self._keeper.pid), "-m"]
-            if self._rootless:
-                cmd += ["-U", "--preserve-credentials"]
-            if self._shifted:
-                cmd.append("-U")  # entered last; nsenter then becomes its uid 0 (host SHIFT_BASE)
-            cmd.append("-n")  # network: the sandbox's own namespace, with or without pasta
-            cmd.append("bwrap")
-        cmd += ["--bind", self._tree, "/", "--dev", "/dev", "--proc", "/proc",
-                "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
-                "--hostname", self.spec.hostname, "--die-with-parent", "--new-session",
-                "--chdir", cwd, "--clearenv"]
-        cmd += proc_masks()
-        for i, m in enumerate(self.spec.mounts):
-            source = local_dirs.stage_point(i, m.source.is_dir()) if self._shifted else str(m.source)
-            cmd += ["--ro-bind" if m.read_only else "--bind", source, m.target]
-        if self.spec.network == "full" and self.spec.base != "host":  # network (pasta.py)
-            cmd += ["--ro-bind", self._resolv_conf, "/etc/resolv.conf"]
-        for k, v in env.items():
-            cmd += ["--setenv", k, v]
-        if self._rootless and user != "root":
-            # a nested user namespace: the agent is uid 1000 without capabilities; its files
-            # belong to the namespace's root (the invoking user) outside
-            cmd += ["--unshare-user", "--uid", str(self.account.uid), "--gid", str(self.account.gid)]
-        if not self._rootless:
-            cmd += ["--cap-drop", "ALL"]
-            for cap in ROOT_CAPS if user == "root" else ("CAP_SETUID", "CAP_SETGID"):
-                cmd += ["--cap-add", cap]
-        # seccomp (seccomp.py): Docker's default profile on every exec, root ones included;
-        # bwrap applies it last, reading it from a pipe exec() passes (pass_fds) and closes
-        if seccomp_fd is not None:
-            cmd += ["--seccomp", str(seccomp_fd)]
-        setpriv = ["setpriv"]
-        if busybox:  # a copy out (copyout.py): the host's programs only, none of the image's
-            cmd += ["--ro-bind", static_busybox(), BUSYBOX]
-        if user != "root" and not self._rootless and (busybox or not self._root_has_setpriv):
-            for src, name in host_setpriv():  # an image without util-linux (Alpine, busybox)
-                cmd += ["--ro-bind", src, f"{HELPER_DIR}/{name}"]
-            setpriv = [f"{HELPER_DIR}/{host_setpriv()[0][1]}", "--library-path", HELPER_DIR,
-                       f"{HELPER_DIR}/setpriv"]
-        cmd.append("--")
-        if user != "root" and not self._rootless:
-            groups = ([f"--groups={','.join(map(str, self.account.groups))}"] if self.account.groups
-                      else ["--clear-groups"])
-            cmd += [*setpriv, f"--reuid={self.account.uid}", f"--regid={self.account.gid}",
-                    *groups, "--inh-caps=-all", "--"]
-        return cmd + argv
-
-    async def exec(
-        self,
-        cmd: str | Sequence[str],
-        *,
-        cwd: str | None = None,
-        env: dict[str, str] | None = None,
-        user: str | None = None,
-        stdin: bytes | None = None,
-        timeout: float | None = None,
-        output_limit: int = DEFAULT_OUTPUT_LIMIT,
-        on_stdout: OutputCallback | None = None,
-    ) -> ExecResult:
-        argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
-        return await self._run(argv, cwd=cwd, env=env, user=user, stdin=stdin, timeout=timeout,
-                               output_limit=output_limit, on_stdout=on_stdout)
-
-    async def _run(self, argv: list[str], *, cwd: str | None = None,
-                   env: dict[str, str] | None = None, user: str | None = None,
-                   stdin: bytes | None = None, timeout: float | None = None,
-                   output_limit: int = DEFAULT_OUTPUT_LIMIT,
-                   on_stdout: OutputCallback | None = None, busybox: bool = False) -> ExecResult:
-        """``exec``; with ``busybox`` the host's busybox is at BUSYBOX and the environment is
-        a minimal one of the harness's (copyout.py)."""
-        if self._stopped or self._keeper is None:
-            raise SandboxError(f"sandbox {self.id} is not running")
-        user = user or self.spec.user
-        if user not in ("root", AGENT_USER):
-            raise SandboxError(f"unknown sandbox user {user!r} (use 'root' or '{AGENT_USER}')")
-        if user == AGENT_USER and self.account.root:  # the image's USER is root (accounts.py)
-            user = "root"
-        sfd = seccomp.program_fd() if seccomp.supported() else None  # see _command
-        run_env = {"PATH": DEFAULT_PATH, "LC_ALL": "C"} if busybox else self._env(user, env)
-        keeper = self._keeper
-        through_zygote = isinstance(keeper, zygote.Keeper)
-        full = self._command(argv, cwd or self.workdir, run_env, user,
-                             None if sfd is None else zygote.SECCOMP_FD if through_zygote else sfd,
-                             busybox)
-        # bwrap's own init stays visible inside as /proc/1/environ: give it nothing of ours
-        bwrap_env = {"PATH": os.environ.get("PATH", DEFAULT_PATH)}
-        started = time.monotonic()
-        proc: asyncio.subprocess.Process | zygote.Exec
-        try:
-            if isinstance(keeper, zygote.Keeper):
-                proc = await keeper.spawn(
-                    full, bwrap_env, cgroup=[] if self._cgroup is None else self._cgroup.procs_files,
-                    keyring=self._keyring, stdin=stdin is not None, seccomp_fd=sfd)
-            else:
-                proc = await asyncio.create_subprocess_exec(
-                    *full, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                    env=bwrap_env, pass_fds=() if sfd is None else (sfd,))
-        finally:
-            if sfd is not None:
-                os.close(sfd)
-        out = CappedBuffer(output_limit)
-        # keyctl's notice only comes from the chain of programs (the zygote joins it silently)
-        err = (SessionNoticeFilter(output_limit) if self._keyring and not through_zygote
-               else CappedBuffer(output_limit))
-        timed_out = False
-        try:
-            code = await asyncio.wait_for(collect_output(proc, stdin, out, err, on_stdout), timeout)
-        except TimeoutError:
-            timed_out = True
-            code = await self._kill(proc)
-        except BaseException:
-            await self._kill(proc)
-            raise
-        finally:
-            if isinstance(proc, zygote.Exec):
-                proc.close()
-        return ExecResult(exit_code=code, stdout=out.text(), stderr=err.text(), timed_out=timed_out,
-                          duration_s=time.monotonic() - started, stdout_truncated=out.truncated,
-                          stderr_truncated=err.truncated)
-
-    async def _kill(self, proc: asyncio.subprocess.Process | zygote.Exec) -> int:
-        # bwrap is the leader of its own session; killing it ends the PID namespace it made.
-        if isinstance(proc, zygote.Exec):
-            await proc.kill()
-            return await wait_drained(proc)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        return await wait_drained(proc)
-
-    async def kill_user_processes(self, user: str) -> int:
-        """Nothing can be left: each exec has its own PID namespace, which the kernel empties
-        when the exec's first process exits, detached daemons included (the namespace's init
-        is bwrap; tests/test_hostile_leftovers.py checks it)."""
-        return 0
 
     # -- files ---------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ The keeper's socket is a socket pair whose other end only the harness holds; no 
 a descriptor of it (the child closes every descriptor but the four it was given), and an
 exec's processes live in their own PID namespace, so nothing in a sandbox can reach its
 zygote (tests/test_sandbox_zygote.py attacks this). The rootless backend keeps the chain of
-programs (local.py).
+programs (local_command.py).
 """
 
 from __future__ import annotations

@@ -132,7 +132,7 @@ class Keeper:
         self.spare: tuple[int, socket.socket] | None = None
 
     def setup(self) -> None:
-        """The keeper script of local.py, as system calls."""
+        """The keeper script of local_keeper.py, as system calls."""
         r = self.req
         if r.get("join_netns"):
             fd = os.open(r["join_netns"], os.O_RDONLY)
