@@ -90,21 +90,27 @@ def test_self_authored_oracle_source_has_one_copy(task_id: str) -> None:
     assert all(not p.is_dir() and p.read_bytes() for p in sources.values())
 
 
-async def test_core_subset_oracle_scores_one_and_nop_fails_the_build(tmp_path: Path) -> None:
-    """The real runner on the core subset: the reference solution built with the task's install
-    command agrees with the oracle on every valid case (reward 1.0); an empty workspace builds
-    nothing (build 0)."""
+async def test_csvq_oracle_scores_one_and_core_nop_fails_the_build(tmp_path: Path) -> None:
+    """The real runner: csvq's reference solution (its self-authored oracle's source), built
+    with the task's install command, agrees with the oracle in /opt/oracle on every valid case
+    (reward 1.0); on the core subset an empty workspace builds nothing (build 0).
+
+    The other core task's reference (tree, 295 cases against Debian's tree) is checked by CI's
+    fresh install: `agentmeter demo` runs the core subset with the scripted solver (which writes
+    each reference solution through the native agent's shell) and .ci/fresh-install fails
+    unless every solver trial passes. Its 590 case runs here cost more than the rest of this
+    test together."""
     store = Store.open(tmp_path)
-    req = RunRequest(suites=[SUITE], subset="core", agents=["oracle", "nop"], concurrency=2)
-    rid, _ = await run(store, prepare(req))
-    configs = {c.id: c.agent.name for c in store.run_configs(rid)}
+    rid, _ = await run(store, prepare(RunRequest(suites=[SUITE], task_ids=["csvq"],
+                                                 agents=["oracle"])))
+    (t,) = store.latest_completed_trials(rid)
+    assert t.status is TrialStatus.PASSED, (t.task_id, t.error, t.rewards)
+    assert t.reward == 1.0 and t.rewards["build"] == 1.0
+    assert t.rewards["cases_valid"] > 0
+    rid, _ = await run(store, prepare(RunRequest(suites=[SUITE], subset="core", agents=["nop"],
+                                                 concurrency=2)))
     trials = store.latest_completed_trials(rid)
-    assert len(trials) == 4
+    assert sorted(t.task_id for t in trials) == ["csvq", "tree"]
     for t in trials:
-        if configs[t.config_id] == "oracle":
-            assert t.status is TrialStatus.PASSED, (t.task_id, t.error, t.rewards)
-            assert t.reward == 1.0 and t.rewards["build"] == 1.0
-            assert t.rewards["cases_valid"] > 0
-        else:
-            assert t.status is TrialStatus.FAILED, (t.task_id, t.error)
-            assert t.rewards.get("build") == 0.0 and not t.reward
+        assert t.status is TrialStatus.FAILED, (t.task_id, t.error)
+        assert t.rewards.get("build") == 0.0 and not t.reward

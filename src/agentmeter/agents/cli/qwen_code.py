@@ -10,6 +10,8 @@ decision. Two replays of a stream cut before any output are built in and cannot 
 ``streamIdleTimeoutMs`` and ``streamMaxLifetimeMs`` 0: its stream guards are off (by default it
 drops a stream with no chunk for 240 s, SSE comments not counted, or waiting 900 s in all, and
 retries it); how long a call may take is the harness's decision (the agent timeout).
+``QWEN_CODE_NO_RELAUNCH``: the CLI runs in the process the harness started (by default it
+re-executes itself in a child node with a heap of half the machine's memory).
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ SPEC = CliSpec(
         "OPENAI_API_KEY": "${token}",
         "OPENAI_MODEL": "${model}",
         "QWEN_CODE_DISABLE_TELEMETRY": "1",
+        # else it starts itself again in a child node with a larger heap (as Gemini CLI does):
+        # a second start of its bundle on every run
+        "QWEN_CODE_NO_RELAUNCH": "true",
         "NO_COLOR": "1",
     },
     files={"${home}/.qwen/settings.json": SETTINGS},
