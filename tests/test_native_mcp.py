@@ -20,13 +20,11 @@ from agentmeter.agents.native import factory
 from agentmeter.agents.native.mcp import (
     MAX_DESCRIPTION_CHARS,
     MAX_TOOLS,
-    HttpTransport,
-    McpError,
     McpSession,
     McpTools,
-    parse_http,
     tool_name,
 )
+from agentmeter.agents.native.mcp_transport import HttpTransport, McpError, parse_http
 from agentmeter.gateway import Gateway, ModelRegistry, ScriptedContext
 from agentmeter.pricing import PriceBook
 from agentmeter.records import NATIVE_TRANSCRIPT
