@@ -1,7 +1,8 @@
-"""The native agent's MCP client (agents/native/mcp.py) against a tiny MCP server run inside a
-real local sandbox (tests/data/mcp_server.py): stdio and streamable HTTP (JSON and SSE replies),
-driven by the scripted model through the real gateway; and the hostile servers (a reply over
-the cap, a server that never answers), which cost the model an error text, never the run."""
+"""The native agent's MCP client (agents/native/mcp.py, mcp_transport.py) against a tiny MCP
+server run inside a real local sandbox (tests/data/mcp_server.py): stdio and streamable HTTP
+(JSON and SSE replies), driven by the scripted model through the real gateway; and the hostile
+servers (a reply over the cap, a server that never answers), which cost the model an error
+text, never the run."""
 
 from __future__ import annotations
 
