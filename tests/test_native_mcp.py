@@ -1,7 +1,8 @@
-"""The native agent's MCP client (agents/native/mcp.py) against a tiny MCP server run inside a
-real local sandbox (tests/data/mcp_server.py): stdio and streamable HTTP (JSON and SSE replies),
-driven by the scripted model through the real gateway; and the hostile servers (a reply over
-the cap, a server that never answers), which cost the model an error text, never the run."""
+"""The native agent's MCP client (agents/native/mcp.py, mcp_transport.py) against a tiny MCP
+server run inside a real local sandbox (tests/data/mcp_server.py): stdio and streamable HTTP
+(JSON and SSE replies), driven by the scripted model through the real gateway; and the hostile
+servers (a reply over the cap, a server that never answers), which cost the model an error
+text, never the run."""
 
 from __future__ import annotations
 
@@ -20,13 +21,11 @@ from agentmeter.agents.native import factory
 from agentmeter.agents.native.mcp import (
     MAX_DESCRIPTION_CHARS,
     MAX_TOOLS,
-    HttpTransport,
-    McpError,
     McpSession,
     McpTools,
-    parse_http,
     tool_name,
 )
+from agentmeter.agents.native.mcp_transport import HttpTransport, McpError, parse_http
 from agentmeter.gateway import Gateway, ModelRegistry, ScriptedContext
 from agentmeter.pricing import PriceBook
 from agentmeter.records import NATIVE_TRANSCRIPT

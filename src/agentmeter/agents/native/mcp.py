@@ -5,435 +5,47 @@ offered to the model as ``mcp__<server>__<tool>`` and a call of one is a ``tools
 client is our own small JSON-RPC one (MCP's wire format is a few messages): no MCP library.
 
 Every byte to and from a server goes through the sandbox, never from the host into the task's
-network (a server is typically a compose sidecar reachable only inside the sandbox, e.g.
-``http://mcp-server:8000/mcp``):
+network: ``streamable-http`` as one ``exec`` of a bash ``/dev/tcp`` script per request, ``stdio``
+as the server's ``command`` run in the sandbox for the whole run, fed through a FIFO (the
+transports: agents/native/mcp_transport.py).
 
-- ``streamable-http``: each request is one ``exec`` of a fixed bash script in the sandbox,
-  as the agent's user, that opens ``/dev/tcp/HOST/PORT`` (bash's own sockets; nothing is
-  installed), writes the HTTP request given on stdin and copies the reply to stdout. The host
-  builds the request and parses the reply (JSON or an SSE stream); it stops the exec as soon
-  as the reply with the request's id is read. Only ``http://`` URLs (bash speaks no TLS).
-- ``stdio``: the server's ``command`` runs in the sandbox as the agent's user for the whole run,
-  reading a FIFO the harness writes each request into (one short ``exec`` per message), its
-  stdout streamed back to the host line by line.
-
-Replies are untrusted data: one reply is at most ``MAX_REPLY_BYTES`` (the exec is stopped
-beyond it), every request has a time limit, at most ``MAX_TOOLS`` tools per server are offered
-with bounded descriptions and schemas, and a tool's result is capped like every other tool
-output (ToolBox). A server that fails, lies or never answers costs the model an error text
-(or its tools), never the run. The legacy ``sse`` transport is not supported (a note says so).
+Replies are untrusted data: one reply is at most ``MAX_REPLY_BYTES`` (mcp_transport; the exec
+is stopped beyond it), every request has a time limit, at most ``MAX_TOOLS`` tools per server
+are offered with bounded descriptions and schemas, and a tool's result is capped like every
+other tool output (ToolBox). A server that fails, lies or never answers costs the model an error
+text (or its tools), never the run. The legacy ``sse`` transport is not supported (a note says so).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
-from urllib.parse import urlsplit
+from typing import Any
 
+from agentmeter.agents.native.mcp_transport import (
+    PROTOCOL_VERSION,
+    HttpTransport,
+    McpError,
+    StdioTransport,
+    Transport,
+    clip,
+)
 from agentmeter.agents.native.tools import ToolSpec
 from agentmeter.sandbox.protocol import Sandbox
-from agentmeter.sandbox.spec import AGENT_USER
 from agentmeter.tasks.models import McpServer
 
-PROTOCOL_VERSION = "2025-06-18"
 PREFIX = "mcp__"
-#: one reply (HTTP response or stdio line), in bytes
-MAX_REPLY_BYTES = 1_000_000
 MAX_TOOLS = 64
 MAX_LIST_PAGES = 8
 MAX_DESCRIPTION_CHARS = 1_000
 MAX_SCHEMA_CHARS = 16_000
 MAX_NAME_CHARS = 64
-#: a server's stderr kept for messages (the exec's own cap)
-STDERR_LIMIT = 16_000
-_SESSION_ID = re.compile(r"[\x21-\x7e]{1,256}")
 _NAME_BAD = re.compile(r"[^A-Za-z0-9_-]")
 CLIENT_INFO = {"name": "agentmeter-native", "version": "1"}
-
-#: streamable HTTP: the request on stdin to the server, the reply on stdout (exit 97: no
-#: connection). $1 host, $2 port.
-HTTP_SCRIPT = 'exec 3<>"/dev/tcp/$1/$2" || exit 97\ncat >&3 || exit 98\nexec cat <&3\n'
-#: stdio: a private FIFO (its path the first line of stdout), kept open for writing by the
-#: script itself so the server never sees end-of-file between requests; then the server.
-STDIO_SCRIPT = ('d=$(mktemp -d) && mkfifo -m 600 "$d/in" || exit 97\n'
-                'printf "%s\\n" "$d/in"\nexec 3<>"$d/in"\nexec "$@" <&3 3<&-\n')
-FIFO_WRITE = 'exec cat > "$1"'
-
-
-class McpError(Exception):
-    """An MCP request failed; the message is for the model (or the run's notes)."""
-
-
-def _clip(text: str, n: int = 300) -> str:
-    return text if len(text) <= n else text[:n] + "…"
-
-
-# -- HTTP replies ------------------------------------------------------------------------------
-@dataclass
-class HttpReply:
-    status: int
-    headers: dict[str, str]
-    messages: list[Any]
-
-
-def _dechunk(data: bytes) -> tuple[bytes, bool]:
-    """The decoded body of a chunked transfer so far and whether its last chunk was read."""
-    out, pos = bytearray(), 0
-    while True:
-        end = data.find(b"\r\n", pos)
-        if end < 0:
-            return bytes(out), False
-        try:
-            size = int(data[pos:end].split(b";")[0].strip() or b"x", 16)
-        except ValueError:
-            raise McpError("malformed chunked HTTP reply") from None
-        if size == 0:
-            return bytes(out), True
-        start = end + 2
-        if len(data) < start + size:
-            out += data[start:]  # a partial chunk: usable for an SSE stream read so far
-            return bytes(out), False
-        out += data[start:start + size]
-        pos = start + size + 2
-
-
-def _json_messages(text: str) -> list[Any]:
-    try:
-        value = json.loads(text)
-    except ValueError:
-        raise McpError(f"the server's reply is not JSON: {_clip(text, 120)!r}") from None
-    return value if isinstance(value, list) else [value]
-
-
-def _sse_messages(body: str) -> list[Any]:
-    """The JSON messages of the complete events of an SSE stream (non-JSON data skipped)."""
-    out: list[Any] = []
-    for event in body.replace("\r\n", "\n").split("\n\n")[:-1]:
-        data = "\n".join(line[5:].removeprefix(" ") for line in event.split("\n")
-                         if line.startswith("data:"))
-        if data:
-            with contextlib.suppress(ValueError):
-                out.append(json.loads(data))
-    return out
-
-
-def parse_http(raw: bytes, eof: bool, want_id: int | None) -> HttpReply | None:
-    """The reply in ``raw`` once complete (None: read on), or McpError. With ``want_id`` an
-    SSE reply is complete as soon as the response of that id is in it."""
-    head, sep, body = raw.partition(b"\r\n\r\n")
-    if not sep:
-        if eof:
-            raise McpError("the server closed the connection without an HTTP reply"
-                           if not raw else "malformed HTTP reply")
-        return None
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-        raise McpError(f"malformed HTTP status line {_clip(lines[0], 80)!r}")
-    status = int(parts[1])
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        key, _, value = line.partition(":")
-        headers[key.strip().lower()] = value.strip()
-    complete = eof
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        body, last = _dechunk(body)
-        complete = complete or last
-    elif headers.get("content-length", "").isdigit():
-        length = int(headers["content-length"])
-        complete = complete or len(body) >= length
-        body = body[:length]
-    ctype = headers.get("content-type", "").lower()
-    if ctype.startswith("text/event-stream"):
-        messages = _sse_messages(body.decode("utf-8", "replace") + ("\n\n" if complete else ""))
-        if want_id is not None and _response(messages, want_id) is not None:
-            complete = True
-        return HttpReply(status, headers, messages) if complete else None
-    if not complete:
-        return None
-    text = body.decode("utf-8", "replace")
-    messages = _json_messages(text) if ctype.startswith("application/json") and text.strip() \
-        else []
-    return HttpReply(status, headers, messages)
-
-
-# -- transports --------------------------------------------------------------------------------
-class Transport(Protocol):
-    async def request(self, message: dict[str, Any], timeout: float) -> dict[str, Any]: ...
-
-    async def notify(self, message: dict[str, Any], timeout: float) -> None: ...
-
-    async def close(self) -> None: ...
-
-
-def _same_id(got: Any, want: int | None) -> bool:
-    return type(got) is int and got == want  # a bool is no id (True == 1)
-
-
-def _response(messages: Sequence[Any], want_id: int) -> dict[str, Any] | None:
-    for m in messages:
-        if isinstance(m, dict) and _same_id(m.get("id"), want_id) and "method" not in m:
-            return m
-    return None
-
-
-class HttpTransport:
-    """Streamable HTTP, each request one exec in the sandbox (module doc)."""
-
-    def __init__(self, sandbox: Sandbox, url: str, workdir: str) -> None:
-        parts = urlsplit(url)
-        if parts.scheme != "http" or not parts.hostname:
-            raise McpError(f"{url!r}: only http:// URLs are supported by the native agent "
-                           "(the request goes from inside the sandbox, which speaks no TLS)")
-        self.sandbox, self.workdir = sandbox, workdir
-        self.host = parts.hostname
-        try:
-            self.port = parts.port or 80
-        except ValueError:
-            raise McpError(f"{url!r}: bad port") from None
-        if not re.fullmatch(r"[A-Za-z0-9._:-]+", self.host):
-            raise McpError(f"{url!r}: bad host name")
-        self.path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        if not re.fullmatch(r"[\x21-\x7e]+", self.path):
-            raise McpError(f"{url!r}: the path must be visible ASCII")
-        self.hostport = f"[{self.host}]" if ":" in self.host else self.host
-        if parts.port:
-            self.hostport += f":{self.port}"
-        self.session_id: str | None = None
-
-    def _request_bytes(self, body: bytes) -> bytes:
-        head = [f"POST {self.path} HTTP/1.1", f"Host: {self.hostport}",
-                "Content-Type: application/json", "Accept: application/json, text/event-stream",
-                f"Content-Length: {len(body)}", "Connection: close",
-                f"MCP-Protocol-Version: {PROTOCOL_VERSION}", "User-Agent: agentmeter-native"]
-        if self.session_id is not None:
-            head.append(f"Mcp-Session-Id: {self.session_id}")
-        return ("\r\n".join(head) + "\r\n\r\n").encode() + body
-
-    async def _post(self, message: dict[str, Any], timeout: float) -> HttpReply:
-        want = message["id"] if type(message.get("id")) is int else None
-        raw = bytearray()
-        done = asyncio.Event()
-        problem: list[str] = []
-
-        def feed(chunk: bytes) -> None:  # never raises (a raising sink stops the exec's reader)
-            if done.is_set():
-                return
-            if len(raw) + len(chunk) > MAX_REPLY_BYTES:
-                problem.append(f"the reply exceeds {MAX_REPLY_BYTES} bytes; it was dropped")
-                done.set()
-                return
-            raw.extend(chunk)
-            try:
-                if parse_http(bytes(raw), False, want) is not None:
-                    done.set()
-            except McpError:
-                done.set()
-
-        body = json.dumps(message, ensure_ascii=False).encode()
-        run = asyncio.ensure_future(self.sandbox.exec(
-            ["bash", "-c", HTTP_SCRIPT, "bash", self.host, str(self.port)], cwd=self.workdir,
-            user=AGENT_USER, stdin=self._request_bytes(body), timeout=timeout + 5,
-            output_limit=4096, on_stdout=feed))
-        waiter = asyncio.ensure_future(done.wait())
-        try:
-            await asyncio.wait({run, waiter}, timeout=timeout,
-                               return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiter.cancel()
-            if not run.done():
-                run.cancel()
-            with contextlib.suppress(BaseException):
-                await run
-        if problem:
-            raise McpError(problem[0])
-        finished = run.done() and not run.cancelled() and run.exception() is None
-        if finished and not done.is_set():
-            r = run.result()
-            if r.exit_code == 97:
-                raise McpError(f"cannot connect to {self.host}:{self.port} from the sandbox"
-                               + (f": {_clip(r.stderr.strip())}" if r.stderr.strip() else ""))
-            if r.timed_out:
-                raise McpError(f"no reply within {timeout:g}s")
-        elif not done.is_set():
-            if run.done() and not run.cancelled() and run.exception() is not None:
-                raise McpError(f"the sandbox could not run the request: {run.exception()}")
-            raise McpError(f"no reply within {timeout:g}s")
-        reply = parse_http(bytes(raw), True, want)
-        assert reply is not None
-        return reply
-
-    async def request(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
-        reply = await self._post(message, timeout)
-        if reply.status >= 400:
-            raise McpError(f"HTTP {reply.status} from the server")
-        sid = reply.headers.get("mcp-session-id")
-        if sid is not None and self.session_id is None and message.get("method") == "initialize":
-            if not _SESSION_ID.fullmatch(sid):
-                raise McpError("the server's Mcp-Session-Id is not visible ASCII (≤ 256)")
-            self.session_id = sid
-        found = _response(reply.messages, message["id"])
-        if found is None:
-            raise McpError("the server's reply holds no response to the request")
-        return found
-
-    async def notify(self, message: dict[str, Any], timeout: float) -> None:
-        reply = await self._post(message, timeout)
-        if reply.status >= 400:
-            raise McpError(f"HTTP {reply.status} from the server")
-
-    async def close(self) -> None:
-        pass  # nothing is left running: each request was its own exec
-
-
-class StdioTransport:
-    """A stdio server run in the sandbox for the whole run (module doc)."""
-
-    def __init__(self, sandbox: Sandbox, command: str, args: Sequence[str], workdir: str,
-                 lifetime_s: float) -> None:
-        self.sandbox, self.workdir = sandbox, workdir
-        self.argv = [command, *args]
-        self.lifetime_s = lifetime_s
-        self.fifo: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
-        self.buf = bytearray()
-        self.skipping = False  # inside a line over the cap: dropped up to its newline
-        self.broken: str | None = None
-        self.replies: set[asyncio.Task[None]] = set()
-        self.proc: asyncio.Task[Any] | None = None
-
-    async def start(self, timeout: float) -> None:
-        self.proc = asyncio.ensure_future(self.sandbox.exec(
-            ["bash", "-c", STDIO_SCRIPT, "bash", *self.argv], cwd=self.workdir, user=AGENT_USER,
-            timeout=self.lifetime_s, output_limit=STDERR_LIMIT, on_stdout=self._feed))
-        self.proc.add_done_callback(self._ended)
-        try:
-            await asyncio.wait_for(asyncio.shield(self.fifo), timeout)
-        except TimeoutError:
-            raise McpError(f"the server did not start within {timeout:g}s") from None
-
-    def _ended(self, task: asyncio.Task[Any]) -> None:
-        if task.cancelled():
-            why = "the server was stopped"
-        elif task.exception() is not None:
-            why = f"the sandbox could not run the server: {task.exception()}"
-        else:
-            r = task.result()
-            tail = r.stderr.strip()[-300:]
-            why = (f"the server exited (code {r.exit_code})" if not r.timed_out
-                   else "the server was stopped at the end of the run") + \
-                (f": {tail}" if tail else "")
-        self.broken = self.broken or why
-        if not self.fifo.done():
-            self.fifo.set_exception(McpError(why))
-            self.fifo.exception()  # retrieved: no "never retrieved" warning
-        for fut in self.pending.values():
-            if not fut.done():
-                fut.set_exception(McpError(why))
-                fut.exception()
-
-    def _feed(self, chunk: bytes) -> None:  # never raises
-        try:
-            self._lines(chunk)
-        except Exception as e:  # a bug of ours must not stop the reader
-            self.broken = self.broken or f"client error: {type(e).__name__}: {e}"
-
-    def _lines(self, chunk: bytes) -> None:
-        while chunk:
-            nl = chunk.find(b"\n")
-            piece, chunk = (chunk, b"") if nl < 0 else (chunk[:nl], chunk[nl + 1:])
-            if self.skipping:
-                if nl >= 0:
-                    self.skipping = False
-                continue
-            if len(self.buf) + len(piece) > MAX_REPLY_BYTES:
-                self.buf.clear()
-                self.skipping = nl < 0
-                self._fail_oldest(f"a reply line exceeds {MAX_REPLY_BYTES} bytes; it was "
-                                  "dropped")
-                continue
-            self.buf.extend(piece)
-            if nl >= 0:
-                line = bytes(self.buf)
-                self.buf.clear()
-                self._line(line)
-
-    def _fail_oldest(self, why: str) -> None:
-        for fut in self.pending.values():
-            if not fut.done():
-                fut.set_exception(McpError(why))
-                fut.exception()
-                return
-
-    def _line(self, line: bytes) -> None:
-        text = line.decode("utf-8", "replace").strip()
-        if not self.fifo.done():  # the script's own first line
-            self.fifo.set_result(text)
-            return
-        try:
-            msg = json.loads(text)
-        except ValueError:
-            return  # a server logging to stdout: not a message
-        if not isinstance(msg, dict):
-            return
-        mid = msg.get("id")
-        if "method" in msg:
-            if mid is not None and len(self.replies) < 16:  # a request of the server's
-                answer: dict[str, Any] = {"jsonrpc": "2.0", "id": mid}
-                if msg.get("method") == "ping":
-                    answer["result"] = {}
-                else:
-                    answer["error"] = {"code": -32601, "message": "not supported by this client"}
-                task = asyncio.ensure_future(self._send(answer, 10.0))
-                self.replies.add(task)
-                task.add_done_callback(self.replies.discard)
-            return
-        fut = self.pending.get(mid) if type(mid) is int else None
-        if fut is not None and not fut.done():
-            fut.set_result(msg)
-
-    async def _send(self, message: dict[str, Any], timeout: float) -> None:
-        path = await asyncio.shield(self.fifo)
-        line = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
-        r = await self.sandbox.exec(["bash", "-c", FIFO_WRITE, "bash", path], user=AGENT_USER,
-                                    cwd=self.workdir, stdin=line, timeout=timeout,
-                                    output_limit=4096)
-        if r.exit_code != 0:
-            raise McpError("could not write to the server"
-                           + (" (it does not read)" if r.timed_out else f": {_clip(r.stderr)}"))
-
-    async def request(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
-        if self.broken:
-            raise McpError(self.broken)
-        mid = message["id"]
-        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self.pending[mid] = fut
-        try:
-            async with asyncio.timeout(timeout):
-                await self._send(message, timeout)
-                return await fut
-        except TimeoutError:
-            raise McpError(f"no reply within {timeout:g}s") from None
-        finally:
-            self.pending.pop(mid, None)
-
-    async def notify(self, message: dict[str, Any], timeout: float) -> None:
-        if self.broken:
-            raise McpError(self.broken)
-        await self._send(message, timeout)
-
-    async def close(self) -> None:
-        for task in [*self.replies, *([self.proc] if self.proc else [])]:
-            task.cancel()
-        for task in [*self.replies, *([self.proc] if self.proc else [])]:
-            with contextlib.suppress(BaseException):
-                await task
 
 
 # -- sessions and tools ------------------------------------------------------------------------
@@ -517,7 +129,7 @@ class McpSession:
         if err is not None:
             code = err.get("code") if isinstance(err, dict) else None
             text = err.get("message") if isinstance(err, dict) else err
-            raise McpError(f"MCP error {code}: {_clip(str(text), 500)}")
+            raise McpError(f"MCP error {code}: {clip(str(text), 500)}")
         if "result" not in reply:
             raise McpError("the server's response has no result")
         return reply["result"]
@@ -553,7 +165,7 @@ class McpSession:
             text = f"[MCP server {self.server.name}] " + (
                 desc if isinstance(desc, str) else f"the tool {t['name']}")
             spec = ToolSpec(tool_name(self.server.name, t["name"]),
-                            _clip(text, MAX_DESCRIPTION_CHARS), {}, (),
+                            clip(text, MAX_DESCRIPTION_CHARS), {}, (),
                             schema=_schema(t.get("inputSchema")))
             self.tools.append(McpTool(self.server.name, t["name"][:1000], spec))
         return notes
