@@ -412,7 +412,13 @@ def main() -> None:
             for fd in fds:
                 os.close(fd)
             continue
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as e:  # EAGAIN at a pids limit, ENOMEM: this start fails, not the others
+            keeper = socket.socket(fileno=fds[0])
+            _send(keeper, {"error": f"fork: {e.strerror}"})
+            keeper.close()
+            continue
         if pid == 0:
             code = 0
             try:
