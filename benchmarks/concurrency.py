@@ -8,12 +8,17 @@ one-trial warm-up run that builds (or finds cached) every layer. Reported per ru
 - ``wall_s`` and ``trials_per_min``;
 - ``statuses``: trials by final status (``infra_invalid`` included; no infra retries, so every
   infra failure shows), with the first few errors;
-- the harness's own CPU seconds (``getrusage(RUSAGE_SELF)``, exact) and all reaped children's
-  (``RUSAGE_CHILDREN``, exact), split by a sampler process (every 0.25 s, ``/proc``) into the
-  harness's non-agent children (sandbox keepers, nsenter before it becomes bwrap, pasta, the
-  harness's helpers) and the agent side (bwrap and everything under it: the agent's commands,
-  a CLI's Node/Rust processes, the verifier). The sampled split misses processes shorter than
-  one sampling interval;
+- the harness's own CPU seconds (``getrusage(RUSAGE_SELF)``, exact) and its reaped children's
+  (``RUSAGE_CHILDREN``, exact for what it counts: with the root-run zygote, the keepers are
+  reaped by the kernel under the fork server, which ignores SIGCHLD, so neither they nor the
+  execs they reap (bwrap, the agent's commands, the verifier) are in it: it is the bridges
+  and the harness's other direct children only), split by a sampler process (every 0.25 s,
+  ``/proc``) into the harness's non-agent children (the zygote's fork server, keepers and
+  the children they fork ahead; the socket bridges; nsenter before it becomes bwrap, pasta,
+  the harness's helpers) and the agent side (bwrap and everything under it: the agent's
+  commands, a CLI's Node/Rust processes, the verifier). The sampled split misses processes
+  shorter than one sampling interval; the harness's Python children are labelled by role
+  (``zygote``, ``bridge``) in the by-command figures;
 - memory (PSS, from ``/proc/PID/smaps_rollup``, so pages shared between the many children are
   counted once) of the harness process, of its non-agent children and of the agent side: peak
   and average of the sampled sums, and per concurrent trial: the harness's share (harness
@@ -73,6 +78,23 @@ def _pss_kb(pid: int) -> int:
     return 0
 
 
+def _label(pid: int, comm: str) -> str:
+    """``comm``, but the harness's Python children by role: the zygote's processes (its fork
+    server, the keepers and each keeper's child waiting to become an exec's bwrap: all run
+    zygote_server.py) and the socket bridges (``python -I -S -c``)."""
+    if not comm.startswith("python"):
+        return comm
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return comm
+    if any(a.endswith(b"zygote_server.py") for a in argv):
+        return "zygote"
+    if b"-c" in argv:
+        return "bridge"
+    return comm
+
+
 def sample_forever(root: int, out: Path, interval: float) -> None:
     """Sample the process tree under ``root`` until SIGTERM, then write the summary to ``out``."""
     stop = False
@@ -87,6 +109,7 @@ def sample_forever(root: int, out: Path, interval: float) -> None:
     cpu_first: dict[int, float] = {}
     alive_at_start: set[int] = set()
     comms: dict[int, str] = {}
+    labels: dict[tuple[int, str], str] = {}  # (pid, comm) -> _label
     fds = 0  # the harness's open file descriptors, peak
     by_comm: Counter[str] = Counter()  # class:comm -> peak PSS kB (summed over its processes)
     series: dict[str, list[int]] = {"harness": [], "children": [], "agent": []}
@@ -116,10 +139,13 @@ def sample_forever(root: int, out: Path, interval: float) -> None:
         for pid, c in cls.items():
             kb = _pss_kb(pid)
             mem[c] += kb
-            tick[f"{c}:{procs[pid][0]}"] += kb
+            key = (pid, procs[pid][0])
+            if key not in labels:
+                labels[key] = _label(*key)
+            tick[f"{c}:{labels[key]}"] += kb
             cpu_first.setdefault(pid, procs[pid][2])
             cpu_last[pid] = (c, procs[pid][2])
-            comms[pid] = procs[pid][0]
+            comms[pid] = labels[key]
         for k, kb in tick.items():
             by_comm[k] = max(by_comm[k], kb)
         if not series["harness"]:
@@ -130,11 +156,12 @@ def sample_forever(root: int, out: Path, interval: float) -> None:
                        sum(1 for c in cls.values() if c == "agent")))
         time.sleep(interval)
     cpu = {"children": 0.0, "agent": 0.0}
-    cpu_by_comm: Counter[str] = Counter()
+    cpu_by_comm: dict[str, float] = {}
     for pid, (c, last) in cpu_last.items():  # processes alive at the first sample: their delta
         used = last - cpu_first[pid] if pid in alive_at_start else last
         cpu[c] += used
-        cpu_by_comm[f"{c}:{comms[pid]}"] += used
+        k = f"{c}:{comms[pid]}"
+        cpu_by_comm[k] = cpu_by_comm.get(k, 0.0) + used
     res = {
         "samples": len(series["harness"]),
         "pss_mb": {k: {"first": round(v[0] / 1024, 1) if v else None,
@@ -153,7 +180,8 @@ def sample_forever(root: int, out: Path, interval: float) -> None:
         "cpu_s_sampled": {k: round(v, 2) for k, v in cpu.items()},
         "harness_fds_peak": fds,
         "peak_pss_mb_by_command": {k: round(v / 1024, 1) for k, v in by_comm.most_common(8)},
-        "cpu_s_by_command": {k: round(v, 2) for k, v in cpu_by_comm.most_common(8)},
+        "cpu_s_by_command": {k: round(v, 2) for k, v in sorted(cpu_by_comm.items(),
+                                                                  key=lambda kv: -kv[1])[:8]},
     }
     out.write_text(json.dumps(res))
 

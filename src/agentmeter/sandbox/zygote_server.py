@@ -194,12 +194,17 @@ class Keeper:
     def serve(self) -> None:
         sel = selectors.DefaultSelector()
         sel.register(self.sock, selectors.EVENT_READ)
+        prefork = True  # False after a failed fork: not again before something happens
         while True:
             # the next exec's child, forked while nothing waits (off the exec's path)
-            events = sel.select(0 if self.spare is None else None)
-            if not events and self.spare is None:
+            events = sel.select(0 if self.spare is None and prefork else None)
+            if not events and self.spare is None and prefork:
                 self.spare = self._prefork()
+                # fork failing (EAGAIN at a pids limit, ENOMEM) would otherwise be retried at
+                # once, forever: a keeper spinning at 100% CPU while the machine is full
+                prefork = self.spare is not None
                 continue
+            prefork = True  # a request or an exec's end: try again after it
             for key, _ in events:
                 if key.fileobj is self.sock:
                     got = _recv_request(self.sock)
@@ -407,7 +412,13 @@ def main() -> None:
             for fd in fds:
                 os.close(fd)
             continue
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as e:  # EAGAIN at a pids limit, ENOMEM: this start fails, not the others
+            keeper = socket.socket(fileno=fds[0])
+            _send(keeper, {"error": f"fork: {e.strerror}"})
+            keeper.close()
+            continue
         if pid == 0:
             code = 0
             try:

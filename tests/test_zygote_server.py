@@ -1,0 +1,70 @@
+"""The keeper's loop (zygote_server.Keeper.serve) in-process, without namespaces: cheap checks
+of its behaviour when the machine is full."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from agentmeter.sandbox import zygote, zygote_server
+
+
+def test_a_keeper_whose_fork_fails_does_not_spin(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At a pids limit (EAGAIN) the fork of the next exec's child fails; the idle keeper must
+    wait for a request then, not retry the fork in a tight loop (64 keepers at 100% CPU)."""
+    ours, theirs = socket.socketpair()
+    keeper = zygote_server.Keeper(theirs, {"cgroup": [], "keyring": False})
+    calls = 0
+
+    def failing_prefork() -> None:
+        nonlocal calls
+        calls += 1
+
+    monkeypatch.setattr(keeper, "_prefork", failing_prefork)
+    served = threading.Thread(target=keeper.serve, daemon=True)
+    served.start()
+    time.sleep(0.3)
+    ours.close()  # the harness's end closes: the keeper ends
+    served.join(5)
+    theirs.close()
+    assert not served.is_alive()
+    assert calls <= 2, f"the keeper retried a failed fork {calls} times in 0.3 s"
+
+
+def test_a_fork_server_whose_fork_fails_fails_that_start_only() -> None:
+    """The fork server (one per harness) forks every keeper; a fork failing at a pids limit
+    must fail that sandbox's start with the reason, not end the server with every start queued
+    behind it."""
+    ours, theirs = socket.socketpair()
+    code = ("import errno, os, runpy, sys\n"
+            "def fork():\n"
+            "    raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN))\n"
+            "os.fork = fork\n"
+            "sys.argv = sys.argv[1:]\n"
+            "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+    server = subprocess.Popen([sys.executable, "-I", "-S", "-c", code, str(zygote.SERVER),
+                               str(theirs.fileno())], pass_fds=(theirs.fileno(),))
+    theirs.close()
+    try:
+        for _ in range(2):
+            keeper_ours, keeper_theirs = socket.socketpair()
+            socket.send_fds(ours, [zygote_server._frame({"tree": "/nonexistent"})],
+                            [keeper_theirs.fileno()])
+            keeper_theirs.close()
+            keeper_ours.settimeout(20)
+            line = keeper_ours.makefile("rb").readline()
+            keeper_ours.close()
+            assert json.loads(line or b"{}").get("error", "").startswith("fork: "), line
+            assert server.poll() is None
+        ours.close()  # the harness's end closes: the server ends
+        assert server.wait(20) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
