@@ -68,3 +68,26 @@ def test_a_fork_server_whose_fork_fails_fails_that_start_only() -> None:
         if server.poll() is None:
             server.kill()
             server.wait()
+
+
+def test_a_keeper_that_never_gets_ready_fails_its_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A keeper stuck in its setup (it holds its socket and never says ready) must not hold the
+    trial's start on its worker thread forever: the start fails, naming the cause."""
+    from agentmeter.sandbox.spec import SandboxError
+
+    server_end, fake_server = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    held: list[socket.socket] = []
+
+    def silent_server() -> None:  # takes the keeper's socket, then says nothing
+        _, fds, _, _ = socket.recv_fds(fake_server, 65536, 4)
+        held.extend(socket.socket(fileno=fd) for fd in fds)
+
+    t = threading.Thread(target=silent_server, daemon=True)
+    t.start()
+    monkeypatch.setattr(zygote, "_fork_server", lambda: server_end)
+    monkeypatch.setattr(zygote, "READY_TIMEOUT_S", 0.3)
+    with pytest.raises(SandboxError, match="not ready within"):
+        zygote.start_keeper({"op": "start"})
+    t.join(5)
+    for s in (*held, server_end, fake_server):
+        s.close()

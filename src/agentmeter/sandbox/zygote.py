@@ -62,6 +62,10 @@ def _forget_in_child() -> None:
 os.register_at_fork(after_in_child=_forget_in_child)
 
 
+#: how long a keeper's setup (namespaces, mounts, id map) may take before the start fails
+READY_TIMEOUT_S = 120.0
+
+
 def _frame(msg: dict[str, Any]) -> bytes:
     data = json.dumps(msg).encode()
     return struct.pack("!I", len(data)) + data
@@ -69,8 +73,11 @@ def _frame(msg: dict[str, Any]) -> bytes:
 
 def _fork_server() -> socket.socket:
     global _server
-    if _server is not None and _server[0].poll() is None:
-        return _server[1]
+    if _server is not None:
+        if _server[0].poll() is None:
+            return _server[1]
+        _server[1].close()  # a dead server's socket, before a new one is made
+        _server = None
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         proc = subprocess.Popen(
@@ -97,11 +104,17 @@ def start_keeper(request: dict[str, Any]) -> Keeper:
     finally:
         theirs.close()
     line = bytearray()
-    while not line.endswith(b"\n"):
-        chunk = ours.recv(4096)
-        if not chunk:
-            break
-        line += chunk
+    ours.settimeout(READY_TIMEOUT_S)  # a keeper stuck in its setup never holds a start forever
+    try:
+        while not line.endswith(b"\n"):
+            chunk = ours.recv(4096)
+            if not chunk:
+                break
+            line += chunk
+    except TimeoutError:
+        ours.close()
+        raise SandboxError(f"the sandbox's keeper was not ready within {READY_TIMEOUT_S:.0f} s "
+                           "(its setup hung)") from None
     try:
         msg = json.loads(line) if line else {"error": "the keeper exited"}
     except ValueError:
