@@ -395,7 +395,7 @@ async def race(gw: Gateway, up: GatedUpstream, token: str, n: int, *, stream: bo
                 return r.status
 
         calls = asyncio.gather(*(call() for _ in range(n)))
-        await eventually_async(lambda: up.received > 0)
+        assert await eventually_async(lambda: up.received > 0), "the upstream never got the call"
         before = -1
         while up.received != before:  # all that will reach the upstream now have
             before = up.received

@@ -71,7 +71,7 @@ def test_concurrent_resume_of_a_live_run_is_refused(tmp_path: Path) -> None:
             with Store.open(runs) as st:
                 return any(t.task_id == "slow" and t.status is TrialStatus.RUNNING
                            for t in st.trials("r"))
-        eventually(slow_running, timeout=240)
+        assert eventually(slow_running, timeout=240), "the slow trial never showed as running"
         for args in (["resume", "r"], ["run", "-s", str(suite), "-a", "oracle", "--run-id", "r"]):
             r = _cli(*args, "--store", str(runs))
             assert r.returncode == 2, r.stdout + r.stderr
