@@ -36,6 +36,10 @@ def test_a_body_of_many_tiny_values_is_refused_unparsed() -> None:
     numbers = b'{"messages":[{"role":"user","content":"x"}],"n":[' + b"0," * MAX_REQUEST_TOKENS \
         + b"0]}"
     assert isinstance(request_object(numbers), TooLarge)
+    # UTF-16, whose escaped quote \" the byte scan would take for a string's end: refused
+    hidden = '{"a":"\\"", "m":[' + "{}," * MAX_REQUEST_TOKENS + '{}]}'
+    assert isinstance(json.loads(hidden.encode("utf-16")), dict)
+    assert isinstance(request_object(hidden.encode("utf-16")), TooLarge)
 
 
 def test_commas_and_brackets_inside_strings_do_not_count() -> None:

@@ -104,6 +104,8 @@ def structural_tokens(raw: bytes | bytearray, cap: int) -> int:
     n = raw.count(b"{") + raw.count(b"[") + raw.count(b",")
     if n <= cap:
         return n
+    if b"\x00" in raw:  # UTF-16/32 (JSON over HTTP is UTF-8): its escapes would not be seen
+        return cap + 1
     bare = raw.replace(b"\\\\", b"").replace(b'\\"', b"")  # escapes gone: each " starts/ends a string
     if bare.count(b'"') > 2 * cap:  # more strings than the cap: each is a value
         return cap + 1
