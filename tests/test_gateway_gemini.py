@@ -246,7 +246,8 @@ async def test_gemini_request_translated_to_chat(chat_upstream: tuple[Gateway, l
 async def test_untranslatable_tool_is_a_gemini_400(chat_upstream: tuple[Gateway, list[Exchange]],
                                                    tool: str) -> None:
     gw, log = chat_upstream
-    token = gw.open_trial("t", "local/chat")
+    # a trial allowing provider-run tools (else dropped: tests/test_gateway_abuse.py)
+    token = gw.open_trial("t", "local/chat", hosted_tools=True)
     body = dict(prompt(), tools=[SHELL, {tool: {}}])
     status, objs, _ = await gemini_call(gw, token, body, "streamGenerateContent", "?alt=sse")
     err = objs[0]["error"]

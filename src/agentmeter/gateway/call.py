@@ -71,6 +71,7 @@ class Call:
     stream_route: bool | None = None  # Gemini: streaming is the URL's method, not a body field
     sse: bool = True  # Gemini: a stream as SSE (``?alt=sse``), else as one JSON array
     reservation: Reservation | None = None  # held against the budgets until the call settles
+    charge_reserved: bool = False  # no answer, the upstream may have generated: charged it
 
     @property
     def translated(self) -> bool:
@@ -92,8 +93,21 @@ def _scrub(data: bytes, secret: str | None) -> bytes:
 def upstream_body(call: Call) -> tuple[dict[str, Any], bool]:
     """The body sent upstream and whether we added ``include_usage`` the client did not ask for
     (raises ``translate.UnsupportedRequest``)."""
-    return translate.request_body(call.client_api, call.upstream_api, call.body, call.stream,
-                                  call.trial.model.model_id)
+    sent, injected = translate.request_body(call.client_api, call.upstream_api, call.body,
+                                            call.stream, call.trial.model.model_id)
+    budget = call.trial.budget
+    if budget.max_tokens is not None or budget.max_usd is not None:  # the reservation holds
+        sent = translate.with_output_cap(call.upstream_api, sent, output_reserve(call),
+                                         call.trial.model.base_url)
+    return sent, injected
+
+
+def output_reserve(call: Call) -> int:
+    """The output one answer of the call may have: the request's cap, else the model's
+    ``max_output_tokens``, else ``DEFAULT_OUTPUT_RESERVE`` (then sent upstream as the call's cap
+    when a token or USD budget holds: ``upstream_body``)."""
+    return translate.output_cap(call.client_api, call.body) or \
+        call.trial.model.max_output_tokens or DEFAULT_OUTPUT_RESERVE
 
 
 def usage_bound(call: Call, usage: TokenUsage) -> TokenUsage:
@@ -110,10 +124,9 @@ def usage_bound(call: Call, usage: TokenUsage) -> TokenUsage:
 
 def worst_case(call: Call, prices: PriceBook) -> Reservation:
     """What a call may cost at most: input, the request's bytes (a token is at least a byte of
-    its text); output, the request's cap (``DEFAULT_OUTPUT_RESERVE`` when it sets none); in USD,
-    all of it at the highest rate of the model's price entry."""
-    cap = translate.output_cap(call.client_api, call.body) or DEFAULT_OUTPUT_RESERVE
-    tokens = call.bytes_in + cap
+    its text); output, ``output_reserve`` for each answer it asks for (chat ``n``, Gemini
+    ``candidateCount``); in USD, all of it at the highest rate of the model's price entry."""
+    tokens = call.bytes_in + output_reserve(call) * translate.choices(call.client_api, call.body)
     usd = prices.max_charge_usd(call.trial.model.price_key, tokens, call.bytes_in) \
         if call.trial.priced and call.trial.budget.max_usd is not None else None
     return Reservation(tokens=tokens, usd=usd or 0.0)
@@ -147,6 +160,10 @@ async def finish_call(call: Call, env: CallEnv) -> ModelCallRecord:
     if unknown:
         bound = usage_bound(call, usage)
         call.trial.add(record, bound, env.prices.charge_usd(model.price_key, bound))
+    elif call.charge_reserved and call.reservation is not None:  # what it may have cost
+        held = call.reservation.tokens
+        call.trial.add(record, TokenUsage(input=call.bytes_in, output=held - call.bytes_in),
+                       env.prices.max_charge_usd(model.price_key, held, call.bytes_in))
     else:  # a cost n/a for want of a cache price is charged an upper bound, never zero
         call.trial.add(record, None, env.prices.charge_usd(model.price_key, usage)
                        if call.usage and record.cost_usd is None else None)

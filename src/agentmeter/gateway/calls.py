@@ -31,6 +31,7 @@ from agentmeter.gateway.call import (
 )
 from agentmeter.gateway.clientstream import ClientStream, _restream, _stream
 from agentmeter.gateway.errors import error_bytes, gemini_budget_bytes
+from agentmeter.gateway.metering import REQUEST_REFUSED
 from agentmeter.gateway.sse import loads_object
 from agentmeter.gateway.upstream import UpstreamReply, UpstreamRequest
 
@@ -47,6 +48,17 @@ async def refuse_budget(call: Call, env: CallEnv, reason: str) -> web.Response:
         body = error_bytes(call.client_api, 429, f"agentmeter budget: {reason}",
                            code="insufficient_quota", kind="insufficient_quota")
     call.error = "budget_exceeded"
+    call.bytes_out = len(body)
+    await finish_call(call, env)
+    return web.Response(status=call.status, body=body, content_type=JSON)
+
+
+async def refuse_request(call: Call, env: CallEnv, message: str, reason: str) -> web.Response:
+    """A request the gateway will not serve (``hosted``): a 400 the agent sees, recorded as a
+    refusal (never sent upstream, charged nothing, not counted against ``max_calls``)."""
+    call.seq = call.trial.take_seq()
+    call.status, body = 400, error_bytes(call.client_api, 400, message)
+    call.error = f"{REQUEST_REFUSED}: {reason}"
     call.bytes_out = len(body)
     await finish_call(call, env)
     return web.Response(status=call.status, body=body, content_type=JSON)
@@ -89,6 +101,8 @@ async def forward(request: web.Request, call: Call, env: CallEnv) -> web.StreamR
     if reply.infra_error:
         call.trial.infra_error = reply.infra_error
         call.error = reply.infra_error
+    elif reply.unanswered:  # the call's failure, not the infrastructure's
+        call.error, call.charge_reserved = reply.unanswered, True
     elif client is None and hung_up(request):  # a paid provider's answer, read and metered
         call.client_gone = True
         call.error = "client disconnected before the answer (read to its end, metered)"

@@ -96,6 +96,10 @@ class StoreSink:
 CallSink = Callable[[ModelCallRecord], None] | StoreSink
 
 
+#: the error of a call record the gateway refused before sending it (``calls.refuse_request``)
+REQUEST_REFUSED = "request_refused"
+
+
 class TrialClosed(Exception):
     """The trial ended while a call waited to reserve its worst case (it is not served)."""
 
@@ -145,6 +149,7 @@ class TrialState:
     settled: asyncio.Event = field(default_factory=asyncio.Event)  # set (and renewed) on a settle
     ended: bool = False  # the token is refused: calls waiting to reserve are not served
     running: set[int] = field(default_factory=set)  # seqs sent upstream and not yet finished
+    hosted_allowed: bool = False  # provider-hosted tools and stored inputs pass (``hosted``)
 
     def __post_init__(self) -> None:
         self.idle.set()
@@ -229,7 +234,8 @@ class TrialState:
         the reported figures; ``charged`` when they are unknown)."""
         self.calls.append(record)
         self.running.discard(record.seq)
-        if record.error != "budget_exceeded":
+        if record.error != "budget_exceeded" and not (record.error or "").startswith(
+                REQUEST_REFUSED):
             self.metered_calls += 1
         if usage_unknown(record):
             self.calls_without_usage += 1

@@ -60,6 +60,10 @@ class UpstreamModel(BaseModel):
     structured_output: StructuredOutput | None = Field(
         default=None, description="how the model is asked for a reply that follows a JSON "
         "schema (judge calls): 'llamacpp' or 'openai'; none: never asked")
+    max_output_tokens: int | None = Field(
+        default=None, gt=0, description="the output a request without a cap may have: reserved "
+        "against a token or USD budget and then sent upstream as its cap (default 32768; set it "
+        "for a model whose own maximum is lower)")
 
     @property
     def scripted(self) -> bool:

@@ -14,10 +14,10 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from agentmeter.gateway import bounds, sockdir, translate
+from agentmeter.gateway import bounds, hosted, sockdir, translate
 from agentmeter.gateway.bounds import BodyRefused, GatewayLimits
 from agentmeter.gateway.call import JSON, Call, CallEnv, settle, worst_case
-from agentmeter.gateway.calls import forward, refuse_budget
+from agentmeter.gateway.calls import forward, refuse_budget, refuse_request
 from agentmeter.gateway.errors import error_bytes
 from agentmeter.gateway.localmodels import LocalModelError, LocalServers
 from agentmeter.gateway.metering import (
@@ -33,7 +33,7 @@ from agentmeter.gateway.modelinfo import GEMINI_METHODS, gemini_entry, model_lis
 from agentmeter.gateway.persist import CallWriter
 from agentmeter.gateway.registry import ModelConfigError, ModelRegistry, UpstreamModel
 from agentmeter.gateway.scripted.model import ScriptedModel, tokens
-from agentmeter.gateway.sse import request_object
+from agentmeter.gateway.sse import TooLarge, request_object
 from agentmeter.gateway.upstream import HttpUpstream, RetryPolicy, ScriptedUpstream, Upstream
 from agentmeter.pricing import PriceBook, UnpricedModelError
 from agentmeter.records import WireApi
@@ -214,11 +214,14 @@ class Gateway:
 
     def open_trial(self, trial_id: str, model: str, *, budget: Budget | None = None,
                    scripted: ScriptedContext | None = None, sink: CallSink | None = None,
-                   purpose: CallPurpose = "agent", first_seq: int = 0) -> str:
+                   purpose: CallPurpose = "agent", first_seq: int = 0,
+                   hosted_tools: bool = False) -> str:
         """A token for the trial's calls. ``sink`` gets each call record as the call completes,
         on the gateway's writer thread (see ``persist``); ``TrialMeter.stored_seqs`` says which
         it took. ``purpose`` marks the records (a judge's calls are evaluation cost); its calls
-        are numbered from ``first_seq`` (a judge's after its trial's agent calls)."""
+        are numbered from ``first_seq`` (a judge's after its trial's agent calls).
+        ``hosted_tools``: provider-hosted tools and stored inputs pass (``hosted``; a task with
+        the full internet), else they are dropped or refused."""
         if trial_id in self._trials:
             raise GatewayError(f"trial {trial_id!r} is already open")
         um = self.check_model(model)
@@ -228,7 +231,8 @@ class Gateway:
             raise UnpricedModelError(f"model {model!r} has no price: cannot enforce max_usd")
         token = TOKEN_PREFIX + secrets.token_urlsafe(24)
         state = TrialState(trial_id, token, um, budget, scripted or ScriptedContext(), priced,
-                           sink=sink, purpose=purpose, next_seq=first_seq)
+                           sink=sink, purpose=purpose, next_seq=first_seq,
+                           hosted_allowed=hosted_tools)
         self._trials[trial_id] = state
         self._tokens[token] = state
         return token
@@ -363,7 +367,9 @@ class Gateway:
             return raw
         body = request_object(raw)
         if isinstance(body, str):
-            return self._error(client_api, 400, body)
+            return self._error(client_api, 413 if isinstance(body, TooLarge) else 400, body)
+        if not trial.hosted_allowed:  # provider-run tools dropped (``hosted``)
+            body, _ = hosted.without_hosted_tools(client_api, body)
         um = trial.model
         upstream_api = translate.upstream_api(client_api, um.wire_apis)
         if upstream_api is None:
@@ -379,6 +385,9 @@ class Gateway:
                       self.limits.write_timeout_s, self.keepalive_s)
         trial.begin_call()
         try:
+            asked = None if trial.hosted_allowed else hosted.hosted_field(client_api, body)
+            if asked is not None:
+                return await refuse_request(call, env, hosted.refusal(asked), asked)
             want = worst_case(call, self.prices)
             try:
                 reason = await trial.reserve(want)
@@ -417,7 +426,7 @@ class Gateway:
             bounds.release_body(trial.load, held)
             trial.load.leave()
         if isinstance(body, str):
-            return self._error(api, 400, body)
+            return self._error(api, 413 if isinstance(body, TooLarge) else 400, body)
         from agentmeter.gateway.scripted.conversation import read
 
         if api == "gemini":  # countTokens takes contents, or a whole generateContentRequest

@@ -21,7 +21,9 @@ async def serve(model: str, *, host: str, port: int, models: ModelRegistry, pric
                 on_call: Callable[[str], None], stop: asyncio.Event) -> TrialMeter:
     gw = Gateway(models, prices)
     session = "serve-" + secrets.token_hex(4)
-    token = gw.open_trial(session, model, budget=budget)  # a bad model fails before listening
+    # the user's own machine, not a task's sandbox: provider-hosted tools pass (docs/security.md)
+    token = gw.open_trial(session, model, budget=budget,  # a bad model fails before listening
+                          hosted_tools=True)
     try:
         await gw.start(host=host, port=port)
         await gw.start_local_models([model])  # local/<model>: its server, before the URL is shown

@@ -95,6 +95,42 @@ def output_cap(client: WireApi, body: dict[str, Any]) -> int | None:
     return None
 
 
+def choices(client: WireApi, body: dict[str, Any]) -> int:
+    """How many answers the request asks for: chat ``n``, Gemini ``candidateCount`` (each up
+    to the output cap); 1 for the others."""
+    if client == "chat":
+        value = body.get("n")
+    elif client == "gemini":
+        config = field(body, "generationConfig")
+        value = field(config, "candidateCount") if isinstance(config, dict) else None
+    else:
+        return 1
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 1 else 1
+
+
+def with_output_cap(upstream: WireApi, sent: dict[str, Any], cap: int,
+                    base_url: str) -> dict[str, Any]:
+    """The upstream body with ``cap`` as its output cap when it has none (in the upstream API's
+    own field; chat: ``max_completion_tokens`` for OpenAI itself, whose reasoning models refuse
+    ``max_tokens``, else ``max_tokens``, which every compatible server reads)."""
+    if output_cap(upstream, sent) is not None:
+        return sent
+    out = dict(sent)
+    if upstream == "gemini":
+        key = "generation_config" if "generation_config" in sent else "generationConfig"
+        config = sent.get(key)
+        config = dict(config) if isinstance(config, dict) else {}
+        snake = key == "generation_config" or "max_output_tokens" in config
+        config["max_output_tokens" if snake else "maxOutputTokens"] = cap
+        out[key] = config
+    elif upstream == "chat":
+        openai = base_url.startswith("https://api.openai.com/")
+        out["max_completion_tokens" if openai else "max_tokens"] = cap
+    else:
+        out[MAX_OUTPUT_FIELDS[upstream][0]] = cap
+    return out
+
+
 def completion(upstream: WireApi, obj: dict[str, Any]) -> Completion:
     return completion_from_gemini(obj) if upstream == "gemini" else completion_from_body(obj)
 

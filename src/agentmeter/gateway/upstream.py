@@ -66,10 +66,28 @@ class UpstreamReply:
     abort: Callable[[], None] | None = None  # close the stream's connection (stops the server)
     attempts: int = 1
     infra_error: str | None = None  # retries exhausted / upstream unreachable
+    unanswered: str | None = None  # sent, no answer within read_timeout (``read_timed_out``)
 
     @property
     def streaming(self) -> bool:
         return self.chunks is not None
+
+
+def read_timed_out(e: BaseException) -> bool:
+    """The request was sent and its answer did not come within ``read_timeout`` (a connect
+    timeout is not: it never reached the provider). Such a call is not retried: the provider
+    may be generating (and billing) it still, and each retry would be another unmetered
+    generation. It is the call's failure, charged its reservation (``calls.finish_call``); a
+    request whose generation outlasts ``read_timeout`` is the agent's (stream it instead)."""
+    return isinstance(e, aiohttp.ServerTimeoutError) and \
+        not isinstance(e, aiohttp.ConnectionTimeoutError)
+
+
+def _unanswered(req: UpstreamRequest, url: str, e: BaseException, attempts: int) -> UpstreamReply:
+    problem = (f"no answer from {url} within the read timeout after the request was sent "
+               f"({type(e).__name__}): not retried, charged its reservation")
+    return UpstreamReply(504, "application/json", body=error_bytes(req.api, 504, problem),
+                         attempts=attempts, unanswered=problem)
 
 
 class Upstream(Protocol):
@@ -158,6 +176,8 @@ class HttpUpstream:
             try:
                 resp = await self.session.post(url, data=data, headers=headers, timeout=timeout)
             except (TimeoutError, aiohttp.ClientError, OSError) as e:
+                if read_timed_out(e):
+                    return _unanswered(req, url, e, attempt + 1)
                 problem = f"cannot reach {url}: {type(e).__name__}: {e}"
                 last = None
             else:
@@ -185,8 +205,10 @@ class HttpUpstream:
                     try:
                         body = await resp.read()
                     except (TimeoutError, aiohttp.ClientError) as e:
-                        problem = f"upstream body lost: {type(e).__name__}: {e}"
                         resp.release()
+                        if read_timed_out(e):
+                            return _unanswered(req, url, e, attempt + 1)
+                        problem = f"upstream body lost: {type(e).__name__}: {e}"
                         last = None
                         if attempt + 1 < attempts:
                             await asyncio.sleep(delay)

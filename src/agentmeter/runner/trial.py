@@ -236,7 +236,8 @@ class TrialRunner(TrialVerification):
                               budget=Budget(max_tokens=b.max_tokens, max_usd=b.max_usd,
                                             max_calls=b.max_calls),
                               scripted=ScriptedContext(solution_script=solution),
-                              sink=self._call_sink(), first_seq=first_seq)
+                              sink=self._call_sink(), first_seq=first_seq,
+                              hosted_tools=self.task.allow_internet)
         return GatewayEndpoint(base_url=f"http://127.0.0.1:{GATEWAY_PORT}", token=token,
                                model=self.config.model.name,
                                host_base_url=gw.base_url if gw.port else None)

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentmeter.agents.base import AgentContext, AgentRun
 from agentmeter.agents.cli import mcp
 from agentmeter.agents.cli.spec import CliDefinition, ParsedRun, ParseInput, render
+from agentmeter.gateway.sse import structural_tokens
 from agentmeter.records import CLI_TRAJECTORY
 from agentmeter.sandbox import fsnames
 from agentmeter.sandbox.accounts import account_of
@@ -42,6 +43,9 @@ HOME = f"/home/{AGENT_USER}"
 STDOUT_CAP = 32_000_000
 #: the most of one transcript path (its tar stream) copied out; a larger one is left out
 TRANSCRIPT_MAX_BYTES = 32 << 20
+#: a transcript (the agent's file) with more JSON structure than this is kept, not parsed on the
+#: host: 32 MiB of ``{},{},...`` parses into ~1.5 GB; this many, ~150 MB at most
+TRANSCRIPT_MAX_TOKENS = 1_000_000
 #: the most of a text file the CLI writes (its stderr log) that is read
 TEXT_MAX_BYTES = 8 << 20
 
@@ -162,8 +166,13 @@ class InstalledCliAgent:
         notes: list[str] = list(mcp_notes)
         transcripts = await self._collect(ctx, v, artifacts, notes)
         error: str | None = None
+        readable = stdout
+        if structural_tokens(watch.buf, TRANSCRIPT_MAX_TOKENS) > TRANSCRIPT_MAX_TOKENS:
+            readable = ""  # kept in its log, not parsed (as a transcript that size)
+            notes.append(f"stdout not parsed: more than {TRANSCRIPT_MAX_TOKENS} JSON structural "
+                         "tokens")
         try:
-            parsed = self.definition.parse(ParseInput(stdout, stderr, exit_code, transcripts))
+            parsed = self.definition.parse(ParseInput(readable, stderr, exit_code, transcripts))
         except Exception as e:  # garbage from a CLI must never take the trial down
             parsed = ParsedRun()
             error = f"{self.name}: unparseable output ({type(e).__name__}: {e})"
@@ -267,8 +276,13 @@ class InstalledCliAgent:
             budget = fsnames.Budget()  # the folder is the agent's: any depth, any names
             for rel in fsnames.walk_files(str(dst), budget):
                 f = dst / rel
-                texts[f"{src}/{rel}" if rel != Path(src).name else src] = \
-                    f.read_text(errors="replace")
+                data = f.read_bytes()
+                if structural_tokens(data, TRANSCRIPT_MAX_TOKENS) > TRANSCRIPT_MAX_TOKENS:
+                    notes.append(f"transcript {src}/{rel} not parsed: more than "
+                                 f"{TRANSCRIPT_MAX_TOKENS} JSON structural tokens")
+                else:
+                    texts[f"{src}/{rel}" if rel != Path(src).name else src] = \
+                        data.decode(errors="replace")
                 artifacts[f"native/{dst.name}/{rel}"] = (f, "transcript")
             if budget.note:
                 notes.append(f"transcript {src}: {budget.note}")
