@@ -18,7 +18,7 @@ from test_gateway import serve
 from agentmeter.agents.base import AgentContext
 from agentmeter.agents.registry import make_agent
 from agentmeter.gateway import Budget, Gateway, ModelRegistry, RetryPolicy, UpstreamModel, hosted
-from agentmeter.gateway.calls import DEFAULT_OUTPUT_RESERVE, Call, upstream_body, worst_case
+from agentmeter.gateway.call import DEFAULT_OUTPUT_RESERVE, Call, upstream_body, worst_case
 from agentmeter.gateway.metering import ScriptedContext, TrialState
 from agentmeter.gateway.sse import MAX_REQUEST_TOKENS, TooLarge, request_object
 from agentmeter.pricing import PriceBook
