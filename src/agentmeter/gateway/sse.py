@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from agentmeter.jsonshape import structural_tokens
+
 
 @dataclass
 class SseEvent:
@@ -95,24 +97,6 @@ MAX_REQUEST_DEPTH = 256
 #: ~1.5 GB and seconds to parse. A real request's structure (messages, content blocks, tool
 #: schemas) is tens of thousands at most; its text (code full of commas) is inside strings
 MAX_REQUEST_TOKENS = 200_000
-
-
-def structural_tokens(raw: bytes | bytearray, cap: int) -> int:
-    """The ``{``, ``[`` and ``,`` of a JSON text outside its strings, exactly when more than
-    ``cap`` (else an upper bound: all of them, strings included; more than ``cap`` as soon as it
-    is known to be). C-speed scans, no parse: safe on any input."""
-    n = raw.count(b"{") + raw.count(b"[") + raw.count(b",")
-    if n <= cap:
-        return n
-    if b"\x00" in raw:  # UTF-16/32 (JSON over HTTP is UTF-8): its escapes would not be seen
-        return cap + 1
-    bare = raw.replace(b"\\\\", b"").replace(b'\\"', b"")  # escapes gone: each " starts/ends a string
-    if bare.count(b'"') > 2 * cap:  # more strings than the cap: each is a value
-        return cap + 1
-    n = 0
-    for part in bare.split(b'"')[::2]:  # outside the strings
-        n += part.count(b"{") + part.count(b"[") + part.count(b",")
-    return n
 
 
 class TooLarge(str):

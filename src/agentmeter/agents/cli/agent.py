@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentmeter.agents.base import AgentContext, AgentRun
 from agentmeter.agents.cli import mcp
 from agentmeter.agents.cli.spec import CliDefinition, ParsedRun, ParseInput, render
-from agentmeter.gateway.sse import structural_tokens
+from agentmeter.jsonshape import structural_tokens
 from agentmeter.records import CLI_TRAJECTORY
 from agentmeter.sandbox import fsnames
 from agentmeter.sandbox.accounts import account_of
