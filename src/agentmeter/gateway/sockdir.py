@@ -12,15 +12,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from agentmeter.procinfo import start_time
+
 PREFIX = "agentmeter-gw-"
-
-
-def _start_time(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[19]
-    except (OSError, IndexError):
-        return None
 
 
 def owner_alive(name: str) -> bool:
@@ -29,7 +23,7 @@ def owner_alive(name: str) -> bool:
     start, _, _ = rest.partition("-")
     if not pid.isdigit() or not start.isdigit():
         return True  # not named by this module: not ours to judge
-    return _start_time(int(pid)) == start
+    return start_time(int(pid)) == start
 
 
 def remove_stale(top: Path | None = None) -> list[Path]:
@@ -53,4 +47,4 @@ def make(top: Path | None = None) -> Path:
     top = top or Path(tempfile.gettempdir())
     remove_stale(top)
     pid = os.getpid()
-    return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{pid}-{_start_time(pid) or 0}-", dir=top))
+    return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{pid}-{start_time(pid) or 0}-", dir=top))

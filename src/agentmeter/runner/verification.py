@@ -5,6 +5,7 @@ cost, and the hosts each phase's proxy refused attributed to that phase. A part 
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from pathlib import Path
 
 from agentmeter.agents.base import Agent
@@ -31,7 +32,7 @@ class InfraError(Exception):
     """A failure not attributable to the configuration."""
 
 
-class TrialVerification(TrialArtifacts):
+class TrialVerification(TrialArtifacts, ABC):
     """The verification steps of ``TrialRunner``."""
 
     agent: Agent
@@ -39,8 +40,9 @@ class TrialVerification(TrialArtifacts):
     judge_meters: list[TrialMeter]
     blocked: dict[str, dict[str, str]]
 
-    def _call_sink(self) -> StoreSink:  # TrialRunner's
-        raise NotImplementedError
+    @abstractmethod
+    def _call_sink(self) -> StoreSink:
+        """Where the trial's model calls are stored (``TrialRunner``'s)."""
 
     def _judge(self, first_seq: int) -> GatewayJudge | None:
         model = self.ctx.judge_model

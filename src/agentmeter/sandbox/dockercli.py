@@ -11,6 +11,7 @@ import socket
 import subprocess
 from dataclasses import dataclass
 
+from agentmeter.procinfo import start_time
 from agentmeter.sandbox.spec import SandboxError
 
 #: every container the backends create carries LABEL=1 and OWNER_LABEL=host:pid:starttime
@@ -49,16 +50,8 @@ async def docker(*args: str, stdin: bytes | None = None, check: bool = True,
     return res
 
 
-def _start_time(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
 def owner_label() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid())}"
+    return f"{socket.gethostname()}:{os.getpid()}:{start_time(os.getpid())}"
 
 
 def owner_alive(label: str) -> bool:
@@ -66,4 +59,4 @@ def owner_alive(label: str) -> bool:
     pid, _, start = rest.partition(":")
     if host != socket.gethostname() or not pid.isdigit():
         return True  # not ours to judge
-    return _start_time(int(pid)) == start
+    return start_time(int(pid)) == start

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import posixpath
 import tarfile
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -52,23 +53,24 @@ def copy_in_archive(host_src: Path, name: str, *, uid: int, gid: int, top: bool)
     return buf.getvalue()
 
 
-class SandboxFiles:
-    """What both backends' sandboxes do alike with files (see module doc)."""
+class SandboxFiles(ABC):
+    """What both backends' sandboxes do alike with files (see module doc); a backend's sandbox
+    supplies its workdir and its busybox exec."""
 
     @property
-    def workdir(self) -> str:
-        raise NotImplementedError
+    @abstractmethod
+    def workdir(self) -> str: ...
 
     def _abs(self, path: str) -> str:
         """``path`` inside the sandbox: a relative one is relative to the workdir."""
         return posixpath.normpath(posixpath.join(self.workdir, path))
 
+    @abstractmethod
     async def _busybox(self, args: list[str], user: str,
                        sink: OutputCallback) -> tuple[int, str]:
         """``busybox ARGS`` as ``user`` (by its absolute path: no shell, no PATH lookup), its
         stdout into ``sink``; when the sink raises (its cap crossed) the exec is killed and the
         error raised. Returns (exit status, stderr)."""
-        raise NotImplementedError
 
     async def read_file(self, path: str, *, max_bytes: int = READ_FILE_MAX_BYTES,
                         user: str | None = None) -> bytes:
