@@ -275,16 +275,18 @@ def genai_events(stream: bytes) -> list[str]:
 @pytest.fixture
 async def slow_headers() -> AsyncIterator[tuple[Gateway, list[float]]]:
     """The scripted chat model behind a server that sends nothing, headers included, for
-    ``delay[0]`` seconds (then answers ``status[0]``; 200: the scripted reply)."""
+    ``knobs[0]`` seconds (then answers ``knobs[1]``; 200: the scripted reply); the moment it
+    stops holding (``time.perf_counter()``) is appended to ``knobs``."""
     from agentmeter.gateway.scripted.policy import Policy
     from agentmeter.gateway.scripted.server import make_app
 
-    knobs = [0.6, 200.0]
+    knobs = [1.0, 200.0]
 
     @web.middleware
     async def hold(request: web.Request, handler: Any) -> web.StreamResponse:
         await request.read()
         await asyncio.sleep(knobs[0])
+        knobs.append(time.perf_counter())
         if knobs[1] != 200:
             return web.json_response({"error": {"message": "too long", "type": "x"}},
                                      status=int(knobs[1]))
@@ -302,29 +304,32 @@ async def slow_headers() -> AsyncIterator[tuple[Gateway, list[float]]]:
 
 
 async def _slow_read(gw: Gateway, api: str, token: str) -> list[tuple[float, bytes]]:
+    """Each read's ``time.perf_counter()`` and bytes; the first, empty, is the headers'."""
     out: list[tuple[float, bytes]] = []
-    t0 = time.perf_counter()
     body = GEMINI_BODY if api == "gemini" else request_body(api, True)
     headers = {"x-goog-api-key": token} if api == "gemini" else headers_for(api, token)
     async with aiohttp.ClientSession() as s, s.post(gw.base_url + SLOW_PATHS[api], json=body,
                                                     headers=headers) as r:
-        out.append((time.perf_counter() - t0, b""))  # the status line and headers
+        out.append((time.perf_counter(), b""))  # the status line and headers
         assert r.status == 200
         async for data in r.content.iter_any():
-            out.append((time.perf_counter() - t0, data))
+            out.append((time.perf_counter(), data))
     return out
 
 
 @pytest.mark.parametrize("api", [*APIS, "gemini"])
 async def test_slow_upstream_headers_get_the_client_its_stream_at_once(
         slow_headers: tuple[Gateway, list[float]], api: str) -> None:
-    """The upstream sends its headers after 0.6 s: the client has its headers, start events
-    and keep-alives (its API's own) long before, then the whole answer; one call metered."""
-    gw, _ = slow_headers
+    """The upstream sends its headers after 1 s: the client has its headers, start events and
+    keep-alives (its API's own) before the upstream answers, then the whole answer; one call
+    metered. "Before" is causal (the upstream's own clock reading as it answers), so a loaded
+    machine cannot make it flaky."""
+    gw, knobs = slow_headers
     token = gw.open_trial("t", "fake-m")
     reads = await _slow_read(gw, api, token)
-    assert reads[0][0] < 0.45  # headers at once (not after the upstream's 0.6 s)
-    early = b"".join(d for t, d in reads if t < 0.55)
+    released = knobs[2]  # when the upstream stopped holding its answer
+    assert reads[0][0] < released  # headers at once (not after the upstream's)
+    early = b"".join(d for t, d in reads if t < released)
     start = {"messages": b"event: message_start", "responses": b"event: response.created",
              "chat": b": keep-alive", "gemini": b"\r\n"}[api]
     assert early.startswith(start), early[:200]
