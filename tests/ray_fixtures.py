@@ -214,6 +214,37 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name, or None when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def identities(pids: set[int]) -> dict[int, str]:
+    """Each live process of ``pids`` with its start time (clock ticks since boot): a pid and its
+    start time name one process, where a pid alone may be reused after it dies (pid_max is
+    32768 here, and a full suite starts many thousands)."""
+    found = {}
+    for pid in pids:
+        fields = _stat_fields(pid)
+        if fields is not None:
+            found[pid] = fields[19]
+    return found
+
+
+def survivors(snapshot: dict[int, str]) -> list[int]:
+    """The processes of an ``identities`` snapshot still running: the same pid with the same
+    start time, and not a zombie (state ``Z``: dead, waiting for its parent to reap it)."""
+    alive = []
+    for pid, started in snapshot.items():
+        fields = _stat_fields(pid)
+        if fields is not None and fields[19] == started and fields[0] != "Z":
+            alive.append(pid)
+    return alive
+
+
 def leftover_pids(root: Path) -> list[int]:
     """Processes that name a path under ``root`` (the fixture's temp dir) in their command line
     or hold a file under it open (Ray's processes retitle themselves, e.g. ``ray::IDLE``, but

@@ -16,7 +16,15 @@ from typing import Any
 import pytest
 from pg_fixtures import postgres_url_fixture  # noqa: F401
 from polling import eventually
-from ray_fixtures import RayCluster, descendants, free_port, leftover_pids, start_cluster
+from ray_fixtures import (
+    RayCluster,
+    descendants,
+    free_port,
+    identities,
+    leftover_pids,
+    start_cluster,
+    survivors,
+)
 from taskgen import make_task
 
 from agentmeter.records import TokenUsage, TrialRecord, TrialStatus
@@ -246,7 +254,7 @@ def test_a_worker_node_killed_mid_run_loses_and_double_counts_nothing(
         # them at once, and a read after it could find none still running
         with Store.open(postgres_url, runs_dir=runs) as st:
             on_victim = {(t.id, t.try_number) for t in _running_on(st, rid, victim_id)}
-        doomed = descendants(victim.proc.pid)
+        doomed = identities(descendants(victim.proc.pid))
         cluster.kill_node(victim)
         assert driver.wait(600) == 0, log.read_text()[-3000:]
     finally:
@@ -254,8 +262,7 @@ def test_a_worker_node_killed_mid_run_loses_and_double_counts_nothing(
             driver.kill()
             driver.wait()
     # the node is gone, its Ray workers and sandboxes with it
-    assert not [pid for pid in doomed if Path(f"/proc/{pid}").exists()
-                and "(Z)" not in Path(f"/proc/{pid}/stat").read_text(errors="replace")]
+    assert not survivors(doomed)
     with Store.open(postgres_url, runs_dir=runs) as st:
         tries = _check_once_and_accounted(st, rid, configs=1, tasks=3)
     by_try = {(t.id, t.try_number): t for t in tries}
