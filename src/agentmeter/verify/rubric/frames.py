@@ -9,12 +9,13 @@ The video is the capture's recording or a deliverable named by a vision item's `
 limit, its output frames scaled to at most ``MAX_WIDTH`` pixels wide. The file is the agent's:
 ffmpeg and ffprobe read it only as one of the container formats ``FORMATS`` (an HLS playlist
 named ``demo.mp4`` made ffmpeg read other host files it named), through the ``file`` protocol,
-decode at most ``MAX_PIXELS`` a frame and run with ``MEMORY_LIMIT`` bytes of address space.
+decode at most ``MAX_PIXELS`` a frame and run with ``MEMORY_LIMIT`` bytes of address space (set
+by util-linux's ``prlimit`` before ffmpeg starts, not by Python code run in the forked child: the
+harness has threads, and a ``preexec_fn`` may deadlock there).
 """
 
 from __future__ import annotations
 
-import resource
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,8 +40,9 @@ def _input_options() -> list[str]:
             "-max_pixels", str(MAX_PIXELS), "-threads", "2"]
 
 
-def _limit_memory() -> None:  # in the child, before exec
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+def _limited(argv: list[str]) -> list[str]:
+    """``argv`` run with at most ``MEMORY_LIMIT`` bytes of address space."""
+    return ["prlimit", f"--as={MEMORY_LIMIT}", "--", *argv]
 
 
 @dataclass
@@ -72,10 +74,11 @@ def ensure_ffmpeg() -> str | None:
 
 
 def duration(video: Path, timeout: float = TIMEOUT_S) -> float | None:
-    r = subprocess.run(["ffprobe", "-v", "error", "-show_entries", "format=duration", "-of",
-                        "default=noprint_wrappers=1:nokey=1", *_input_options(), "-i", str(video)],
+    r = subprocess.run(_limited(["ffprobe", "-v", "error", "-show_entries", "format=duration",
+                                 "-of", "default=noprint_wrappers=1:nokey=1", *_input_options(),
+                                 "-i", str(video)]),
                        capture_output=True, text=True, timeout=timeout, check=False,
-                       stdin=subprocess.DEVNULL, preexec_fn=_limit_memory)
+                       stdin=subprocess.DEVNULL)
     try:
         value = float(r.stdout.strip().splitlines()[0])
     except (ValueError, IndexError):
@@ -101,11 +104,10 @@ def sample(video: Path, out_dir: Path, n: int = DEFAULT_FRAMES, label: str | Non
         for k in range(n):
             t = round(length * (k + 0.5) / n, 3)
             out = out_dir / f"{video.stem}_frame{k + 1}.png"
-            r = subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-y", "-ss", f"{t}",
-                                *_input_options(), "-i", str(video), "-frames:v", "1", "-vf",
-                                f"scale='min({MAX_WIDTH},iw)':-2", str(out)],
-                               capture_output=True, text=True, timeout=timeout, check=False,
-                               preexec_fn=_limit_memory)
+            r = subprocess.run(_limited(["ffmpeg", "-nostdin", "-v", "error", "-y", "-ss", f"{t}",
+                                         *_input_options(), "-i", str(video), "-frames:v", "1",
+                                         "-vf", f"scale='min({MAX_WIDTH},iw)':-2", str(out)]),
+                               capture_output=True, text=True, timeout=timeout, check=False)
             if r.returncode == 0 and out.is_file() and out.stat().st_size > 0:
                 got.paths.append(out)
                 got.times.append(t)
