@@ -68,7 +68,8 @@ async def test_cancelled_exec_is_killed(local_backend: LocalBackend) -> None:
     try:
         marker = f"am-cancel-{time.time_ns()}"
         task = asyncio.create_task(sb.exec(f"exec -a {marker} sleep 300"))
-        await asyncio.sleep(0.3)
+        # cancelled once it runs (a fixed wait could cancel it before it started: nothing to kill)
+        assert await eventually_async(lambda: any(marker.encode() in _cmdline(p) for p in _pids()))
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
