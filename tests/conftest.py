@@ -102,7 +102,7 @@ TEST_COST: dict[str, float] = {
     "test_hostile_battery.py::test_hostile_battery_local_root_agent": 60,
     "test_hostile_battery.py::test_hostile_battery_local": 37,
     "test_clitools_suite.py::test_csvq_oracle_scores_one_and_core_nop_fails_the_build": 220,
-    "test_local_model_real.py::test_native_agent_on_a_starter_task": 110,
+    "test_local_model_real.py::test_native_agent_and_a_real_cli_on_a_starter_task": 110,
     "test_local_model_real.py::test_a_judge_with_constrained_output_gives_a_usable_verdict": 65,
     "test_agents_cli_extra.py::test_opencode_solver_passes_quitter_fails_and_usage_agrees": 85,
     "test_agents_cli_extra.py::test_opencode_api_error_is_an_agent_error": 26,

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from proclife import identity, running
 
 from agentmeter.sandbox.docker import DockerBackend
 from agentmeter.sandbox.dockercli import OWNER_LABEL, owner_label
@@ -43,13 +44,22 @@ def _ensure_shared(shared: Path) -> DockerDaemon:
         fcntl.flock(lock, fcntl.LOCK_EX)
         daemon = ensure_dockerd()
         if daemon.started and daemon.proc is not None:
-            (shared / "dockerd.pid").write_text(str(daemon.proc.pid))
+            record_daemon(shared / "dockerd.pid", daemon.proc.pid)
         return daemon
 
 
 #: the files in the run's directory naming a daemon a worker started: the session's, and
 #: agentmeter's own remapped one (tests/test_docker_userns.py)
 SHARED_PID_FILES = ("dockerd.pid", "dockerd-userns.pid")
+
+
+def record_daemon(pid_file: Path, pid: int) -> None:
+    """``pid_file`` names the daemon ``pid`` by pid and start time: the controller stops it at
+    the end of the run, when the pid alone may name another process (the daemon may have died
+    and its pid been reused; a full suite starts many thousands of processes)."""
+    found = identity(pid)
+    if found is not None:
+        pid_file.write_text(f"{found[0]} {found[1]}")
 
 
 def stop_shared_dockerd(shared: Path, timeout: float = 20) -> None:
@@ -61,21 +71,23 @@ def stop_shared_dockerd(shared: Path, timeout: float = 20) -> None:
 def _stop_recorded(pid_file: Path, timeout: float) -> None:
     if not pid_file.exists():
         return
-    pid = int(pid_file.read_text())
+    pid_text, started = pid_file.read_text().split()
+    pid = int(pid_text)
     pid_file.unlink()
+    if not running(pid, started):
+        return  # gone already: the pid may name another process by now
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         return
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not running(pid, started):
             return
         time.sleep(0.2)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
+    if running(pid, started):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="session", name="docker_daemon")

@@ -78,25 +78,44 @@ def registry_fixture() -> Iterator[str]:
     """``127.0.0.1:PORT`` of an empty registry this fixture owns."""
     binary = _ensure_installed()
     root = Path(tempfile.mkdtemp(prefix="agentmeter-registry-"))
-    port = _free_port()
-    config = root / "config.yml"
-    config.write_text(CONFIG.format(root=root / "storage", port=port))
     log = (root / "registry.log").open("w")
-    server = subprocess.Popen([binary, "serve", str(config)], stdout=log,
-                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    server: subprocess.Popen[bytes] | None = None
     try:
-        deadline = time.monotonic() + 60
-        while not _answers(f"http://127.0.0.1:{port}/v2/"):
-            assert server.poll() is None, (root / "registry.log").read_text()[-2000:]
-            assert time.monotonic() < deadline, "the registry did not answer in 60 s"
-            time.sleep(0.1)
+        # the free port is released before the registry binds it: another process may take
+        # it between, and then the registry exits saying so and another port is tried
+        for attempt in range(5):
+            port = _free_port()
+            config = root / "config.yml"
+            config.write_text(CONFIG.format(root=root / "storage", port=port))
+            log.seek(0)
+            log.truncate()
+            server = subprocess.Popen([binary, "serve", str(config)], stdout=log,
+                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            if _came_up(server, port, root / "registry.log"):
+                break
+            said = (root / "registry.log").read_text()
+            assert "address already in use" in said and attempt < 4, said[-2000:]
         yield f"127.0.0.1:{port}"
     finally:
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        if server is not None:
+            server.terminate()
+            try:
+                server.wait(30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
         log.close()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _came_up(server: subprocess.Popen[bytes], port: int, log: Path) -> bool:
+    """True once the registry answers on ``port``; False if it exited first."""
+    deadline = time.monotonic() + 60
+    while not _answers(f"http://127.0.0.1:{port}/v2/"):
+        if server.poll() is not None:
+            return False
+        assert time.monotonic() < deadline, "the registry did not answer in 60 s"
+        time.sleep(0.1)
+    # answered: by this registry, not by another server that holds the port
+    assert server.poll() is None, log.read_text()[-2000:]
+    return True

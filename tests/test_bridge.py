@@ -15,14 +15,28 @@ from pathlib import Path
 import pytest
 
 from agentmeter.sandbox import bridge as bridge_mod
-from agentmeter.sandbox.bridge import start_bridge
-from agentmeter.sandbox.spec import ExposedSocket
+from agentmeter.sandbox.bridge import BridgeProcess, start_bridge
+from agentmeter.sandbox.spec import ExposedSocket, SandboxError
 
 
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+async def _bridge_on_a_free_port(path: Path) -> tuple[BridgeProcess, int]:
+    """A bridge in this process's network namespace exposing ``path`` on a port that was free:
+    the port is released before the bridge binds it, so another process may take it between;
+    then another port is tried."""
+    for attempt in range(5):
+        port = _free_port()
+        try:
+            return await start_bridge(os.getpid(), (ExposedSocket(host_path=path, port=port),)), port
+        except SandboxError as e:
+            if "in use" not in str(e) or attempt == 4:
+                raise
+    raise AssertionError("unreachable")
 
 
 async def _echo(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
@@ -36,8 +50,7 @@ async def test_bridge_carries_bytes_both_ways_and_stays_small() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="ambr-"))
     path = tmp / "gw.sock"
     server = await asyncio.start_unix_server(_echo, path=str(path))
-    port = _free_port()
-    bridge = await start_bridge(os.getpid(), (ExposedSocket(host_path=path, port=port),))
+    bridge, port = await _bridge_on_a_free_port(path)
     try:
         payloads = [os.urandom(n) for n in (1, 70_000, 1_500_000, *[1000] * 20)]
 
@@ -68,9 +81,7 @@ async def test_bridge_carries_bytes_both_ways_and_stays_small() -> None:
 
 async def test_bridge_closes_a_client_when_the_socket_is_gone() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="ambr-"))
-    port = _free_port()
-    bridge = await start_bridge(os.getpid(), (ExposedSocket(host_path=tmp / "none.sock",
-                                                            port=port),))
+    bridge, port = await _bridge_on_a_free_port(tmp / "none.sock")
     try:
         r, w = await asyncio.open_connection("127.0.0.1", port)
         assert await asyncio.wait_for(r.read(), 10) == b""

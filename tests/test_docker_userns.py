@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from docker_fixtures import shared_dir
+from docker_fixtures import record_daemon, shared_dir
 from notices_capture import captured_notices
 
 from agentmeter.sandbox import dockeruserns
@@ -109,7 +109,7 @@ def own_docker() -> Iterator[DockerDaemon]:
     # at the end of the run (docker_fixtures.stop_shared_dockerd); alone, the module does
     shared = shared_dir()
     if shared is not None and daemon.started and daemon.proc is not None:
-        (shared / "dockerd-userns.pid").write_text(str(daemon.proc.pid))
+        record_daemon(shared / "dockerd-userns.pid", daemon.proc.pid)
     try:
         yield daemon
     finally:

@@ -30,6 +30,7 @@ from agentmeter.runner.session import RunRequest, RunSetupError, prepare, run
 from agentmeter.sandbox import hostaddr
 from agentmeter.sandbox.docker import DockerBackend
 from agentmeter.sandbox.hostpolicy import HostPolicy, entries_naming_the_host
+from agentmeter.sandbox.hosttools import ensure_tools
 from agentmeter.sandbox.local import LocalBackend
 from agentmeter.sandbox.pkgcache import PackageCache
 from agentmeter.sandbox.protocol import Sandbox
@@ -269,6 +270,7 @@ async def test_a_trial_with_star_does_not_reach_the_host(tmp_path: Path,
 def host_interface_address() -> Iterator[str]:
     """An address of this host on an interface of its own (like docker0's): one end of a veth
     pair, both ends on the host."""
+    ensure_tools({"ip": "iproute2"}, "the network tests")  # before any sandbox installed it
     name = f"amf{secrets.token_hex(3)}"
     address = f"10.233.{secrets.randbelow(250) + 1}.1"
     subprocess.run(["ip", "link", "add", name, "type", "veth", "peer", "name", f"{name}p"],

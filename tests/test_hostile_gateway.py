@@ -227,20 +227,24 @@ async def test_a_small_body_that_arrived_whole_is_still_held_to_the_limits() -> 
 async def test_a_connection_busy_past_the_header_timeout_stays_open_then_idles_out() -> None:
     """The header deadline is moved on by each response, not armed per request: requests back
     to back for longer than ``header_timeout_s`` keep their connection; idle, it is closed."""
-    gw = await start_gateway(GatewayLimits(header_timeout_s=0.3))
+    gw = await start_gateway(GatewayLimits(header_timeout_s=1.0))
     try:
         assert gw.port is not None
         token = gw.open_trial("t", "scripted/explorer")
         good = json.dumps(request_body("chat", False)).encode()
         reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+        # busy past the timeout, each gap far below it (0.05 s: a loaded machine's stalled
+        # loop cannot stretch one to the timeout)
+        loop = asyncio.get_running_loop()
+        busy_until = loop.time() + 1.5
         try:
-            for _ in range(8):  # ≈ 0.8 s on one connection
+            while loop.time() < busy_until:
                 writer.write(head(token, f"Content-Length: {len(good)}\r\n\r\n") + good)
                 headers = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
                 assert headers.startswith(b"HTTP/1.1 200"), headers[:100]
                 length = int(headers.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
                 await reader.readexactly(length)
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(0.05)
             assert await closed_within(reader, 3) == b""
         finally:
             writer.close()

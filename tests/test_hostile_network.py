@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from agentmeter.sandbox.docker import DockerBackend
+from agentmeter.sandbox.hosttools import ensure_tools
 from agentmeter.sandbox.local import LocalBackend
 from agentmeter.sandbox.pasta import DNS_FORWARD, resolv_conf
 from agentmeter.sandbox.protocol import Sandbox
@@ -102,6 +103,7 @@ async def test_local_full_network_cannot_reach_host_loopback(
 def outside_world() -> Iterator[tuple[str, int]]:
     """A stand-in for the internet: a network namespace behind a veth pair, with a TCP service.
     The host routes to it; nothing else on this machine is in it."""
+    ensure_tools({"ip": "iproute2"}, "the network tests")  # before any sandbox installed it
     name = f"amtest-{secrets.token_hex(3)}"
     octet = 16 + secrets.randbelow(200)
     host_ip, far_ip = f"10.231.{octet}.1", f"10.231.{octet}.2"

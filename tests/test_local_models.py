@@ -14,6 +14,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from proclife import running
 from typer.testing import CliRunner
 
 from agentmeter.gateway import Gateway, ModelConfigError, ModelRegistry, localmodels
@@ -26,8 +27,10 @@ FAKE_SERVER = r'''
 import json, os, sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 port, mode, pids = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+with open(f"/proc/{os.getpid()}/stat") as f:  # its start time: a pid alone may be reused
+    started = f.read().rpartition(")")[2].split()[19]
 with open(pids, "a") as f:
-    f.write(f"{os.getpid()}\n")
+    f.write(f"{os.getpid()} {started}\n")
 if mode == "crash":
     print("error loading model: bad magic", flush=True)
     sys.exit(3)
@@ -71,15 +74,15 @@ class FakeServer:
     mode: str = "serve"  # or "crash": exits at once, saying why
 
     @property
-    def pids(self) -> list[int]:
-        """The servers started (each writes its PID)."""
+    def started(self) -> list[tuple[int, str]]:
+        """The servers started: each writes its pid and start time."""
         text = self.pid_file.read_text() if self.pid_file.exists() else ""
-        return [int(line) for line in text.split()]
+        return [(int(pid), started) for pid, started in (line.split() for line in text.splitlines())]
 
 
 @pytest.fixture
 def fake_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeServer]:
-    """LocalServer runs the stand-in; what it started is in ``.pids``."""
+    """LocalServer runs the stand-in; what it started is in ``.started``."""
     script = tmp_path / "fake_llama_server.py"
     script.write_text(FAKE_SERVER)
     fake = FakeServer(tmp_path / "pids")
@@ -91,16 +94,10 @@ def fake_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fak
     yield fake
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie is gone for our purposes (the server is reaped by Popen.wait)
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
+def _alive(server: tuple[int, str]) -> bool:
+    """The server (pid, start time) still runs: not if its pid now names another process, nor
+    as a zombie (it is reaped by Popen.wait)."""
+    return running(*server)
 
 
 def test_user_servers_unchanged_and_local_is_separate() -> None:
@@ -223,8 +220,8 @@ async def test_one_server_per_gateway_shared_metered_and_stopped_by_pid(
     await gw.start(host="127.0.0.1", port=0)
     try:
         await gw.start_local_models(["local/mine", "scripted/solver", "local/mine"])
-        pids = fake_server.pids
-        assert len(pids) == 1 and _alive(pids[0])
+        servers = fake_server.started
+        assert len(servers) == 1 and _alive(servers[0])
         async with aiohttp.ClientSession() as http:
             for trial in ("t1", "t2"):  # two trials, one server
                 token = gw.open_trial(trial, "local/mine")
@@ -237,10 +234,10 @@ async def test_one_server_per_gateway_shared_metered_and_stopped_by_pid(
                 assert len(meter.calls) == 1
                 assert (meter.usage.input, meter.usage.output) == (17, 2)
                 assert meter.cost_usd == 0.0
-        assert fake_server.pids == pids
+        assert fake_server.started == servers
     finally:
         await gw.stop()
-    assert not _alive(pids[0])
+    assert not _alive(servers[0])
     assert gw.local_servers.servers == {}
 
 
@@ -255,7 +252,7 @@ async def test_a_server_that_cannot_start_is_a_setup_error_with_its_output(
             await gw.start_local_models(["local/mine"])
     finally:
         await gw.stop()
-    assert fake_server.pids and not _alive(fake_server.pids[0])
+    assert fake_server.started and not _alive(fake_server.started[0])
 
 
 async def test_a_streamed_call_to_a_local_model_is_asked_whole_and_metered_exactly(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -117,8 +116,23 @@ async def test_scripted_model_calls_stdio_and_http_mcp_tools(sandbox: Sandbox, t
     assert "'web': 1 tool(s) offered" in event["content"]
     assert "MCP server 'web': 1 tool(s) offered" in run.notes  # recorded on the trial
     # the stdio server ended with the run (seen from the host: every exec has its own PIDs)
-    left = subprocess.run(["pgrep", "-f", f"{SRV} stdio"], capture_output=True, text=True)
-    assert left.stdout.strip() == "", "the stdio server outlived the run"
+    assert not _commands_with(f"{SRV} stdio"), "the stdio server outlived the run"
+
+
+def _commands_with(text: str) -> list[str]:
+    """The command lines on the host that contain ``text`` (``pgrep -f``, which procps may not
+    have installed)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(
+                    errors="replace")
+            except OSError:
+                continue  # it ended meanwhile
+            if text in command:
+                found.append(command)
+    return found
 
 
 async def test_hostile_servers_cost_an_error_text_not_the_run(sandbox: Sandbox) -> None:

@@ -32,6 +32,7 @@ from agentmeter.records import TrialStatus
 from agentmeter.runner.session import RunRequest, prepare, run
 from agentmeter.sandbox import idmap, oci, rootfs
 from agentmeter.sandbox.docker import DockerBackend
+from agentmeter.sandbox.dockercli import OWNER_LABEL, owner_label
 from agentmeter.sandbox.hosttools import ensure_tools
 from agentmeter.sandbox.local import LocalBackend
 from agentmeter.sandbox.spec import BaseImage, LayerSpec, SandboxSpec
@@ -232,7 +233,10 @@ def said() -> Iterator[list[str]]:
 def docker_cleanup(docker_daemon: object) -> Iterator[list[str]]:
     """Removes, at the end, the images pulled and the layer images built during the test."""
     def layer_images() -> set[str]:
-        out = subprocess.run(["docker", "images", "-q", "--no-trunc", "agentmeter-layer"],
+        # this process's only: other test files build layer images at the same time (xdist),
+        # and removing one of theirs breaks their next start
+        out = subprocess.run(["docker", "images", "-q", "--no-trunc", "--filter",
+                              f"label={OWNER_LABEL}={owner_label()}", "agentmeter-layer"],
                              capture_output=True, text=True).stdout
         return set(out.split())
 

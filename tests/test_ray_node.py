@@ -169,13 +169,17 @@ def test_the_node_probe_names_what_is_missing(tmp_path: Path, pg_url: str) -> No
 
 @pytest.mark.parametrize("problem", ["sqlite", "unreachable", "auto"])
 def test_ray_bad_input_is_one_line_before_anything_is_written(
-        tmp_path: Path, pg_url: str, problem: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, pg_url: str, problem: str, monkeypatch: pytest.MonkeyPatch,
+        request: pytest.FixtureRequest) -> None:
     from agentmeter.cli import app
 
     make_task(tmp_path / "suite", "ok")
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    # a port nothing listens on: held bound (not listening) for the whole test, so connections
+    # are refused and no other process can take it meanwhile
+    refusing = socket.socket()
+    refusing.bind(("127.0.0.1", 0))
+    port = refusing.getsockname()[1]
+    request.addfinalizer(refusing.close)
     if problem == "sqlite":
         monkeypatch.delenv("AGENTMETER_DATABASE_URL", raising=False)
     else:

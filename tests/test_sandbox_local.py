@@ -68,7 +68,8 @@ async def test_cancelled_exec_is_killed(local_backend: LocalBackend) -> None:
     try:
         marker = f"am-cancel-{time.time_ns()}"
         task = asyncio.create_task(sb.exec(f"exec -a {marker} sleep 300"))
-        await asyncio.sleep(0.3)
+        # cancelled once it runs (a fixed wait could cancel it before it started: nothing to kill)
+        assert await eventually_async(lambda: any(marker.encode() in _cmdline(p) for p in _pids()))
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -381,7 +382,14 @@ async def test_failed_start_leaves_nothing_behind(local_backend: LocalBackend, t
     from agentmeter.paths import cache_dir
     from agentmeter.sandbox.spec import Mount, SandboxError
 
-    before = set((cache_dir() / "sandboxes").iterdir())
+    def ours() -> set[Path]:
+        """This process's sandbox directories (named by their owner's pid): other processes
+        (xdist workers, runners other tests start) make and remove theirs meanwhile."""
+        top = cache_dir() / "sandboxes"
+        return {d for d in top.iterdir() if d.name.startswith(f"{os.getpid()}-")} \
+            if top.is_dir() else set()
+
+    before = ours()
     with pytest.raises(SandboxError, match="does not exist"):
         await local_backend.start(SandboxSpec(mounts=(Mount(source=tmp_path / "nope", target="/x"),)))
     # a mount target bwrap cannot create (below a file) fails at the first exec
@@ -389,7 +397,7 @@ async def test_failed_start_leaves_nothing_behind(local_backend: LocalBackend, t
     with pytest.raises(SandboxError, match="failed to start"):
         await local_backend.start(
             SandboxSpec(mounts=(Mount(source=tmp_path / "f", target="/etc/hostname/x"),)))
-    assert set((cache_dir() / "sandboxes").iterdir()) <= before  # nothing new left behind
+    assert ours() <= before  # nothing new left behind
 
 
 def test_unbuildable_base_fails_clearly_and_leaves_nothing(tmp_path: Path,

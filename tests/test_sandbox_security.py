@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from polling import eventually_async
 
+from agentmeter.sandbox.cgroups import GROUP_NAME
 from agentmeter.sandbox.idmap import SHIFT_BASE
 from agentmeter.sandbox.local import LocalBackend
 from agentmeter.sandbox.spec import AGENT_UID, Limits, SandboxSpec
@@ -111,25 +112,35 @@ async def test_no_tcp_to_host_or_public_address(sb) -> None:  # type: ignore[no-
 
 
 async def test_fork_bomb_is_contained(sb) -> None:  # type: ignore[no-untyped-def]
-    # count the agent's host uid only: other processes on a shared machine come and go
-    host_procs = _procs_of(AGENT_HOST_UID)
+    # count the agent's host uid only, and not in other sandboxes' cgroups: other processes on a
+    # shared machine come and go (another xdist worker's trial may run its own fork bomb)
+    assert sb._cgroup is not None
+    ours = sb._cgroup.dirs[0].name
+    host_procs = _procs_of(AGENT_HOST_UID, ours)
     r = await sb.exec("bomb() { bomb | bomb & }; bomb; sleep 2; echo survived", user="agent", timeout=20)
     # the pids limit stopped it: forks failed inside, and the cgroup counted hitting its maximum
     assert "Resource temporarily unavailable" in r.stderr
     assert sb._cgroup is not None and _pids_max_hits(sb._cgroup.dirs) > 0
-    assert _procs_of(AGENT_HOST_UID) < host_procs + 128
+    assert _procs_of(AGENT_HOST_UID, ours) < host_procs + 128
     # the host can still fork, and the sandbox's processes are gone after the exec
     assert os.system("true") == 0
     r = await sb.exec("ps -e --no-headers | wc -l", user="root")
     assert int(r.stdout.strip() or 0) < 10
 
 
-def _procs_of(uid: int) -> int:
+def _procs_of(uid: int, sandbox: str) -> int:
+    """Processes of ``uid`` on the host, but for those in another agentmeter sandbox's cgroup
+    (the cgroup named ``sandbox`` and no agentmeter cgroup at all both count)."""
     n = 0
     for p in os.listdir("/proc"):
         if p.isdigit():
             with contextlib.suppress(OSError):
-                n += os.stat(f"/proc/{p}").st_uid == uid
+                if os.stat(f"/proc/{p}").st_uid != uid:
+                    continue
+                groups = Path(f"/proc/{p}/cgroup").read_text()
+                theirs = f"/{GROUP_NAME}/" in groups
+                n += not theirs or any(line.endswith(f"/{GROUP_NAME}/{sandbox}")
+                                       for line in groups.splitlines())
     return n
 
 
