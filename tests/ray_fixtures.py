@@ -159,22 +159,21 @@ class RayCluster:
     def remove_node(self, node: RayNode) -> None:
         """Stop one worker node for good (SIGTERM, then SIGKILL to what is left of it)."""
         node.gone = True
-        doomed = descendants(node.proc.pid)
+        doomed = identities(descendants(node.proc.pid))
         with contextlib.suppress(ProcessLookupError):
             node.proc.send_signal(signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
             node.proc.wait(15)
         _kill_group(node.proc, signal.SIGKILL)
-        for pid in doomed:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        # up to 15 s later: only the same processes (pid and start time), never a reused pid
+        _kill_survivors(doomed)
         node.proc.wait(10)
 
     def stop(self) -> None:
         """Stop the nodes this fixture started, and nothing else: SIGTERM to each ``ray start``
         (workers first: a worker whose GCS is gone does not exit by itself), then SIGKILL to
         its process group and to any leftover process naming the fixture's temp dir."""
-        doomed = {pid for node in self.nodes for pid in descendants(node.proc.pid)}
+        doomed = identities({pid for node in self.nodes for pid in descendants(node.proc.pid)})
         for group in (self.workers, [self.head]):
             for node in group:
                 with contextlib.suppress(ProcessLookupError):
@@ -187,9 +186,18 @@ class RayCluster:
             _kill_group(node.proc, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 node.proc.wait(10)
-        for pid in doomed | set(leftover_pids(self.root)):
+        _kill_survivors(doomed)
+        for pid in leftover_pids(self.root):  # found just now, by their files: still ours
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def _kill_survivors(snapshot: dict[int, str]) -> None:
+    """SIGKILL the processes of an ``identities`` snapshot that still run (the same pid with
+    the same start time): a pid taken seconds ago may belong to another process by now."""
+    for pid in survivors(snapshot):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def descendants(pid: int) -> set[int]:
