@@ -13,14 +13,22 @@ per call one per transaction and 32 per transaction. ``gateway_cpu_ms_per_reques
 gateway process's CPU per request under the throughput load: on a machine shared with other
 work, requests/s follows that work, the CPU per request much less.
 
+A lone call (no other under way) is committed on the gateway's event loop when SQLite's write
+lock is free, other calls on the writer thread (``gateway.persist``); ``--thread-commits``
+sends every call to the thread, as before, for an A/B; ``*_committed_on_loop`` give the share
+of calls committed on the loop in the latency pairs and under the throughput load.
+
 ``--floor`` adds the floor of a gateway on aiohttp with the same client: a bare aiohttp server
-(``floor_hello_*``) and a bare aiohttp proxy to the same upstream (``floor_proxy_*``). Every
+(``floor_hello_*``) and a bare aiohttp proxy to the same upstream (``floor_proxy_*``; without
+``--throughput-only`` also its added latency, ``floor_proxy_added_p50_ms``, from the same
+alternating pairs as the gateway's: the least a proxy on aiohttp adds on this machine). Every
 throughput pass also reports the load generator's and the upstream's CPU per request:
 ``machine_ceiling_rps`` is what the three processes' CPU per request leaves of this machine's
 cores. ``--loop uvloop`` runs the gateway (and the floor servers) on uvloop, if installed.
 
     python benchmarks/gateway.py [--requests 1000] [--concurrency 32] [--no-store] [--postgres]
                                  [--loop asyncio|uvloop] [--floor] [--throughput-only]
+                                 [--thread-commits]
 """
 
 from __future__ import annotations
@@ -80,7 +88,7 @@ def _serve_upstream(q: Any) -> None:
 
 
 def _serve_gateway(q: Any, upstream_port: int, store_dir: str | None, conc: int,
-                   ctl: Any, loop: str = "asyncio") -> None:
+                   ctl: Any, loop: str = "asyncio", thread_commits: bool = False) -> None:
     from agentmeter.gateway import Gateway, ModelRegistry, UpstreamModel
     from agentmeter.gateway.bounds import GatewayLimits
     from agentmeter.gateway.metering import StoreSink
@@ -102,13 +110,15 @@ def _serve_gateway(q: Any, upstream_port: int, store_dir: str | None, conc: int,
             wire_api="gemini", price_key="scripted/bench")})
         # a trial's requests in flight are bounded (16 by default): the load's are allowed
         gw = Gateway(models, PriceBook(), limits=GatewayLimits(max_in_flight=max(16, conc)))
+        if thread_commits:  # every call to the writer thread, a lone one too (before 11-29)
+            gw._writer._lone = None
         await gw.start(host="127.0.0.1", port=0)
         q.put((gw.port, gw.open_trial("bench", "bench/up", sink=sink),
                gw.open_trial("bench-inproc", "scripted/explorer-1000", sink=sink),
                gw.open_trial("bench-gemini", "bench/gemini", sink=sink)))
-        while True:  # each message asks for the writer's (batches, calls) so far
+        while True:  # each message asks for the writer's (batches, calls, on the loop) so far
             await asyncio.to_thread(ctl.get)
-            q.put(gw.commits)
+            q.put((*gw.commits, gw._writer.on_loop))
 
     _run(main, loop)
 
@@ -233,9 +243,11 @@ async def bench(up: int, gw: int, token: str, inproc: str, gemini: str, n: int, 
                 store: bool, gw_pid: int, commits: Any, up_pid: int = 0,
                 floors: dict[str, tuple[int, int]] | None = None,
                 loop: str = "asyncio", throughput_only: bool = False) -> dict[str, Any]:
-    """``commits()``: the gateway's (batches, calls) written so far. ``floors``: the bare
-    aiohttp servers' (port, pid) by kind (``_serve_floor``)."""
+    """``commits()``: the gateway's (batches, calls, calls committed on its loop) written so
+    far. ``floors``: the bare aiohttp servers' (port, pid) by kind (``_serve_floor``)."""
     floors = floors or {}
+    floor: dict[str, float] = {}
+    _, lc0, lo0 = await asyncio.to_thread(commits)
     direct_url = f"http://127.0.0.1:{up}/v1/chat/completions"
     gw_url = f"http://127.0.0.1:{gw}/v1/chat/completions"
     g_path = "/v1beta/models/explorer-1000:generateContent"
@@ -250,13 +262,18 @@ async def bench(up: int, gw: int, token: str, inproc: str, gemini: str, n: int, 
                                 f"http://127.0.0.1:{gw}{g_path}", gemini, n, False)
         g_streamed = await _paired(f"http://127.0.0.1:{up}{g_path}",
                                    f"http://127.0.0.1:{gw}{g_path}", gemini, n, True)
+        if "proxy" in floors:  # the least an aiohttp proxy adds, same pairs as the gateway's
+            fp = await _paired(direct_url, f"http://127.0.0.1:{floors['proxy'][0]}"
+                               "/v1/chat/completions", "x", n, False)
+            floor["floor_proxy_added_p50_ms"] = round(fp["added_p50_ms"], 3)
+            floor["floor_proxy_added_p99_ms"] = round(fp["added_p99_ms"], 3)
+    _, lc1, lo1 = await asyncio.to_thread(commits)
     direct_rps, direct_cpu = await _throughput(direct_url, "direct", n, conc, {"upstream": up_pid})
-    b0, c0 = await asyncio.to_thread(commits)
+    b0, c0, o0 = await asyncio.to_thread(commits)
     gateway_rps, cpu = await _throughput(gw_url, token, n, conc,
                                          {"gateway": gw_pid, "upstream": up_pid})
-    b1, c1 = await asyncio.to_thread(commits)
+    b1, c1, o1 = await asyncio.to_thread(commits)
     inproc_rps, cpu_inproc = await _throughput(gw_url, inproc, n, conc, {"gateway": gw_pid})
-    floor: dict[str, float] = {}
     for kind, (port, pid) in floors.items():  # --floor: aiohttp's own, same client
         rps, fcpu = await _throughput(f"http://127.0.0.1:{port}/v1/chat/completions", "x", n,
                                       conc, {"server": pid, "upstream": up_pid})
@@ -299,6 +316,10 @@ async def bench(up: int, gw: int, token: str, inproc: str, gemini: str, n: int, 
         **floor, "gateway_loop": loop,
         # calls per transaction during the HTTP-upstream throughput load (group commit)
         "calls_per_commit": round((c1 - c0) / max(b1 - b0, 1), 2),
+        # the share of calls committed on the event loop (lone calls, ``gateway.persist``)
+        # in the latency pairs and under the throughput load
+        "latency_calls_committed_on_loop": round((lo1 - lo0) / max(lc1 - lc0, 1), 3),
+        "throughput_calls_committed_on_loop": round((o1 - o0) / max(c1 - c0, 1), 3),
         # issue 30: 5,000 requests/s and 0.5 ms added, every call durable (was 2 ms, 500)
         "targets": {"added_p50_ms": 0.5, "added_ttft_p50_ms": 2.0, "gateway_rps": 5000,
                     "gemini_added_p50_ms": 2.0, "gemini_added_ttft_p50_ms": 2.0},
@@ -360,6 +381,9 @@ def main() -> None:
                     help="the gateway's event loop (uvloop: optional, if installed)")
     ap.add_argument("--floor", action="store_true",
                     help="also a bare aiohttp server and a bare aiohttp proxy, same client")
+    ap.add_argument("--thread-commits", action="store_true",
+                    help="every call committed on the writer thread, a lone one too (as "
+                         "before 2026-11-29): the A of an A/B")
     ap.add_argument("--throughput-only", action="store_true",
                     help="no latency pairs: the throughput passes only (their figures 0)")
     args = ap.parse_args()
@@ -371,7 +395,8 @@ def main() -> None:
     upstream.start()
     up_port = q.get(timeout=30)
     gateway = ctx.Process(target=_serve_gateway,
-                          args=(q, up_port, store_dir, args.concurrency, ctl, args.loop),
+                          args=(q, up_port, store_dir, args.concurrency, ctl, args.loop,
+                                args.thread_commits),
                           daemon=True)
     gateway.start()
     gw_port, token, inproc, gemini = q.get(timeout=30)
@@ -383,7 +408,7 @@ def main() -> None:
         procs.append(proc)
         floors[kind] = (q.get(timeout=30), proc.pid or 0)
 
-    def commits() -> tuple[int, int]:
+    def commits() -> tuple[int, int, int]:
         ctl.put(None)
         return q.get(timeout=30)  # type: ignore[no-any-return]
     try:

@@ -146,6 +146,54 @@ async def test_a_batch_the_store_refuses_is_stored_call_by_call(tmp_path: Path) 
             await gw.stop()
 
 
+async def test_a_lone_call_is_committed_on_the_loop_before_its_reply_ends(tmp_path: Path) -> None:
+    with Store.open(tmp_path) as real:
+        real.create_run(RunRecord(id="r", backend="local", attempts=1, concurrency=1))
+        gw = Gateway(ModelRegistry(), PriceBook())
+        await gw.start()
+        after: list[tuple[int, int]] = []  # (seq, calls in the store when the hook ran)
+        token = gw.open_trial("t", MODEL, sink=StoreSink(
+            real, "r", 0, after=lambda c: after.append((c.seq, len(real.model_calls("r"))))))
+        try:
+            async with aiohttp.ClientSession() as s:
+                for i in range(2):
+                    assert (await _call(s, gw, token, stream=i == 1))[0] == 200
+                    assert len(real.model_calls("r")) == i + 1  # committed when the reply ended
+            assert gw._writer.on_loop == 2 and gw._writer._thread is None  # no hand-off
+            assert gw.commits == (2, 2) and after == [(0, 1), (1, 2)]
+            assert gw.trial_meter("t").stored_seqs == [0, 1]
+        finally:
+            await gw.stop()
+
+
+async def test_a_lone_call_never_waits_on_the_loop_for_another_writers_lock(
+        tmp_path: Path) -> None:
+    """Another connection holds SQLite's write lock: the lone call goes to the writer thread
+    (which waits for the lock) and the event loop keeps running; without the no-wait begin
+    (``Store.add_call_batch_now``) the loop would block in the busy wait (30 s)."""
+    import sqlite3
+
+    with Store.open(tmp_path) as real:
+        real.create_run(RunRecord(id="r", backend="local", attempts=1, concurrency=1))
+        gw = Gateway(ModelRegistry(), PriceBook())
+        await gw.start()
+        token = gw.open_trial("t", MODEL, sink=StoreSink(real, "r", 0))
+        other = sqlite3.connect(tmp_path / "agentmeter.db", isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # the write lock, held
+        try:
+            async with aiohttp.ClientSession() as s:
+                reply = asyncio.create_task(_call(s, gw, token))
+                assert await eventually_async(lambda: gw._writer._busy, 30)  # on the thread
+                assert not reply.done() and gw._writer.on_loop == 0
+                other.execute("COMMIT")
+                assert (await asyncio.wait_for(reply, 30))[0] == 200
+            assert len(real.model_calls("r")) == 1 and gw.commits == (1, 1)
+            assert gw._writer.on_loop == 0 and gw.trial_meter("t").stored_seqs == [0]
+        finally:
+            other.close()
+            await gw.stop()
+
+
 GATEWAY = """
 import asyncio, sys
 from pathlib import Path
