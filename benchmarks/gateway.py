@@ -20,15 +20,18 @@ of calls committed on the loop in the latency pairs and under the throughput loa
 
 ``--floor`` adds the floor of a gateway on aiohttp with the same client: a bare aiohttp server
 (``floor_hello_*``) and a bare aiohttp proxy to the same upstream (``floor_proxy_*``; without
-``--throughput-only`` also its added latency, ``floor_proxy_added_p50_ms``, from the same
-alternating pairs as the gateway's: the least a proxy on aiohttp adds on this machine). Every
+``--throughput-only`` also its added latency, ``floor_proxy_added_p50_ms``: the least a proxy
+on aiohttp adds on this machine, its pairs interleaved round by round with pairs through the
+gateway, ``interleaved_gateway_added_p50_ms``, so the two compare in one run;
+``--compare-commits`` adds a second gateway with ``--thread-commits`` to that interleave,
+``interleaved_thread_commits_gateway_*``). Every
 throughput pass also reports the load generator's and the upstream's CPU per request:
 ``machine_ceiling_rps`` is what the three processes' CPU per request leaves of this machine's
 cores. ``--loop uvloop`` runs the gateway (and the floor servers) on uvloop, if installed.
 
     python benchmarks/gateway.py [--requests 1000] [--concurrency 32] [--no-store] [--postgres]
                                  [--loop asyncio|uvloop] [--floor] [--throughput-only]
-                                 [--thread-commits]
+                                 [--thread-commits] [--compare-commits]
 """
 
 from __future__ import annotations
@@ -170,6 +173,26 @@ async def _paired(direct_url: str, gw_url: str, token: str, n: int,
             "added_ttft_p50_ms": _pct(added_ttft, 0.5), "added_ttft_p99_ms": _pct(added_ttft, 0.99)}
 
 
+async def _interleaved(direct_url: str, targets: dict[str, tuple[str, str]],
+                       n: int) -> dict[str, float]:
+    """``_paired`` for several targets (name: (url, token)) in one pass: each round a pair
+    for each target in turn (direct, then the target), so they share the machine's moments
+    and their added latencies compare in one run."""
+    added: dict[str, list[float]] = {name: [] for name in targets}
+    async with aiohttp.ClientSession() as s:
+        for i in range(50 + n):
+            for name, (url, token) in targets.items():
+                d = await _one(s, direct_url, "direct", False)
+                v = await _one(s, url, token, False)
+                if i >= 50:
+                    added[name].append(v[0] - d[0])
+    out: dict[str, float] = {}
+    for name, xs in added.items():
+        out[f"{name}_added_p50_ms"] = round(_pct(xs, 0.5), 3)
+        out[f"{name}_added_p99_ms"] = round(_pct(xs, 0.99), 3)
+    return out
+
+
 def _cpu_s(pid: int) -> float:
     """CPU seconds (user + system) process ``pid`` has used so far."""
     with open(f"/proc/{pid}/stat") as f:
@@ -242,9 +265,12 @@ def _serve_floor(q: Any, kind: str, upstream_port: int, loop: str = "asyncio") -
 async def bench(up: int, gw: int, token: str, inproc: str, gemini: str, n: int, conc: int,
                 store: bool, gw_pid: int, commits: Any, up_pid: int = 0,
                 floors: dict[str, tuple[int, int]] | None = None,
-                loop: str = "asyncio", throughput_only: bool = False) -> dict[str, Any]:
+                loop: str = "asyncio", throughput_only: bool = False,
+                thread_gw: tuple[int, str] | None = None) -> dict[str, Any]:
     """``commits()``: the gateway's (batches, calls, calls committed on its loop) written so
-    far. ``floors``: the bare aiohttp servers' (port, pid) by kind (``_serve_floor``)."""
+    far. ``floors``: the bare aiohttp servers' (port, pid) by kind (``_serve_floor``).
+    ``thread_gw``: (port, token) of a second gateway that commits every call on its writer
+    thread (``--compare-commits``)."""
     floors = floors or {}
     floor: dict[str, float] = {}
     _, lc0, lo0 = await asyncio.to_thread(commits)
@@ -262,11 +288,15 @@ async def bench(up: int, gw: int, token: str, inproc: str, gemini: str, n: int, 
                                 f"http://127.0.0.1:{gw}{g_path}", gemini, n, False)
         g_streamed = await _paired(f"http://127.0.0.1:{up}{g_path}",
                                    f"http://127.0.0.1:{gw}{g_path}", gemini, n, True)
-        if "proxy" in floors:  # the least an aiohttp proxy adds, same pairs as the gateway's
-            fp = await _paired(direct_url, f"http://127.0.0.1:{floors['proxy'][0]}"
-                               "/v1/chat/completions", "x", n, False)
-            floor["floor_proxy_added_p50_ms"] = round(fp["added_p50_ms"], 3)
-            floor["floor_proxy_added_p99_ms"] = round(fp["added_p99_ms"], 3)
+        targets = {"interleaved_gateway": (gw_url, token)}
+        if thread_gw is not None:  # --compare-commits: the same gateway, thread commits only
+            targets["interleaved_thread_commits_gateway"] = (
+                f"http://127.0.0.1:{thread_gw[0]}/v1/chat/completions", thread_gw[1])
+        if "proxy" in floors:  # the least an aiohttp proxy adds, in the same pass
+            targets["floor_proxy"] = (f"http://127.0.0.1:{floors['proxy'][0]}"
+                                      "/v1/chat/completions", "x")
+        if len(targets) > 1:
+            floor.update(await _interleaved(direct_url, targets, n))
     _, lc1, lo1 = await asyncio.to_thread(commits)
     direct_rps, direct_cpu = await _throughput(direct_url, "direct", n, conc, {"upstream": up_pid})
     b0, c0, o0 = await asyncio.to_thread(commits)
@@ -384,6 +414,9 @@ def main() -> None:
     ap.add_argument("--thread-commits", action="store_true",
                     help="every call committed on the writer thread, a lone one too (as "
                          "before 2026-11-29): the A of an A/B")
+    ap.add_argument("--compare-commits", action="store_true",
+                    help="also a second gateway with --thread-commits, its added latency "
+                         "interleaved pair by pair with this one's (and --floor's proxy)")
     ap.add_argument("--throughput-only", action="store_true",
                     help="no latency pairs: the throughput passes only (their figures 0)")
     args = ap.parse_args()
@@ -401,6 +434,16 @@ def main() -> None:
     gateway.start()
     gw_port, token, inproc, gemini = q.get(timeout=30)
     procs = [gateway, upstream]
+    thread_gw = None
+    if args.compare_commits:
+        tdir = tempfile.TemporaryDirectory(prefix="agentmeter-bench-")
+        other = ctx.Process(target=_serve_gateway, args=(
+            q, up_port, None if args.no_store else tdir.name, args.concurrency, ctx.Queue(),
+            args.loop, True), daemon=True)
+        other.start()
+        procs.append(other)
+        port, tok, *_ = q.get(timeout=30)
+        thread_gw = (port, tok)
     floors: dict[str, tuple[int, int]] = {}
     for kind in ("hello", "proxy") if args.floor else ():
         proc = ctx.Process(target=_serve_floor, args=(q, kind, up_port, args.loop), daemon=True)
@@ -415,7 +458,7 @@ def main() -> None:
         result = asyncio.run(bench(up_port, gw_port, token, inproc, gemini, args.requests,
                                    args.concurrency, store_dir is not None,
                                    gateway.pid or 0, commits, upstream.pid or 0, floors,
-                                   args.loop, args.throughput_only))
+                                   args.loop, args.throughput_only, thread_gw))
         if store_dir is not None:  # every served call is in the store
             from agentmeter.store.db import Store
 

@@ -8,11 +8,14 @@ order the calls finished. While a batch commits the next one gathers, so a batch
 soon as the previous commit ends (never held back on a timer): under load one commit carries
 many calls; alone, a call waits for its own commit only.
 
-A lone call (no other call under way on the gateway, the writer idle) whose store commits
-without waiting (SQLite with its write lock free: ``Store.add_call_batch_now``) is committed
-right away on the event loop instead: the two thread hand-offs (waking the writer, waking the
-loop back) were most of a lone call's wait for its commit, and with nothing else under way
-the commit blocks no other call. If the lock is held (another writer) or the store is not
+A lone call (no other call under way on the gateway, none finished in the last
+``LONE_GAP_S``, the writer idle) whose store commits without waiting (SQLite with its write
+lock free: ``Store.add_call_batch_now``) is committed right away on the event loop instead:
+the two thread hand-offs (waking the writer, waking the loop back) were most of a lone call's
+wait for its commit, and with nothing else under way the commit blocks no other call. Calls
+finishing close together are a load (e.g. short calls of many clients, each served within one
+turn of the loop, so none sees another under way): they go to the thread, where they share
+commits. If the lock is held (another writer) or the store is not
 SQLite, the call goes to the writer thread as any other.
 
 A call's handler awaits its batch's commit before the client sees the end of the response: a call
@@ -26,12 +29,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from agentmeter.gateway.metering import StoreSink, TrialState
 from agentmeter.records import ModelCallRecord
+
+#: a call finishing within this long of the previous one is not lone (see the module's doc)
+LONE_GAP_S = 0.001
 
 
 @dataclass
@@ -47,6 +54,7 @@ class CallWriter:
 
     def __init__(self, lone: Callable[[], bool] | None = None) -> None:
         self._lone = lone
+        self._last = 0.0  # when the last call was written (``time.monotonic``)
         self._busy = False  # the thread is writing a batch (under ``_cond``)
         self._queue: list[_Job] = []
         self._cond = threading.Condition(threading.Lock())
@@ -65,8 +73,11 @@ class CallWriter:
         """Queue the call and wait until its batch is written (committed)."""
         if trial.sink is None:
             return
-        if self._lone is not None and self._now(trial, record):
-            return
+        if self._lone is not None:
+            now = time.monotonic()
+            last, self._last = self._last, now
+            if now - last > LONE_GAP_S and self._now(trial, record):
+                return
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
         with self._turn_lock:
