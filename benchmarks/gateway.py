@@ -23,8 +23,8 @@ of calls committed on the loop in the latency pairs and under the throughput loa
 ``--throughput-only`` also its added latency, ``floor_proxy_added_p50_ms``: the least a proxy
 on aiohttp adds on this machine, its pairs interleaved round by round with pairs through the
 gateway, ``interleaved_gateway_added_p50_ms``, so the two compare in one run;
-``--compare-commits`` adds a second gateway with ``--thread-commits`` to that interleave,
-``interleaved_thread_commits_gateway_*``). Every
+``--compare-commits`` adds two more gateways to that interleave, one with ``--thread-commits``
+and one with ``--no-store``: ``interleaved_{thread_commits,no_store}_gateway_*``). Every
 throughput pass also reports the load generator's and the upstream's CPU per request:
 ``machine_ceiling_rps`` is what the three processes' CPU per request leaves of this machine's
 cores. ``--loop uvloop`` runs the gateway (and the floor servers) on uvloop, if installed.
@@ -32,6 +32,7 @@ cores. ``--loop uvloop`` runs the gateway (and the floor servers) on uvloop, if 
     python benchmarks/gateway.py [--requests 1000] [--concurrency 32] [--no-store] [--postgres]
                                  [--loop asyncio|uvloop] [--floor] [--throughput-only]
                                  [--thread-commits] [--compare-commits]
+                                 [--switch-interval MS]
 """
 
 from __future__ import annotations
@@ -91,7 +92,8 @@ def _serve_upstream(q: Any) -> None:
 
 
 def _serve_gateway(q: Any, upstream_port: int, store_dir: str | None, conc: int,
-                   ctl: Any, loop: str = "asyncio", thread_commits: bool = False) -> None:
+                   ctl: Any, loop: str = "asyncio", thread_commits: bool = False,
+                   switch_ms: float | None = None) -> None:
     from agentmeter.gateway import Gateway, ModelRegistry, UpstreamModel
     from agentmeter.gateway.bounds import GatewayLimits
     from agentmeter.gateway.metering import StoreSink
@@ -99,6 +101,8 @@ def _serve_gateway(q: Any, upstream_port: int, store_dir: str | None, conc: int,
     from agentmeter.records import RunRecord
     from agentmeter.store.db import Store
 
+    if switch_ms is not None:  # --switch-interval: how long a thread may hold the GIL
+        sys.setswitchinterval(switch_ms / 1000)
     sink: StoreSink | None = None
     if store_dir is not None:  # as the runner wires it (runner/trial.py: _call_sink)
         store = Store.open(store_dir)
@@ -266,11 +270,12 @@ async def bench(up: int, gw: int, token: str, inproc: str, gemini: str, n: int, 
                 store: bool, gw_pid: int, commits: Any, up_pid: int = 0,
                 floors: dict[str, tuple[int, int]] | None = None,
                 loop: str = "asyncio", throughput_only: bool = False,
-                thread_gw: tuple[int, str] | None = None) -> dict[str, Any]:
+                others: dict[str, tuple[int, str]] | None = None) -> dict[str, Any]:
     """``commits()``: the gateway's (batches, calls, calls committed on its loop) written so
     far. ``floors``: the bare aiohttp servers' (port, pid) by kind (``_serve_floor``).
-    ``thread_gw``: (port, token) of a second gateway that commits every call on its writer
-    thread (``--compare-commits``)."""
+    ``others``: (port, token) of more gateways by name, their added latency interleaved with
+    this one's (``--compare-commits``: ``thread_commits``, every call committed on the writer
+    thread; ``no_store``, no sink)."""
     floors = floors or {}
     floor: dict[str, float] = {}
     _, lc0, lo0 = await asyncio.to_thread(commits)
@@ -289,9 +294,9 @@ async def bench(up: int, gw: int, token: str, inproc: str, gemini: str, n: int, 
         g_streamed = await _paired(f"http://127.0.0.1:{up}{g_path}",
                                    f"http://127.0.0.1:{gw}{g_path}", gemini, n, True)
         targets = {"interleaved_gateway": (gw_url, token)}
-        if thread_gw is not None:  # --compare-commits: the same gateway, thread commits only
-            targets["interleaved_thread_commits_gateway"] = (
-                f"http://127.0.0.1:{thread_gw[0]}/v1/chat/completions", thread_gw[1])
+        for name, (port, tok) in (others or {}).items():  # --compare-commits
+            targets[f"interleaved_{name}_gateway"] = (
+                f"http://127.0.0.1:{port}/v1/chat/completions", tok)
         if "proxy" in floors:  # the least an aiohttp proxy adds, in the same pass
             targets["floor_proxy"] = (f"http://127.0.0.1:{floors['proxy'][0]}"
                                       "/v1/chat/completions", "x")
@@ -415,8 +420,12 @@ def main() -> None:
                     help="every call committed on the writer thread, a lone one too (as "
                          "before 2026-11-29): the A of an A/B")
     ap.add_argument("--compare-commits", action="store_true",
-                    help="also a second gateway with --thread-commits, its added latency "
-                         "interleaved pair by pair with this one's (and --floor's proxy)")
+                    help="also a gateway with --thread-commits and one with --no-store, their "
+                         "added latency interleaved pair by pair with this one's (and "
+                         "--floor's proxy's)")
+    ap.add_argument("--switch-interval", type=float, metavar="MS",
+                    help="the gateway process's sys.setswitchinterval, in ms (Python's "
+                         "default: 5)")
     ap.add_argument("--throughput-only", action="store_true",
                     help="no latency pairs: the throughput passes only (their figures 0)")
     args = ap.parse_args()
@@ -429,21 +438,24 @@ def main() -> None:
     up_port = q.get(timeout=30)
     gateway = ctx.Process(target=_serve_gateway,
                           args=(q, up_port, store_dir, args.concurrency, ctl, args.loop,
-                                args.thread_commits),
+                                args.thread_commits, args.switch_interval),
                           daemon=True)
     gateway.start()
     gw_port, token, inproc, gemini = q.get(timeout=30)
     procs = [gateway, upstream]
-    thread_gw = None
-    if args.compare_commits:
-        tdir = tempfile.TemporaryDirectory(prefix="agentmeter-bench-")
+    others: dict[str, tuple[int, str]] = {}
+    ctls = []
+    tdir = tempfile.TemporaryDirectory(prefix="agentmeter-bench-")
+    for name, where, thread in (("thread_commits", tdir.name, True), ("no_store", None, False)
+                                ) if args.compare_commits else ():
+        other_ctl = ctx.Queue()  # kept: a queue collected before the child starts is gone
+        ctls.append(other_ctl)
         other = ctx.Process(target=_serve_gateway, args=(
-            q, up_port, None if args.no_store else tdir.name, args.concurrency, ctx.Queue(),
-            args.loop, True), daemon=True)
+            q, up_port, where, args.concurrency, other_ctl, args.loop, thread), daemon=True)
         other.start()
         procs.append(other)
         port, tok, *_ = q.get(timeout=30)
-        thread_gw = (port, tok)
+        others[name] = (port, tok)
     floors: dict[str, tuple[int, int]] = {}
     for kind in ("hello", "proxy") if args.floor else ():
         proc = ctx.Process(target=_serve_floor, args=(q, kind, up_port, args.loop), daemon=True)
@@ -458,7 +470,7 @@ def main() -> None:
         result = asyncio.run(bench(up_port, gw_port, token, inproc, gemini, args.requests,
                                    args.concurrency, store_dir is not None,
                                    gateway.pid or 0, commits, upstream.pid or 0, floors,
-                                   args.loop, args.throughput_only, thread_gw))
+                                   args.loop, args.throughput_only, others))
         if store_dir is not None:  # every served call is in the store
             from agentmeter.store.db import Store
 
@@ -469,6 +481,8 @@ def main() -> None:
             p.terminate()
             p.join(5)
         tmp.cleanup()
+        tdir.cleanup()
+    result["gateway_switch_interval_ms"] = args.switch_interval or 5.0
     result.update(store_cost())
     if args.postgres:
         result.update(pg_store_cost())
