@@ -1,5 +1,5 @@
-"""Each finished call handed to its trial's sink (e.g. stored) as it completes, off the event loop,
-with group commit.
+"""Each finished call handed to its trial's sink (e.g. stored) as it completes: on a writer
+thread, with group commit, or for a lone call on the event loop.
 
 Finished calls queue to one writer thread. Whenever it is free it takes every call queued so far
 and writes them as one batch: the calls of all trials whose sink is a ``StoreSink`` on the same
@@ -15,8 +15,8 @@ the two thread hand-offs (waking the writer, waking the loop back) were most of 
 wait for its commit, and with nothing else under way the commit blocks no other call. Calls
 finishing close together are a load (e.g. short calls of many clients, each served within one
 turn of the loop, so none sees another under way): they go to the thread, where they share
-commits. If the lock is held (another writer) or the store is not
-SQLite, the call goes to the writer thread as any other.
+commits. If the lock is held (another writer) or the store is not SQLite (PostgreSQL: a commit
+is a network round trip), the call goes to the writer thread as any other.
 
 A call's handler awaits its batch's commit before the client sees the end of the response: a call
 a client received in full is durable (a runner SIGKILLed after that loses nothing). A failing
@@ -92,9 +92,9 @@ class CallWriter:
         """Commit a lone call on the loop if its store can without waiting (True: stored, or
         its failure noted as the thread would), else False (then it goes to the thread)."""
         sink = trial.sink
-        now = getattr(sink.store, "add_call_batch_now", None) if isinstance(sink, StoreSink) \
-            else None
-        if now is None or self._turn:
+        commit = getattr(sink.store, "add_call_batch_now", None) \
+            if isinstance(sink, StoreSink) else None
+        if commit is None or self._turn:
             return False
         with self._cond:
             if self._queue or self._busy:
@@ -104,7 +104,7 @@ class CallWriter:
             return False  # other calls under way: the thread, where commits gather
         job = _Job(trial, record, None)
         try:
-            if not now([_item(job)]):
+            if not commit([_item(job)]):
                 return False  # another writer holds the lock: waited for on the thread
         except Exception as e:
             _failed(job, e)
