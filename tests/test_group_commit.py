@@ -281,3 +281,22 @@ def test_a_batch_is_written_whole_with_unstorable_text_escaped(tmp_path: Path) -
             st.add_call_batch([("r", 0, calls[0].model_copy(update={"seq": 9})),
                                ("no-such-run", 0, calls[1])])
         assert len(st.model_calls("r")) == 3
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_only_sqlite_commits_a_call_without_waiting(
+        tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
+    """``add_call_batch_now`` (the gateway's commit on its loop) writes on SQLite only: on
+    PostgreSQL a commit is a network round trip, so it declines and the call goes to the
+    writer thread."""
+    from agentmeter.records import TokenUsage, utcnow
+
+    location = request.getfixturevalue("pg_url") if backend == "postgresql" else str(tmp_path)
+    call = ModelCallRecord(trial_id="t", seq=0, wire_api="chat", client_api="chat", model="m",
+                           upstream_model="m", status_code=200, stream=False,
+                           started_at=utcnow(), latency_s=0.1, ttft_s=None,
+                           usage=TokenUsage(input=1, output=1), cost_usd=None)
+    with Store.open(location, runs_dir=tmp_path) as st:
+        st.create_run(RunRecord(id="r", backend="local", attempts=1, concurrency=1))
+        assert st.add_call_batch_now([("r", 0, call)]) is (backend == "sqlite")
+        assert len(st.model_calls("r")) == (1 if backend == "sqlite" else 0)
