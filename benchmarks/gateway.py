@@ -13,14 +13,26 @@ per call one per transaction and 32 per transaction. ``gateway_cpu_ms_per_reques
 gateway process's CPU per request under the throughput load: on a machine shared with other
 work, requests/s follows that work, the CPU per request much less.
 
+A lone call (no other under way) is committed on the gateway's event loop when SQLite's write
+lock is free, other calls on the writer thread (``gateway.persist``); ``--thread-commits``
+sends every call to the thread, as before, for an A/B; ``*_committed_on_loop`` give the share
+of calls committed on the loop in the latency pairs and under the throughput load.
+
 ``--floor`` adds the floor of a gateway on aiohttp with the same client: a bare aiohttp server
-(``floor_hello_*``) and a bare aiohttp proxy to the same upstream (``floor_proxy_*``). Every
+(``floor_hello_*``) and a bare aiohttp proxy to the same upstream (``floor_proxy_*``; without
+``--throughput-only`` also its added latency, ``floor_proxy_added_p50_ms``: the least a proxy
+on aiohttp adds on this machine, its pairs interleaved round by round with pairs through the
+gateway, ``interleaved_gateway_added_p50_ms``, so the two compare in one run;
+``--compare-commits`` adds two more gateways to that interleave, one with ``--thread-commits``
+and one with ``--no-store``: ``interleaved_{thread_commits,no_store}_gateway_*``). Every
 throughput pass also reports the load generator's and the upstream's CPU per request:
 ``machine_ceiling_rps`` is what the three processes' CPU per request leaves of this machine's
 cores. ``--loop uvloop`` runs the gateway (and the floor servers) on uvloop, if installed.
 
     python benchmarks/gateway.py [--requests 1000] [--concurrency 32] [--no-store] [--postgres]
                                  [--loop asyncio|uvloop] [--floor] [--throughput-only]
+                                 [--thread-commits] [--compare-commits]
+                                 [--switch-interval MS]
 """
 
 from __future__ import annotations
@@ -80,7 +92,8 @@ def _serve_upstream(q: Any) -> None:
 
 
 def _serve_gateway(q: Any, upstream_port: int, store_dir: str | None, conc: int,
-                   ctl: Any, loop: str = "asyncio") -> None:
+                   ctl: Any, loop: str = "asyncio", thread_commits: bool = False,
+                   switch_ms: float | None = None) -> None:
     from agentmeter.gateway import Gateway, ModelRegistry, UpstreamModel
     from agentmeter.gateway.bounds import GatewayLimits
     from agentmeter.gateway.metering import StoreSink
@@ -88,6 +101,8 @@ def _serve_gateway(q: Any, upstream_port: int, store_dir: str | None, conc: int,
     from agentmeter.records import RunRecord
     from agentmeter.store.db import Store
 
+    if switch_ms is not None:  # --switch-interval: how long a thread may hold the GIL
+        sys.setswitchinterval(switch_ms / 1000)
     sink: StoreSink | None = None
     if store_dir is not None:  # as the runner wires it (runner/trial.py: _call_sink)
         store = Store.open(store_dir)
@@ -102,13 +117,15 @@ def _serve_gateway(q: Any, upstream_port: int, store_dir: str | None, conc: int,
             wire_api="gemini", price_key="scripted/bench")})
         # a trial's requests in flight are bounded (16 by default): the load's are allowed
         gw = Gateway(models, PriceBook(), limits=GatewayLimits(max_in_flight=max(16, conc)))
+        if thread_commits:  # every call to the writer thread, a lone one too (before 11-29)
+            gw._writer._lone = None
         await gw.start(host="127.0.0.1", port=0)
         q.put((gw.port, gw.open_trial("bench", "bench/up", sink=sink),
                gw.open_trial("bench-inproc", "scripted/explorer-1000", sink=sink),
                gw.open_trial("bench-gemini", "bench/gemini", sink=sink)))
-        while True:  # each message asks for the writer's (batches, calls) so far
+        while True:  # each message asks for the writer's (batches, calls, on the loop) so far
             await asyncio.to_thread(ctl.get)
-            q.put(gw.commits)
+            q.put((*gw.commits, gw._writer.on_loop))
 
     _run(main, loop)
 
@@ -158,6 +175,26 @@ async def _paired(direct_url: str, gw_url: str, token: str, n: int,
     return {"direct_p50_ms": _pct(direct, 0.5), "via_p50_ms": _pct(via, 0.5),
             "added_p50_ms": _pct(added, 0.5), "added_p99_ms": _pct(added, 0.99),
             "added_ttft_p50_ms": _pct(added_ttft, 0.5), "added_ttft_p99_ms": _pct(added_ttft, 0.99)}
+
+
+async def _interleaved(direct_url: str, targets: dict[str, tuple[str, str]],
+                       n: int) -> dict[str, float]:
+    """``_paired`` for several targets (name: (url, token)) in one pass: each round a pair
+    for each target in turn (direct, then the target), so they share the machine's moments
+    and their added latencies compare in one run."""
+    added: dict[str, list[float]] = {name: [] for name in targets}
+    async with aiohttp.ClientSession() as s:
+        for i in range(50 + n):
+            for name, (url, token) in targets.items():
+                d = await _one(s, direct_url, "direct", False)
+                v = await _one(s, url, token, False)
+                if i >= 50:
+                    added[name].append(v[0] - d[0])
+    out: dict[str, float] = {}
+    for name, xs in added.items():
+        out[f"{name}_added_p50_ms"] = round(_pct(xs, 0.5), 3)
+        out[f"{name}_added_p99_ms"] = round(_pct(xs, 0.99), 3)
+    return out
 
 
 def _cpu_s(pid: int) -> float:
@@ -232,10 +269,16 @@ def _serve_floor(q: Any, kind: str, upstream_port: int, loop: str = "asyncio") -
 async def bench(up: int, gw: int, token: str, inproc: str, gemini: str, n: int, conc: int,
                 store: bool, gw_pid: int, commits: Any, up_pid: int = 0,
                 floors: dict[str, tuple[int, int]] | None = None,
-                loop: str = "asyncio", throughput_only: bool = False) -> dict[str, Any]:
-    """``commits()``: the gateway's (batches, calls) written so far. ``floors``: the bare
-    aiohttp servers' (port, pid) by kind (``_serve_floor``)."""
+                loop: str = "asyncio", throughput_only: bool = False,
+                others: dict[str, tuple[int, str]] | None = None) -> dict[str, Any]:
+    """``commits()``: the gateway's (batches, calls, calls committed on its loop) written so
+    far. ``floors``: the bare aiohttp servers' (port, pid) by kind (``_serve_floor``).
+    ``others``: (port, token) of more gateways by name, their added latency interleaved with
+    this one's (``--compare-commits``: ``thread_commits``, every call committed on the writer
+    thread; ``no_store``, no sink)."""
     floors = floors or {}
+    floor: dict[str, float] = {}
+    _, lc0, lo0 = await asyncio.to_thread(commits)
     direct_url = f"http://127.0.0.1:{up}/v1/chat/completions"
     gw_url = f"http://127.0.0.1:{gw}/v1/chat/completions"
     g_path = "/v1beta/models/explorer-1000:generateContent"
@@ -250,13 +293,22 @@ async def bench(up: int, gw: int, token: str, inproc: str, gemini: str, n: int, 
                                 f"http://127.0.0.1:{gw}{g_path}", gemini, n, False)
         g_streamed = await _paired(f"http://127.0.0.1:{up}{g_path}",
                                    f"http://127.0.0.1:{gw}{g_path}", gemini, n, True)
+        targets = {"interleaved_gateway": (gw_url, token)}
+        for name, (port, tok) in (others or {}).items():  # --compare-commits
+            targets[f"interleaved_{name}_gateway"] = (
+                f"http://127.0.0.1:{port}/v1/chat/completions", tok)
+        if "proxy" in floors:  # the least an aiohttp proxy adds, in the same pass
+            targets["floor_proxy"] = (f"http://127.0.0.1:{floors['proxy'][0]}"
+                                      "/v1/chat/completions", "x")
+        if len(targets) > 1:
+            floor.update(await _interleaved(direct_url, targets, n))
+    _, lc1, lo1 = await asyncio.to_thread(commits)
     direct_rps, direct_cpu = await _throughput(direct_url, "direct", n, conc, {"upstream": up_pid})
-    b0, c0 = await asyncio.to_thread(commits)
+    b0, c0, o0 = await asyncio.to_thread(commits)
     gateway_rps, cpu = await _throughput(gw_url, token, n, conc,
                                          {"gateway": gw_pid, "upstream": up_pid})
-    b1, c1 = await asyncio.to_thread(commits)
+    b1, c1, o1 = await asyncio.to_thread(commits)
     inproc_rps, cpu_inproc = await _throughput(gw_url, inproc, n, conc, {"gateway": gw_pid})
-    floor: dict[str, float] = {}
     for kind, (port, pid) in floors.items():  # --floor: aiohttp's own, same client
         rps, fcpu = await _throughput(f"http://127.0.0.1:{port}/v1/chat/completions", "x", n,
                                       conc, {"server": pid, "upstream": up_pid})
@@ -299,6 +351,10 @@ async def bench(up: int, gw: int, token: str, inproc: str, gemini: str, n: int, 
         **floor, "gateway_loop": loop,
         # calls per transaction during the HTTP-upstream throughput load (group commit)
         "calls_per_commit": round((c1 - c0) / max(b1 - b0, 1), 2),
+        # the share of calls committed on the event loop (lone calls, ``gateway.persist``)
+        # in the latency pairs and under the throughput load
+        "latency_calls_committed_on_loop": round((lo1 - lo0) / max(lc1 - lc0, 1), 3),
+        "throughput_calls_committed_on_loop": round((o1 - o0) / max(c1 - c0, 1), 3),
         # issue 30: 5,000 requests/s and 0.5 ms added, every call durable (was 2 ms, 500)
         "targets": {"added_p50_ms": 0.5, "added_ttft_p50_ms": 2.0, "gateway_rps": 5000,
                     "gemini_added_p50_ms": 2.0, "gemini_added_ttft_p50_ms": 2.0},
@@ -360,6 +416,16 @@ def main() -> None:
                     help="the gateway's event loop (uvloop: optional, if installed)")
     ap.add_argument("--floor", action="store_true",
                     help="also a bare aiohttp server and a bare aiohttp proxy, same client")
+    ap.add_argument("--thread-commits", action="store_true",
+                    help="every call committed on the writer thread, a lone one too (as "
+                         "before 2026-11-29): the A of an A/B")
+    ap.add_argument("--compare-commits", action="store_true",
+                    help="also a gateway with --thread-commits and one with --no-store, their "
+                         "added latency interleaved pair by pair with this one's (and "
+                         "--floor's proxy's)")
+    ap.add_argument("--switch-interval", type=float, metavar="MS",
+                    help="the gateway process's sys.setswitchinterval, in ms (Python's "
+                         "default: 5)")
     ap.add_argument("--throughput-only", action="store_true",
                     help="no latency pairs: the throughput passes only (their figures 0)")
     args = ap.parse_args()
@@ -371,11 +437,25 @@ def main() -> None:
     upstream.start()
     up_port = q.get(timeout=30)
     gateway = ctx.Process(target=_serve_gateway,
-                          args=(q, up_port, store_dir, args.concurrency, ctl, args.loop),
+                          args=(q, up_port, store_dir, args.concurrency, ctl, args.loop,
+                                args.thread_commits, args.switch_interval),
                           daemon=True)
     gateway.start()
     gw_port, token, inproc, gemini = q.get(timeout=30)
     procs = [gateway, upstream]
+    others: dict[str, tuple[int, str]] = {}
+    ctls = []
+    tdir = tempfile.TemporaryDirectory(prefix="agentmeter-bench-")
+    for name, where, thread in (("thread_commits", tdir.name, True), ("no_store", None, False)
+                                ) if args.compare_commits else ():
+        other_ctl = ctx.Queue()  # kept: a queue collected before the child starts is gone
+        ctls.append(other_ctl)
+        other = ctx.Process(target=_serve_gateway, args=(
+            q, up_port, where, args.concurrency, other_ctl, args.loop, thread), daemon=True)
+        other.start()
+        procs.append(other)
+        port, tok, *_ = q.get(timeout=30)
+        others[name] = (port, tok)
     floors: dict[str, tuple[int, int]] = {}
     for kind in ("hello", "proxy") if args.floor else ():
         proc = ctx.Process(target=_serve_floor, args=(q, kind, up_port, args.loop), daemon=True)
@@ -383,14 +463,14 @@ def main() -> None:
         procs.append(proc)
         floors[kind] = (q.get(timeout=30), proc.pid or 0)
 
-    def commits() -> tuple[int, int]:
+    def commits() -> tuple[int, int, int]:
         ctl.put(None)
         return q.get(timeout=30)  # type: ignore[no-any-return]
     try:
         result = asyncio.run(bench(up_port, gw_port, token, inproc, gemini, args.requests,
                                    args.concurrency, store_dir is not None,
                                    gateway.pid or 0, commits, upstream.pid or 0, floors,
-                                   args.loop, args.throughput_only))
+                                   args.loop, args.throughput_only, others))
         if store_dir is not None:  # every served call is in the store
             from agentmeter.store.db import Store
 
@@ -401,6 +481,8 @@ def main() -> None:
             p.terminate()
             p.join(5)
         tmp.cleanup()
+        tdir.cleanup()
+    result["gateway_switch_interval_ms"] = args.switch_interval or 5.0
     result.update(store_cost())
     if args.postgres:
         result.update(pg_store_cost())

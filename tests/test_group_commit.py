@@ -146,6 +146,54 @@ async def test_a_batch_the_store_refuses_is_stored_call_by_call(tmp_path: Path) 
             await gw.stop()
 
 
+async def test_a_lone_call_is_committed_on_the_loop_before_its_reply_ends(tmp_path: Path) -> None:
+    with Store.open(tmp_path) as real:
+        real.create_run(RunRecord(id="r", backend="local", attempts=1, concurrency=1))
+        gw = Gateway(ModelRegistry(), PriceBook())
+        await gw.start()
+        after: list[tuple[int, int]] = []  # (seq, calls in the store when the hook ran)
+        token = gw.open_trial("t", MODEL, sink=StoreSink(
+            real, "r", 0, after=lambda c: after.append((c.seq, len(real.model_calls("r"))))))
+        try:
+            async with aiohttp.ClientSession() as s:
+                for i in range(2):
+                    assert (await _call(s, gw, token, stream=i == 1))[0] == 200
+                    assert len(real.model_calls("r")) == i + 1  # committed when the reply ended
+            assert gw._writer.on_loop == 2 and gw._writer._thread is None  # no hand-off
+            assert gw.commits == (2, 2) and after == [(0, 1), (1, 2)]
+            assert gw.trial_meter("t").stored_seqs == [0, 1]
+        finally:
+            await gw.stop()
+
+
+async def test_a_lone_call_never_waits_on_the_loop_for_another_writers_lock(
+        tmp_path: Path) -> None:
+    """Another connection holds SQLite's write lock: the lone call goes to the writer thread
+    (which waits for the lock) and the event loop keeps running; without the no-wait begin
+    (``Store.add_call_batch_now``) the loop would block in the busy wait (30 s)."""
+    import sqlite3
+
+    with Store.open(tmp_path) as real:
+        real.create_run(RunRecord(id="r", backend="local", attempts=1, concurrency=1))
+        gw = Gateway(ModelRegistry(), PriceBook())
+        await gw.start()
+        token = gw.open_trial("t", MODEL, sink=StoreSink(real, "r", 0))
+        other = sqlite3.connect(tmp_path / "agentmeter.db", isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # the write lock, held
+        try:
+            async with aiohttp.ClientSession() as s:
+                reply = asyncio.create_task(_call(s, gw, token))
+                assert await eventually_async(lambda: gw._writer._busy, 30)  # on the thread
+                assert not reply.done() and gw._writer.on_loop == 0
+                other.execute("COMMIT")
+                assert (await asyncio.wait_for(reply, 30))[0] == 200
+            assert len(real.model_calls("r")) == 1 and gw.commits == (1, 1)
+            assert gw._writer.on_loop == 0 and gw.trial_meter("t").stored_seqs == [0]
+        finally:
+            other.close()
+            await gw.stop()
+
+
 GATEWAY = """
 import asyncio, sys
 from pathlib import Path
@@ -233,3 +281,22 @@ def test_a_batch_is_written_whole_with_unstorable_text_escaped(tmp_path: Path) -
             st.add_call_batch([("r", 0, calls[0].model_copy(update={"seq": 9})),
                                ("no-such-run", 0, calls[1])])
         assert len(st.model_calls("r")) == 3
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_only_sqlite_commits_a_call_without_waiting(
+        tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
+    """``add_call_batch_now`` (the gateway's commit on its loop) writes on SQLite only: on
+    PostgreSQL a commit is a network round trip, so it declines and the call goes to the
+    writer thread."""
+    from agentmeter.records import TokenUsage, utcnow
+
+    location = request.getfixturevalue("pg_url") if backend == "postgresql" else str(tmp_path)
+    call = ModelCallRecord(trial_id="t", seq=0, wire_api="chat", client_api="chat", model="m",
+                           upstream_model="m", status_code=200, stream=False,
+                           started_at=utcnow(), latency_s=0.1, ttft_s=None,
+                           usage=TokenUsage(input=1, output=1), cost_usd=None)
+    with Store.open(location, runs_dir=tmp_path) as st:
+        st.create_run(RunRecord(id="r", backend="local", attempts=1, concurrency=1))
+        assert st.add_call_batch_now([("r", 0, call)]) is (backend == "sqlite")
+        assert len(st.model_calls("r")) == (1 if backend == "sqlite" else 0)

@@ -82,7 +82,8 @@ class StoreSink:
     the gateway's writer commits the calls of every trial sharing the store that finished
     together in one transaction (``persist``). ``trial_id``: stored under this trial id
     instead of the call's (a judge's calls go with the trial it grades). ``after``: run on the
-    writer thread once the call is committed (e.g. a try's books settled again)."""
+    writer thread once the call is committed, or on the event loop for a lone call committed
+    there (``persist``) (e.g. a try's books settled again)."""
 
     store: CallStore
     run_id: str

@@ -81,9 +81,9 @@ class UpstreamModel(BaseModel):
     @property
     def served_here(self) -> bool:
         """A ``local/<model>``: served by a llama.cpp server that the gateway starts."""
-        from agentmeter.gateway.localmodels import LOCAL_BASE_URL
-
-        return self.base_url == LOCAL_BASE_URL
+        # localmodels.LOCAL_BASE_URL, as in the validator above: not imported here on each
+        # call (read once per request; localmodels stays out of the CLI's start-up)
+        return self.base_url == "local"
 
     @property
     def wire_apis(self) -> tuple[WireApi, ...]:

@@ -93,7 +93,7 @@ class Gateway:
         self._local = LocalServers()  # local/<model>: llama.cpp servers this gateway started
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
-        self._writer = CallWriter()
+        self._writer = CallWriter(lone=lambda: len(self._live) <= 1)
         self._own_socket_dir: Path | None = None
         self.port: int | None = None
         self.unix_socket: Path | None = None

@@ -307,6 +307,18 @@ class Store(StoreWrites):
                             f"model calls of run{'s' if len(runs) > 1 else ''} "
                             f"{', '.join(map(repr, runs))}")
 
+    def add_call_batch_now(self, calls: Sequence[tuple[str, int, ModelCallRecord]]) -> bool:
+        """``add_call_batch`` only if it needs no wait for another writer: on SQLite when the
+        write lock is free right now (True: committed); False, nothing written, when it is
+        held, and always on PostgreSQL (a network round trip). For the gateway's commit of a
+        lone call on its event loop (``gateway.persist``), which must never block there."""
+        if not calls or self._engine.dialect.name != "sqlite":
+            return False
+        runs = sorted({run_id for run_id, _, _ in calls})
+        return self._sqlite_upsert(s.model_calls, [s.model_call_to_row(r, t, c) for r, t, c in calls],
+                                   f"model calls of run{'s' if len(runs) > 1 else ''} "
+                                   f"{', '.join(map(repr, runs))}", wait=False)
+
     def _add_call_rows(self, rows: list[dict[str, Any]], what: str) -> None:
         if rows and self._engine.dialect.name == "sqlite":
             self._sqlite_upsert(s.model_calls, rows, what)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -15,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from agentmeter.store import schema as s
-from agentmeter.store.engine import StoreError
+from agentmeter.store.engine import BUSY_TIMEOUT_MS, StoreError
 
 #: upsert statements by (table, dialect, columns written): immutable, so shared by every store
 _UPSERTS: dict[tuple[str, str, tuple[str, ...]], Any] = {}
@@ -66,15 +67,20 @@ class StoreWrites:
             return stmt.on_conflict_do_update(index_elements=keys, set_=updates)
         return stmt.on_conflict_do_nothing(index_elements=keys)
 
-    def _sqlite_upsert(self, table: sa.Table, rows: Sequence[dict[str, Any]], what: str) -> None:
+    def _sqlite_upsert(self, table: sa.Table, rows: Sequence[dict[str, Any]], what: str,
+                       wait: bool = True) -> bool:
         """``_upsert`` in one ``BEGIN IMMEDIATE`` transaction straight on the driver: the same
         SQL (compiled once from the same statement) and the same value conversions (each
         column type's bind processor), without the per-execution cost of the SQL layer, which
-        was most of the time of storing one model call as it completes."""
+        was most of the time of storing one model call as it completes. ``wait=False``: if
+        another connection holds the write lock, nothing is written and False returned at once
+        (no busy wait: the gateway's commit on its event loop, ``gateway.persist``)."""
         sql, order, processors = self._sqlite_plan(table, tuple(rows[0]))
         params = [tuple(processors[i](row[k]) if processors[i] else row[k]
                         for i, k in enumerate(order)) for row in rows]
-        with self._driver_lock:  # one connection kept for these writes (no pool round trip)
+        if not self._driver_lock.acquire(blocking=wait):  # another thread is writing
+            return False
+        try:  # one connection kept for these writes (no pool round trip)
             raw = self._driver_raw
             if raw is None or self._driver_pid != os.getpid():  # none yet, or a forked copy's
                 raw = self._driver_raw = self._engine.raw_connection()
@@ -82,7 +88,10 @@ class StoreWrites:
             db = raw.driver_connection
             assert db is not None
             try:
-                db.execute("BEGIN IMMEDIATE")
+                if wait:
+                    db.execute("BEGIN IMMEDIATE")
+                elif not _begin_now(db):
+                    return False
             except BaseException:
                 self._drop_driver_connection()
                 raise
@@ -101,6 +110,9 @@ class StoreWrites:
             except BaseException:
                 self._drop_driver_connection()
                 raise
+        finally:
+            self._driver_lock.release()
+        return True
 
     def _drop_driver_connection(self) -> None:
         raw, self._driver_raw = self._driver_raw, None
@@ -120,3 +132,18 @@ class StoreWrites:
                           for k in order]
             plan = _UPSERTS[key] = (compiled.string, order, processors)
         return plan
+
+
+def _begin_now(db: Any) -> bool:
+    """``BEGIN IMMEDIATE`` on a driver connection without waiting for the write lock: False if
+    another connection holds it (the connection's busy timeout is restored either way)."""
+    db.execute("PRAGMA busy_timeout = 0")
+    try:
+        db.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as e:
+        if "locked" not in str(e):  # SQLITE_BUSY: "database is locked"
+            raise
+        return False
+    finally:
+        db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    return True
