@@ -112,6 +112,26 @@ def test_the_worst_case_counts_every_answer_asked_for(api: WireApi, body: dict[s
     assert worst_case(call, PriceBook()).tokens == call.bytes_in + 1000 * answers
 
 
+@pytest.mark.parametrize(("api", "body", "output"), [
+    # proto3 JSON (Gemini) and pydantic's lax mode (vLLM, compatible servers) take a number
+    # written as a string or as an integral float; a provider honours whichever spelling it
+    # reads: the reservation is the largest of them (security review 2, finding 1)
+    ("gemini", {"generationConfig": {"candidateCount": "8", "maxOutputTokens": 1000}}, 8000),
+    ("gemini", {"generationConfig": {"candidateCount": 8.0, "maxOutputTokens": 1000}}, 8000),
+    ("gemini", {"generationConfig": {"max_output_tokens": 10, "maxOutputTokens": "6000"}}, 6000),
+    ("gemini", {"generationConfig": {"maxOutputTokens": 10},
+                "generation_config": {"maxOutputTokens": 6000, "candidateCount": 8}}, 48000),
+    ("chat", {"n": "128", "max_tokens": 1000}, 128000),
+    ("chat", {"n": 128.0, "max_tokens": "1000"}, 128000),
+    ("chat", {"max_completion_tokens": 10, "max_tokens": 6000}, 6000),
+    ("chat", {"n": "many", "max_tokens": float("inf")}, DEFAULT_OUTPUT_RESERVE),
+])
+def test_the_worst_case_reads_every_spelling_a_provider_accepts(
+        api: WireApi, body: dict[str, Any], output: int) -> None:
+    call = _call(api, body)
+    assert worst_case(call, PriceBook()).tokens == call.bytes_in + output
+
+
 @pytest.mark.parametrize(("api", "wire", "base_url", "where"), [
     ("chat", "chat", "http://127.0.0.1:1/v1", ("max_tokens",)),
     ("chat", "chat", "https://api.openai.com/v1", ("max_completion_tokens",)),
