@@ -169,7 +169,14 @@ def read_compose(directory: Path) -> _ComposeEnvironment:
         dockerfile_name = str(build.get("dockerfile", "Dockerfile"))
         if build.get("args"):
             notes.append(f"{file.name}: ignored build args {sorted(build['args'])}")
-    dockerfile = context / dockerfile_name
+    # the runner reads the Dockerfile and every COPY source below the context as root: both
+    # stay inside the task (a context of '/' copied the host's /etc/shadow into the image)
+    task_dir = directory.resolve()
+    dockerfile = (context / dockerfile_name).resolve()
+    for key, path in (("context", context), ("dockerfile", dockerfile)):
+        if build is not None and not path.is_relative_to(task_dir):
+            raise TaskError.single(file, f"build {key} {path} lies outside the task",
+                                   f"services.{name}.build")
     image = service.get("image")
     if isinstance(image, str) and "${" in image:
         image = None  # Terminal-Bench's generated image name, not a pre-built image
