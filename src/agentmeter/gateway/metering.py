@@ -111,6 +111,8 @@ class Reservation:
     tokens: int
     usd: float
     calls: int = 1
+    #: answers the call asks for (chat ``n``, Gemini ``candidateCount``)
+    answers: int = 1
 
 
 def usage_unknown(record: ModelCallRecord) -> bool:
@@ -185,16 +187,23 @@ class TrialState:
         whose worst case does not fit beside the calls under way waits for them to settle; a
         call alone is served while no budget is used up. So the calls served together always
         fit, and a budget is exceeded by at most one call's true usage (the call served alone
-        when its worst case was more than was left). Raises :class:`TrialClosed` when the trial
-        ends while the call waits."""
+        when its worst case was more than was left). That exception is for a call asking one
+        answer: one asking several (``n = 128``) is served only when its worst case fits, else
+        one call could overrun any budget by 128 answers (security review 2). Raises
+        :class:`TrialClosed` when the trial ends while the call waits."""
         while True:
             if self.ended:
                 raise TrialClosed(self.trial_id)
             reason = self.over_budget()
             if reason is not None:
                 return reason
-            if self.reserved_calls == 0 or self._fits(want):
+            if self._fits(want):
                 break
+            if self.reserved_calls == 0:
+                if want.answers == 1:
+                    break
+                return (f"the call asks for {want.answers} answers, whose worst case "
+                        f"({want.tokens} tokens) does not fit in what is left of the budget")
             await self.settled.wait()
         self.reserved_tokens += want.tokens
         self.reserved_usd += want.usd
