@@ -143,6 +143,17 @@ def test_a_task_file_linked_out_of_the_task_is_not_read(tmp_path: Path, rel: str
     load_task(inside)
 
 
+def test_a_terminal_bench_task_yaml_linked_out_is_not_read(tmp_path: Path) -> None:
+    secret = tmp_path / "host-secret"
+    secret.write_text("instruction: HOST-SECRET-1234\n")
+    task_dir = copy_task(TB, tmp_path)
+    (task_dir / "task.yaml").unlink()
+    (task_dir / "task.yaml").symlink_to(secret)
+    with pytest.raises(TaskError) as exc:
+        load_task(task_dir)
+    assert "a symbolic link leading out of the task" in problems_text(exc)
+
+
 def test_docker_image_replaces_dockerfile(tmp_path: Path) -> None:
     task_dir = copy_task(HARBOR, tmp_path)
     (task_dir / "environment" / "Dockerfile").unlink()

@@ -30,6 +30,7 @@ from agentmeter.tasks.models import (
     Tier,
     task_digest,
 )
+from agentmeter.tasks.native import link_out
 from agentmeter.verify.mounts import TB_PARSER_NAMES, TESTS_MOUNT
 
 TASK_YAML = "task.yaml"
@@ -202,6 +203,8 @@ def load_terminal_bench_task(directory: Path) -> Task:
     config: TerminalBenchYaml | None = None
     yaml_notes: tuple[str, ...] = ()
     try:
+        if (out := link_out(directory / TASK_YAML, directory)) is not None:
+            raise TaskError([out])  # its instruction goes to the agent: never a host file
         config, yaml_notes = read_task_yaml(directory / TASK_YAML)
     except TaskError as exc:
         problems.extend(exc.problems)
