@@ -143,6 +143,19 @@ def test_a_task_file_linked_out_of_the_task_is_not_read(tmp_path: Path, rel: str
     load_task(inside)
 
 
+@pytest.mark.parametrize("rel", ["tests", "solution"])
+def test_a_task_directory_linked_out_of_the_task_is_refused(tmp_path: Path, rel: str) -> None:
+    """tests/ and solution/ are copied into a sandbox as root: a link to a host directory would
+    copy it there."""
+    task_dir = copy_task(HARBOR, tmp_path)
+    outside = tmp_path / "host-dir"
+    shutil.move(task_dir / rel, outside)
+    (task_dir / rel).symlink_to(outside)
+    with pytest.raises(TaskError) as exc:
+        load_task(task_dir)
+    assert "a symbolic link leading out of the task" in problems_text(exc)
+
+
 def test_a_terminal_bench_task_yaml_linked_out_is_not_read(tmp_path: Path) -> None:
     secret = tmp_path / "host-secret"
     secret.write_text("instruction: HOST-SECRET-1234\n")

@@ -208,7 +208,9 @@ def load_native_task(directory: Path) -> Task:
         problems += verifier_file_problems(config.verifier.kind, config.difftest,
                                            [directory / "tests"])
     dockerfile, setup_script = environment_files(directory, config, problems)
-    for read in (dockerfile, setup_script):
+    # copied in as root (tests/, a separate verifier's tests/Dockerfile, solution/)
+    for read in (dockerfile, setup_script, directory / "tests",
+                 directory / "tests" / "Dockerfile", directory / "solution"):
         if read is not None and (out := link_out(read, directory)) is not None:
             problems.append(out)
 
