@@ -99,9 +99,9 @@ def _count(value: Any) -> int | None:
         except ValueError:
             return None
     if isinstance(value, float):
-        if not math.isfinite(value) or value > 2**62:
+        if not math.isfinite(value):
             return None
-        value = math.ceil(value)
+        value = math.ceil(min(value, 2.0**62))  # a huge one reserves hugely (refused)
     return value if isinstance(value, int) and value > 0 else None
 
 
