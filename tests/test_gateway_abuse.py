@@ -276,6 +276,26 @@ async def test_hosted_tools_and_stored_inputs_are_refused_or_dropped(
         await gw.stop()
 
 
+async def test_refusals_beyond_the_cap_are_answered_not_recorded(
+        recorder: tuple[Recorder, int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Security review 2: every refused request was a call record (memory and store), and
+    refusals never stop the agent: a loop of them grew without bound."""
+    from agentmeter.gateway import calls
+
+    monkeypatch.setattr(calls, "MAX_RECORDED_REFUSALS", 2, raising=False)
+    rec, port = recorder
+    gw = await _gateway(port)
+    try:
+        token = gw.open_trial("t", "up/m")
+        got = [await _post(gw, token, {"messages": HI, "max_tokens": 5, "plugins": [{}]})
+               for _ in range(4)]
+        assert [status for status, _ in got] == [400] * 4 and not rec.seen
+        meter = gw.close_trial("t")
+        assert len(meter.calls) == 2 and meter.refused == 4
+    finally:
+        await gw.stop()
+
+
 @pytest.mark.parametrize(("api", "body", "field"), [
     ("responses", {"input": "hi", "previous_response_id": "resp_1"}, "previous_response_id"),
     ("responses", {"input": "hi", "background": True}, "background"),

@@ -67,6 +67,8 @@ class TrialMeter(BaseModel):
     calls_in_flight: list[int] = Field(
         default_factory=list, description="seqs of calls started (sent upstream) and still under "
         "way at close: not in ``calls`` nor in the totals; the sink stores each as it ends")
+    refused: int = Field(default=0, description="requests refused (hosted features, remote "
+                         "media); beyond calls.MAX_RECORDED_REFUSALS not in ``calls``")
 
 
 class CallStore(Protocol):
@@ -152,6 +154,7 @@ class TrialState:
     ended: bool = False  # the token is refused: calls waiting to reserve are not served
     running: set[int] = field(default_factory=set)  # seqs sent upstream and not yet finished
     hosted_allowed: bool = False  # provider-hosted tools and stored inputs pass (``hosted``)
+    refused: int = 0  # requests refused (``calls.refuse_request``), recorded or not
 
     def __post_init__(self) -> None:
         self.idle.set()
@@ -264,7 +267,8 @@ class TrialState:
                           charged_tokens=self.charged_tokens, charged_usd=self.charged_usd,
                           calls_without_usage=self.calls_without_usage,
                           stored_seqs=sorted(self.stored), sink_error=self.sink_error,
-                          next_seq=self.next_seq, calls_in_flight=sorted(self.running))
+                          next_seq=self.next_seq, calls_in_flight=sorted(self.running),
+                          refused=self.refused)
 
 
 def body_usage(api: WireApi, obj: dict[str, Any]) -> NeutralUsage | None:
