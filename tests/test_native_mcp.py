@@ -204,3 +204,38 @@ async def test_a_server_listing_without_end_is_bounded() -> None:
     assert spec.parameters == {"type": "object", "additionalProperties": True}
     with pytest.raises(McpError, match="visible ASCII"):
         HttpTransport(None, "http://h:1/a b\r\nX: y", "/")  # type: ignore[arg-type]
+
+
+class _Trickler:
+    """A sandbox whose HTTP MCP server sends a 100 KB SSE reply in 100-byte writes, its response
+    last, then holds the stream open."""
+
+    async def exec(self, argv: list[str], *, on_stdout: Any, **kw: Any) -> Any:
+        on_stdout(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
+        body = b"data: " + b"x" * 100_000 + b"\n\n" + b'data: {"jsonrpc":"2.0","id":1,"result":{"ok":1}}\n\n'
+        for i in range(0, len(body), 100):
+            on_stdout(body[i:i + 100])
+            await asyncio.sleep(0)
+        await asyncio.sleep(60)  # the stream stays open: the response must be seen without EOF
+
+
+async def test_a_trickled_reply_is_not_parsed_once_per_chunk(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Security review 2: every chunk re-parsed the whole reply so far (quadratic: 1 MB in
+    100-byte writes took 17 s of the runner loop's CPU). Now the bytes parsed stay a small
+    multiple of the reply, and a response at the end of an open stream is still found."""
+    from agentmeter.agents.native import mcp_transport
+
+    parsed = [0]
+
+    def counting(raw: bytes, eof: bool, want: int | None) -> Any:
+        parsed[0] += len(raw)
+        return parse_http(raw, eof, want)
+
+    monkeypatch.setattr(mcp_transport, "parse_http", counting)
+    transport = HttpTransport(_Trickler(), "http://mcp:8000/mcp", "/")  # type: ignore[arg-type]
+    reply = await asyncio.wait_for(
+        transport.request({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, 30), 20)
+    assert reply["result"] == {"ok": 1}
+    size = 100_060
+    assert parsed[0] < 40 * size, parsed[0]  # was ~500 times the reply

@@ -167,6 +167,23 @@ def test_layer_cache_keys_ignore_host_bytecode_caches(tmp_path: Path) -> None:
     assert layer.recipe_digest() != before[0] and layer_steps.tree_digest([ctx]) != before[1]
 
 
+def test_layer_cache_key_never_reads_through_a_context_link(tmp_path: Path) -> None:
+    """Security review 2: a task's build context holding a link to a host file had the host
+    read that file as root, whole into memory, for the layer's key (``big -> /swapfile``). The
+    link counts as its target's text: the host file's content is never read."""
+    ctx, host_file = tmp_path / "ctx", tmp_path / "host-secret"
+    (ctx / "sub").mkdir(parents=True)
+    host_file.write_text("one")
+    (ctx / "sub" / "big").symlink_to(host_file)
+    (ctx / "top").symlink_to(host_file)
+    before = layer_steps.tree_digest([ctx])
+    host_file.write_text("two")
+    assert layer_steps.tree_digest([ctx]) == before
+    (ctx / "sub" / "big").unlink()
+    (ctx / "sub" / "big").symlink_to("elsewhere")  # the link itself still counts
+    assert layer_steps.tree_digest([ctx]) != before
+
+
 async def test_snapshot_and_diff(local_backend: LocalBackend) -> None:
     sb = await local_backend.start(SandboxSpec())
     try:

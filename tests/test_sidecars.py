@@ -110,6 +110,14 @@ def test_start_order_main_overrides_and_refusals(tmp_path: Path) -> None:
     with pytest.raises(TaskError, match=r"artifacts\[0\]\.service: 'api': no such service"):
         load_native_task(no_api)
     assert read_compose(tmp_path / "nowhere") == ([], {}, [], [])
+    # security review 2: a sidecar's Dockerfile named outside the task (absolute, '..', a
+    # link) was read by the runner as root: /etc/shadow as the Dockerfile
+    for i, where in enumerate(("/etc/passwd", "../../../../../../../../etc/passwd", "link")):
+        outside = _task(tmp_path, "services:\n  api:\n    build: {context: ., dockerfile: "
+                        f"'{where}'}}\n", name=f"outside{i}")
+        (outside / "environment" / "link").symlink_to("/etc/passwd")
+        with pytest.raises(TaskError, match="build.dockerfile: .* lies outside the task"):
+            load_native_task(outside)
 
 
 # -- healthcheck and depends_on timing --------------------------------------------------------

@@ -122,6 +122,51 @@ def test_setup_script_environment(tmp_path: Path) -> None:
     assert task.setup_script == task_dir.resolve() / "environment" / "setup.sh"
 
 
+@pytest.mark.parametrize("rel", ["instruction.md", "task.toml", "environment/Dockerfile"])
+def test_a_task_file_linked_out_of_the_task_is_not_read(tmp_path: Path, rel: str) -> None:
+    """Security review 2: a task checked out by hand with ``instruction.md`` linked to a host
+    file gave that file (read as root) to the agent as its instruction. A link inside the task
+    still loads."""
+    secret = tmp_path / "host-secret"
+    secret.write_text("HOST-SECRET-1234\n")
+    task_dir = copy_task(HARBOR, tmp_path)
+    (task_dir / rel).unlink()
+    (task_dir / rel).symlink_to(secret)
+    with pytest.raises(TaskError) as exc:
+        load_task(task_dir)
+    assert "a symbolic link leading out of the task" in problems_text(exc)
+    assert "HOST-SECRET" not in problems_text(exc)
+    inside = copy_task(HARBOR, tmp_path, "inside")
+    (inside / "notes.md").write_text((inside / rel).read_text())
+    (inside / rel).unlink()
+    (inside / rel).symlink_to(os.path.relpath(inside / "notes.md", (inside / rel).parent))
+    load_task(inside)
+
+
+@pytest.mark.parametrize("rel", ["tests", "solution"])
+def test_a_task_directory_linked_out_of_the_task_is_refused(tmp_path: Path, rel: str) -> None:
+    """tests/ and solution/ are copied into a sandbox as root: a link to a host directory would
+    copy it there."""
+    task_dir = copy_task(HARBOR, tmp_path)
+    outside = tmp_path / "host-dir"
+    shutil.move(task_dir / rel, outside)
+    (task_dir / rel).symlink_to(outside)
+    with pytest.raises(TaskError) as exc:
+        load_task(task_dir)
+    assert "a symbolic link leading out of the task" in problems_text(exc)
+
+
+def test_a_terminal_bench_task_yaml_linked_out_is_not_read(tmp_path: Path) -> None:
+    secret = tmp_path / "host-secret"
+    secret.write_text("instruction: HOST-SECRET-1234\n")
+    task_dir = copy_task(TB, tmp_path)
+    (task_dir / "task.yaml").unlink()
+    (task_dir / "task.yaml").symlink_to(secret)
+    with pytest.raises(TaskError) as exc:
+        load_task(task_dir)
+    assert "a symbolic link leading out of the task" in problems_text(exc)
+
+
 def test_docker_image_replaces_dockerfile(tmp_path: Path) -> None:
     task_dir = copy_task(HARBOR, tmp_path)
     (task_dir / "environment" / "Dockerfile").unlink()
@@ -198,6 +243,25 @@ def test_terminal_bench_compose_notes_and_env(tmp_path: Path) -> None:
     assert task.environment_env == {"MODE": "strict"}
     notes = "\n".join(task.loader_notes)
     assert "ports" in notes and "networks" in notes and "run_tests_in_same_shell" in notes
+
+
+@pytest.mark.parametrize("build", [
+    "context: ../../../../../../../../../..\n      dockerfile: proc/self/cwd/Dockerfile.real",
+    "context: /\n      dockerfile: {task}/Dockerfile",
+    "dockerfile: /etc/hostname",
+    "dockerfile: ../../../../../../../../etc/hostname",
+])
+def test_terminal_bench_build_context_stays_in_the_task(tmp_path: Path, build: str) -> None:
+    """Security review 2: the compose file's build context was taken as given, so a context of
+    '/' made every host file a COPY source (``COPY etc/shadow /leak``, read as root, into the
+    agent's image); the Dockerfile could be any host file."""
+    task_dir = copy_task(TB, tmp_path)
+    (task_dir / "docker-compose.yaml").write_text(
+        "services:\n  client:\n    build:\n      "
+        + build.format(task=task_dir.resolve()) + "\n")
+    with pytest.raises(TaskError) as exc:
+        load_task(task_dir)
+    assert "lies outside the task" in problems_text(exc)
 
 
 def test_terminal_bench_old_descriptions_form(tmp_path: Path) -> None:

@@ -126,10 +126,11 @@ def worst_case(call: Call, prices: PriceBook) -> Reservation:
     """What a call may cost at most: input, the request's bytes (a token is at least a byte of
     its text); output, ``output_reserve`` for each answer it asks for (chat ``n``, Gemini
     ``candidateCount``); in USD, all of it at the highest rate of the model's price entry."""
-    tokens = call.bytes_in + output_reserve(call) * translate.choices(call.client_api, call.body)
+    answers = translate.choices(call.client_api, call.body)
+    tokens = call.bytes_in + output_reserve(call) * answers
     usd = prices.max_charge_usd(call.trial.model.price_key, tokens, call.bytes_in) \
         if call.trial.priced and call.trial.budget.max_usd is not None else None
-    return Reservation(tokens=tokens, usd=usd or 0.0)
+    return Reservation(tokens=tokens, usd=usd or 0.0, answers=answers)
 
 
 def settle(call: Call) -> None:

@@ -35,6 +35,9 @@ from agentmeter.gateway.metering import REQUEST_REFUSED
 from agentmeter.gateway.sse import loads_object
 from agentmeter.gateway.upstream import UpstreamReply, UpstreamRequest
 
+#: refused requests recorded per trial (``refuse_request``); the rest are only counted
+MAX_RECORDED_REFUSALS = 1000
+
 
 async def refuse_budget(call: Call, env: CallEnv, reason: str) -> web.Response:
     call.trial.budget_exceeded = True
@@ -55,9 +58,15 @@ async def refuse_budget(call: Call, env: CallEnv, reason: str) -> web.Response:
 
 async def refuse_request(call: Call, env: CallEnv, message: str, reason: str) -> web.Response:
     """A request the gateway will not serve (``hosted``): a 400 the agent sees, recorded as a
-    refusal (never sent upstream, charged nothing, not counted against ``max_calls``)."""
-    call.seq = call.trial.take_seq()
+    refusal (never sent upstream, charged nothing, not counted against ``max_calls``). Beyond
+    ``MAX_RECORDED_REFUSALS`` in a trial they are answered, counted, no longer recorded: an
+    agent looping on refusals (a few hundred a second) would fill the runner's memory and the
+    store with records (security review 2)."""
     call.status, body = 400, error_bytes(call.client_api, 400, message)
+    call.trial.refused += 1
+    if call.trial.refused > MAX_RECORDED_REFUSALS:
+        return web.Response(status=call.status, body=body, content_type=JSON)
+    call.seq = call.trial.take_seq()
     call.error = f"{REQUEST_REFUSED}: {reason}"
     call.bytes_out = len(body)
     await finish_call(call, env)

@@ -83,8 +83,55 @@ def without_hosted_tools(api: WireApi, body: dict[str, Any]) -> tuple[dict[str, 
     return out, dropped
 
 
+def _remote(part: dict[str, Any]) -> str | None:
+    """What a content part makes the provider fetch or add (a URL, a stored file), or None."""
+    kind = part.get("type")
+    url: Any = None
+    if kind == "image_url":  # chat
+        image = part.get("image_url")
+        url = image.get("url") if isinstance(image, dict) else image
+    elif kind == "input_image" or kind == "input_file":  # responses
+        if part.get("file_id") is not None:
+            return f"{kind}.file_id"
+        url = part.get("image_url") if kind == "input_image" else part.get("file_url")
+    elif kind == "file":  # chat: a stored file
+        file = part.get("file")
+        if isinstance(file, dict) and file.get("file_id") is not None:
+            return "file.file_id"
+    elif kind in ("image", "document"):  # messages
+        source = part.get("source")
+        if isinstance(source, dict) and source.get("type") in ("url", "file"):
+            return f"{kind}.source.{source['type']}"
+    data = part.get("fileData", part.get("file_data"))  # gemini: a File API or YouTube URI
+    if isinstance(data, dict) and (data.get("fileUri") or data.get("file_uri")):
+        return "fileData.fileUri"
+    if isinstance(url, str) and not url.startswith("data:"):
+        return f"{kind}.url"
+    return None
+
+
+def remote_input(body: dict[str, Any]) -> str | None:
+    """The first content part (any API's shape, at any depth) that makes the provider fetch a
+    URL or add a stored file, or ``None``. Such input reaches the internet from the provider
+    (an agent without internet sends ``https://attacker/?secret``) and costs tokens its bytes
+    do not bound (a YouTube ``fileUri`` is ~1M input tokens in 60 bytes); ``data:`` URLs and
+    inline bytes are the request's own."""
+    stack: list[Any] = [body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            found = _remote(node)
+            if found is not None:
+                return found
+            stack.extend(v for v in node.values() if isinstance(v, dict | list))
+        elif isinstance(node, list):
+            stack.extend(v for v in node if isinstance(v, dict | list))
+    return None
+
+
 def refusal(field: str) -> str:
     return (f"agentmeter refused the request: its field {field!r} asks the provider for a "
-            "hosted feature (stored input, a background run, or a provider-run search, fetch, "
-            "code execution or MCP server), which is not metered and reaches the internet; "
+            "hosted feature (stored input or files, a URL the provider fetches, a background "
+            "run, or a provider-run search, fetch, code execution or MCP server), which is not "
+            "metered and reaches the internet; "
             "this task's network does not allow it (only a task with the full internet does)")

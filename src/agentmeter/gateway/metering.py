@@ -67,6 +67,8 @@ class TrialMeter(BaseModel):
     calls_in_flight: list[int] = Field(
         default_factory=list, description="seqs of calls started (sent upstream) and still under "
         "way at close: not in ``calls`` nor in the totals; the sink stores each as it ends")
+    refused: int = Field(default=0, description="requests refused (hosted features, remote "
+                         "media); beyond calls.MAX_RECORDED_REFUSALS not in ``calls``")
 
 
 class CallStore(Protocol):
@@ -112,6 +114,8 @@ class Reservation:
     tokens: int
     usd: float
     calls: int = 1
+    #: answers the call asks for (chat ``n``, Gemini ``candidateCount``)
+    answers: int = 1
 
 
 def usage_unknown(record: ModelCallRecord) -> bool:
@@ -151,6 +155,7 @@ class TrialState:
     ended: bool = False  # the token is refused: calls waiting to reserve are not served
     running: set[int] = field(default_factory=set)  # seqs sent upstream and not yet finished
     hosted_allowed: bool = False  # provider-hosted tools and stored inputs pass (``hosted``)
+    refused: int = 0  # requests refused (``calls.refuse_request``), recorded or not
 
     def __post_init__(self) -> None:
         self.idle.set()
@@ -186,16 +191,23 @@ class TrialState:
         whose worst case does not fit beside the calls under way waits for them to settle; a
         call alone is served while no budget is used up. So the calls served together always
         fit, and a budget is exceeded by at most one call's true usage (the call served alone
-        when its worst case was more than was left). Raises :class:`TrialClosed` when the trial
-        ends while the call waits."""
+        when its worst case was more than was left). That exception is for a call asking one
+        answer: one asking several (``n = 128``) is served only when its worst case fits, else
+        one call could overrun any budget by 128 answers (security review 2). Raises
+        :class:`TrialClosed` when the trial ends while the call waits."""
         while True:
             if self.ended:
                 raise TrialClosed(self.trial_id)
             reason = self.over_budget()
             if reason is not None:
                 return reason
-            if self.reserved_calls == 0 or self._fits(want):
+            if self._fits(want):
                 break
+            if self.reserved_calls == 0:
+                if want.answers == 1:
+                    break
+                return (f"the call asks for {want.answers} answers, whose worst case "
+                        f"({want.tokens} tokens) does not fit in what is left of the budget")
             await self.settled.wait()
         self.reserved_tokens += want.tokens
         self.reserved_usd += want.usd
@@ -256,7 +268,8 @@ class TrialState:
                           charged_tokens=self.charged_tokens, charged_usd=self.charged_usd,
                           calls_without_usage=self.calls_without_usage,
                           stored_seqs=sorted(self.stored), sink_error=self.sink_error,
-                          next_seq=self.next_seq, calls_in_flight=sorted(self.running))
+                          next_seq=self.next_seq, calls_in_flight=sorted(self.running),
+                          refused=self.refused)
 
 
 def body_usage(api: WireApi, obj: dict[str, Any]) -> NeutralUsage | None:

@@ -385,7 +385,8 @@ class Gateway:
                       self.limits.write_timeout_s, self.keepalive_s)
         trial.begin_call()
         try:
-            asked = None if trial.hosted_allowed else hosted.hosted_field(client_api, body)
+            asked = None if trial.hosted_allowed else (
+                hosted.hosted_field(client_api, body) or hosted.remote_input(body))
             if asked is not None:
                 return await refuse_request(call, env, hosted.refusal(asked), asked)
             want = worst_case(call, self.prices)

@@ -8,6 +8,7 @@ read into neutral events or a neutral completion and written in the client's API
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Any
 
@@ -24,7 +25,6 @@ from agentmeter.gateway.wire_gemini import (
     GeminiStreamReader,
     GeminiStreamWriter,
     completion_from_gemini,
-    field,
     gemini_body,
 )
 from agentmeter.gateway.wire_messages import MessagesStreamWriter, message_body
@@ -86,26 +86,54 @@ MAX_OUTPUT_FIELDS: dict[WireApi, tuple[str, ...]] = {
     "messages": ("max_tokens",), "gemini": ("maxOutputTokens", "max_output_tokens")}
 
 
+def _count(value: Any) -> int | None:
+    """A token cap or answer count as a provider's parser may read it: an int, a finite number
+    (proto3 JSON takes ``8.0``, pydantic's lax mode ``1000.0``) or a number in a string (proto3
+    JSON and pydantic take ``"8"``), rounded up; None for anything else or below 1."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = int(text) if text.lstrip("+-").isdigit() else float(text)
+        except ValueError:
+            return None
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        value = math.ceil(min(value, 2.0**62))  # a huge one reserves hugely (refused)
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def _largest(holders: list[Any], names: tuple[str, ...]) -> int | None:
+    """The largest count under any of ``names`` in any of ``holders`` (every spelling a
+    provider may honour: the reservation must cover whichever it picks)."""
+    found = [c for h in holders if isinstance(h, dict) for n in names
+             if (c := _count(h.get(n))) is not None]
+    return max(found) if found else None
+
+
+def _gemini_configs(body: dict[str, Any]) -> list[Any]:
+    return [body.get("generationConfig"), body.get("generation_config")]
+
+
 def output_cap(client: WireApi, body: dict[str, Any]) -> int | None:
-    holder = field(body, "generationConfig") if client == "gemini" else body
-    for name in MAX_OUTPUT_FIELDS[client]:
-        value = holder.get(name) if isinstance(holder, dict) else None
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
+    """The request's output cap: the largest of its cap fields in every spelling (a client
+    writing two caps, or a number as a string, reserves what the provider may generate)."""
+    holders = _gemini_configs(body) if client == "gemini" else [body]
+    return _largest(holders, MAX_OUTPUT_FIELDS[client])
 
 
 def choices(client: WireApi, body: dict[str, Any]) -> int:
     """How many answers the request asks for: chat ``n``, Gemini ``candidateCount`` (each up
-    to the output cap); 1 for the others."""
+    to the output cap; every spelling, the largest); 1 for the others."""
     if client == "chat":
-        value = body.get("n")
+        value = _largest([body], ("n",))
     elif client == "gemini":
-        config = field(body, "generationConfig")
-        value = field(config, "candidateCount") if isinstance(config, dict) else None
+        value = _largest(_gemini_configs(body), ("candidateCount", "candidate_count"))
     else:
         return 1
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 1 else 1
+    return value if value is not None and value > 1 else 1
 
 
 def with_output_cap(upstream: WireApi, sent: dict[str, Any], cap: int,

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,14 +54,23 @@ def digest(*parts: str) -> str:
 
 
 def tree_digest(paths: list[Path]) -> str:
+    """A digest of build-context trees (a layer's cache key). A symlink counts as its target's
+    text, never followed: the context is the task's, and a link in it to a host file
+    (``/swapfile``, ``/proc/kcore``) had the host read as root, whole into memory. Files are
+    hashed in chunks."""
     h = hashlib.sha256()
     for top in paths:
-        items = [top] if top.is_file() else droppings.walk(top)
+        items = [top] if top.is_symlink() or not top.is_dir() else droppings.walk(top)
         for p in items:
             h.update(str(p.relative_to(top.parent)).encode())
-            if p.is_file():
-                h.update(p.read_bytes())
-                h.update(str(p.stat().st_mode & 0o777).encode())
+            st = p.lstat()
+            if stat.S_ISLNK(st.st_mode):
+                h.update(b"link:" + os.fsencode(os.readlink(p)))
+            elif stat.S_ISREG(st.st_mode):
+                with p.open("rb") as f:
+                    while chunk := f.read(1 << 20):
+                        h.update(chunk)
+                h.update(str(st.st_mode & 0o777).encode())
     return h.hexdigest()
 
 

@@ -134,12 +134,16 @@ def _sidecar(name: str, svc: dict[str, Any], file: Path, notes: list[str]) -> Si
             build = {"context": build}
         if not isinstance(build, dict):
             raise ValueError("build: expected a path or a mapping")
+        task_dir = file.parent.parent.resolve()
         context = (file.parent / str(build.get("context", "."))).resolve()
-        dockerfile = context / str(build.get("dockerfile", "Dockerfile"))
+        if not context.is_relative_to(task_dir):
+            raise ValueError(f"build.context: {context} lies outside the task")
+        # the runner reads it as root: an absolute path, '..' or a link must stay in the task
+        dockerfile = (context / str(build.get("dockerfile", "Dockerfile"))).resolve()
+        if not dockerfile.is_relative_to(task_dir):
+            raise ValueError(f"build.dockerfile: {dockerfile} lies outside the task")
         if not dockerfile.is_file():
             raise ValueError(f"build: no Dockerfile at {dockerfile}")
-        if not context.is_relative_to(file.parent.parent.resolve()):
-            raise ValueError(f"build.context: {context} lies outside the task")
     image = svc.get("image")
     if build is None and not isinstance(image, str):
         raise ValueError("needs 'build' or 'image'")

@@ -32,6 +32,7 @@ starts, naming this file and key.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from agentmeter.tasks.compose import read_compose
@@ -132,8 +133,27 @@ def _separate(config: TaskToml, directory: Path) -> SeparateVerifier | None:
         network_default=not verifier_network_stated(config, config.verifier, venv))
 
 
-def instruction_problems(instruction_file: Path) -> tuple[str, list[TaskProblem]]:
-    """An instruction file's text, and what is wrong with it."""
+def link_out(path: Path, root: Path) -> TaskProblem | None:
+    """A problem when ``path`` is (or lies below) a link leading out of the task ``root``: the
+    runner reads it as root, and the instruction goes to the agent and its provider (a task
+    checked out by hand with ``instruction.md -> ~/.aws/credentials``). gitfetch refuses such
+    links for tasks it fetches; this covers a task directory given as is."""
+    if not (path.is_symlink() or path.exists()):
+        return None
+    target = Path(os.path.realpath(path))
+    top = Path(os.path.realpath(root))
+    if target == top or top in target.parents:
+        return None
+    return TaskProblem(path, f"a symbolic link leading out of the task (to {target}): not read")
+
+
+def instruction_problems(instruction_file: Path,
+                         root: Path | None = None) -> tuple[str, list[TaskProblem]]:
+    """An instruction file's text, and what is wrong with it (``root``: the task's directory,
+    which the file must not lead out of; default: the file's own directory)."""
+    out = link_out(instruction_file, root or instruction_file.parent)
+    if out is not None:
+        return "", [out]
     if not instruction_file.is_file():
         return "", [TaskProblem(instruction_file, "missing: the task has no instruction")]
     instruction = instruction_file.read_text(encoding="utf-8")
@@ -173,6 +193,8 @@ def load_native_task(directory: Path) -> Task:
     problems: list[TaskProblem] = []
     config: TaskToml | None = None
     try:
+        if (out := link_out(toml_file, directory)) is not None:
+            raise TaskError([out])
         config = read_task_toml(toml_file)
     except TaskError as exc:
         problems.extend(exc.problems)
@@ -186,6 +208,11 @@ def load_native_task(directory: Path) -> Task:
         problems += verifier_file_problems(config.verifier.kind, config.difftest,
                                            [directory / "tests"])
     dockerfile, setup_script = environment_files(directory, config, problems)
+    # copied in as root (tests/, a separate verifier's tests/Dockerfile, solution/)
+    for read in (dockerfile, setup_script, directory / "tests",
+                 directory / "tests" / "Dockerfile", directory / "solution"):
+        if read is not None and (out := link_out(read, directory)) is not None:
+            problems.append(out)
 
     solution_dir = directory / "solution"
     solve_sh = solution_dir / "solve.sh"

@@ -122,7 +122,7 @@ def _load_step(directory: Path, config: TaskToml, step: StepEntry, index: int,
     if not step_dir.is_dir():
         raise TaskError.single(step_dir, f"missing: the directory of step {step.name!r}",
                                f"steps[{index}].name")
-    instruction, problems = instruction_problems(step_dir / INSTRUCTION_MD)
+    instruction, problems = instruction_problems(step_dir / INSTRUCTION_MD, directory)
     kind = step.verifier.kind or config.verifier.kind
     shared_tests = directory / "tests"
     problems += verifier_file_problems(kind, None, [step_dir / "tests", shared_tests])

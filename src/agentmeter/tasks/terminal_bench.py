@@ -30,6 +30,7 @@ from agentmeter.tasks.models import (
     Tier,
     task_digest,
 )
+from agentmeter.tasks.native import link_out
 from agentmeter.verify.mounts import TB_PARSER_NAMES, TESTS_MOUNT
 
 TASK_YAML = "task.yaml"
@@ -169,7 +170,14 @@ def read_compose(directory: Path) -> _ComposeEnvironment:
         dockerfile_name = str(build.get("dockerfile", "Dockerfile"))
         if build.get("args"):
             notes.append(f"{file.name}: ignored build args {sorted(build['args'])}")
-    dockerfile = context / dockerfile_name
+    # the runner reads the Dockerfile and every COPY source below the context as root: both
+    # stay inside the task (a context of '/' copied the host's /etc/shadow into the image)
+    task_dir = directory.resolve()
+    dockerfile = (context / dockerfile_name).resolve()
+    for key, path in (("context", context), ("dockerfile", dockerfile)):
+        if build is not None and not path.is_relative_to(task_dir):
+            raise TaskError.single(file, f"build {key} {path} lies outside the task",
+                                   f"services.{name}.build")
     image = service.get("image")
     if isinstance(image, str) and "${" in image:
         image = None  # Terminal-Bench's generated image name, not a pre-built image
@@ -195,6 +203,8 @@ def load_terminal_bench_task(directory: Path) -> Task:
     config: TerminalBenchYaml | None = None
     yaml_notes: tuple[str, ...] = ()
     try:
+        if (out := link_out(directory / TASK_YAML, directory)) is not None:
+            raise TaskError([out])  # its instruction goes to the agent: never a host file
         config, yaml_notes = read_task_yaml(directory / TASK_YAML)
     except TaskError as exc:
         problems.extend(exc.problems)

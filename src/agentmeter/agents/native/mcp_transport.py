@@ -36,6 +36,10 @@ PROTOCOL_VERSION = "2025-06-18"
 #: one reply (HTTP response or stdio line), in bytes
 MAX_REPLY_BYTES = 1_000_000
 _SESSION_ID = re.compile(r"[\x21-\x7e]{1,256}")
+#: an HTTP reply up to this size is parsed on every chunk; a bigger one when it has doubled
+#: since its last parse, or at most once per PARSE_PAUSE_S (or 10 times the parse's own time)
+PARSE_AT_ONCE_BYTES = 4096
+PARSE_PAUSE_S = 0.05
 #: a server's stderr kept for messages (the exec's own cap)
 STDERR_LIMIT = 16_000
 
@@ -205,6 +209,29 @@ class HttpTransport:
         raw = bytearray()
         done = asyncio.Event()
         problem: list[str] = []
+        loop = asyncio.get_running_loop()
+        # the reply so far is parsed whole (parse_http): not on every chunk, or a server
+        # trickling 1 MB in 100-byte writes costs the runner's loop ~17 s of CPU (quadratic);
+        # at once while small or doubled since the last parse, else once the parse's cost has
+        # been waited 10 times over (a delayed check: a complete reply is never left unread)
+        parsed = {"len": 0, "at": 0.0, "cost": 0.0}
+        later: list[asyncio.TimerHandle] = []
+
+        def check() -> None:
+            for handle in later:
+                handle.cancel()
+            later.clear()
+            if done.is_set():
+                return
+            t0 = loop.time()
+            try:
+                if parse_http(bytes(raw), False, want) is not None:
+                    done.set()
+            except McpError:
+                done.set()
+            except Exception:  # noqa: BLE001 - a reply too deep for json: read to its end
+                pass
+            parsed.update(len=len(raw), at=loop.time(), cost=loop.time() - t0)
 
         def feed(chunk: bytes) -> None:  # never raises (a raising sink stops the exec's reader)
             if done.is_set():
@@ -214,11 +241,12 @@ class HttpTransport:
                 done.set()
                 return
             raw.extend(chunk)
-            try:
-                if parse_http(bytes(raw), False, want) is not None:
-                    done.set()
-            except McpError:
-                done.set()
+            due = parsed["at"] + max(PARSE_PAUSE_S, 10 * parsed["cost"])
+            if len(raw) <= PARSE_AT_ONCE_BYTES or len(raw) >= 2 * parsed["len"] \
+                    or loop.time() >= due:
+                check()
+            elif not later:
+                later.append(loop.call_at(due, check))
 
         body = json.dumps(message, ensure_ascii=False).encode()
         run = asyncio.ensure_future(self.sandbox.exec(
@@ -230,6 +258,8 @@ class HttpTransport:
             await asyncio.wait({run, waiter}, timeout=timeout,
                                return_when=asyncio.FIRST_COMPLETED)
         finally:
+            for handle in later:
+                handle.cancel()
             waiter.cancel()
             if not run.done():
                 run.cancel()
