@@ -158,9 +158,14 @@ class LocalSandbox(ExecSandbox, SandboxFiles):
             await asyncio.get_running_loop().run_in_executor(None, self._pasta.stop)
         await self.network.stop()
         keeper = self._keeper
-        if isinstance(keeper, zygote.Keeper):  # its execs are killed as it exits
-            keeper.close()
-            await asyncio.get_running_loop().run_in_executor(None, keeper.wait, 5)
+        gone: zygote.Keeper | None = None
+        if isinstance(keeper, zygote.Keeper):  # its execs are killed and reaped as it ends
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, keeper.end, 5)
+            if keep_upper is not None:  # its mounts gone before the upper dir is a layer
+                await loop.run_in_executor(None, keeper.wait, 5)
+            else:  # the kernel's teardown of its namespaces, off the path (discard below)
+                gone = keeper
             keeper = None
         if keeper is not None and keeper.poll() is None:
             if keeper.stdin:
@@ -180,7 +185,8 @@ class LocalSandbox(ExecSandbox, SandboxFiles):
             if keep_upper is not None:
                 os.rename(self.upper, keep_upper)
         finally:
-            local_dirs.discard(self.dir)  # renamed away now, removed off the critical path
+            # renamed away now, removed off the critical path once the keeper has exited
+            local_dirs.discard(self.dir, after=None if gone is None else lambda: gone.wait(5))
 
     # -- files ---------------------------------------------------------------------------
 
@@ -252,6 +258,7 @@ class LocalBackend:
             idmap.check_range_free()
             ensure_tools(KEYRING_TOOLS, "per-exec session keyrings")
             os.makedirs(f"{local_dirs.STAGE_DIR}/root", mode=0o755, exist_ok=True)
+            os.makedirs(local_dirs.DEV_DIR, mode=0o755, exist_ok=True)
         elif missing(KEYRING_TOOLS):
             self.keyring = False
             notice("keyctl (keyutils) not found: sandbox processes share your "
@@ -289,9 +296,11 @@ class LocalBackend:
         return sb
 
     async def close(self) -> None:
-        """Stop the spares (local_spares.py), if any."""
+        """Stop the spares (local_spares.py), if any; wait until stopped sandboxes' files are
+        removed (local_dirs.discard)."""
         if self.spares is not None:
             await self.spares.close()
+        await asyncio.to_thread(local_dirs.drain)
 
     async def start_raw(self, spec: SandboxSpec, lowers: list[str], meta: LayerMeta) -> LocalSandbox:
         for m in spec.mounts:

@@ -187,7 +187,7 @@ class KeeperSandbox:
             "overlay_opts": opts, "host_dirs": host_dirs.split(),
             "disk_mb": self.spec.limits.disk_mb or 0, "owner": idmap.SHIFT_BASE, "binds": binds,
             "id_map": f"0 {idmap.SHIFT_BASE} {idmap.SHIFT_SIZE}\n", "join_netns": join,
-            "keyctl_nr": _keyctl_nr(), "keyring": self._keyring,
+            "keyctl_nr": _keyctl_nr(), "keyring": self._keyring, "dev": local_dirs.DEV_DIR,
             "cgroup": [] if self._cgroup is None else self._cgroup.procs_files})
         self._keeper = keeper
         RUNNING[self.id] = self

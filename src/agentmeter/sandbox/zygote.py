@@ -123,7 +123,7 @@ def start_keeper(request: dict[str, Any]) -> Keeper:
         ours.close()
         raise SandboxError(str(msg.get("error")))
     ours.setblocking(False)
-    return Keeper(ours, int(msg["ready"]))
+    return Keeper(ours, int(msg["ready"]), dev=bool(msg.get("dev")))
 
 
 class Exec:
@@ -157,9 +157,11 @@ class Exec:
 class Keeper:
     """The harness's end of a keeper (see module docstring): ``pid``, ``poll`` like a Popen."""
 
-    def __init__(self, sock: socket.socket, pid: int) -> None:
+    def __init__(self, sock: socket.socket, pid: int, *, dev: bool = False) -> None:
         self._sock = sock
         self.pid = pid
+        #: the keeper prepared the sandbox's /dev (local_dirs.DEV_DIR) for its execs to bind
+        self.dev = dev
         self._pidfd = os.pidfd_open(pid)
         self._buf = bytearray()
         self._execs: dict[int, Exec] = {}
@@ -311,6 +313,26 @@ class Keeper:
                 self._loop.remove_reader(self._sock.fileno())
         self._closed = True
         self._sock.close()
+
+    def end(self, timeout: float) -> None:
+        """Stop the keeper: shut the socket's sending side, on which it kills what it started,
+        reaps it and exits; returns when its end of the socket closed (every exec's process
+        reaped, the keeper exiting), without waiting for the kernel to tear the sandbox's
+        namespaces and mounts down (:meth:`wait`). SIGKILL after ``timeout``."""
+        if self._loop is not None and not self._loop.is_closed():
+            with contextlib.suppress(Exception):
+                self._loop.remove_reader(self._sock.fileno())
+        self._closed = True
+        try:
+            self._sock.setblocking(True)
+            self._sock.settimeout(timeout)
+            self._sock.shutdown(socket.SHUT_WR)
+            while self._sock.recv(65536):  # exit statuses of what it killed: not wanted now
+                pass
+        except OSError:  # TimeoutError included: a keeper that does not end is killed
+            self.kill()
+        finally:
+            self._sock.close()
 
     def wait(self, timeout: float) -> None:
         """Until the keeper has exited (its mount namespace gone); SIGKILL after ``timeout``."""

@@ -37,7 +37,12 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT = 1, 2, 4, 32
+MS_NOEXEC = 8
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+#: the per-mount flags bwrap's bind_mount keeps (and ORs MS_NOSUID into)
+MOUNT_FLAGS = 1 | 2 | 4 | 8 | 1024 | 2048 | 4096  # rdonly nosuid nodev noexec noatime nodiratime relatime
+#: bwrap's --dev: these host device nodes, bound on files in a fresh tmpfs
+DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 KEYCTL_JOIN_SESSION_KEYRING = 1
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 1
 #: where the exec's seccomp program is (bwrap --seccomp 3)
@@ -126,6 +131,9 @@ class Keeper:
         self.sock = sock
         self.req = req
         self.userns = -1
+        #: the sandbox's mount namespace (owned by its user namespace) with /dev prepared at
+        #: req["dev"], which each exec's bwrap binds (--dev-bind); -1: none (bwrap's --dev)
+        self.mntns = -1
         self.children: dict[int, int] = {}  # pid -> request id
         self.pidfds: dict[int, int] = {}  # pidfd -> pid
         #: the next exec's child, forked ahead (pid, its socket)
@@ -160,11 +168,13 @@ class Keeper:
             f.write("0")
         for src, dst in r["binds"]:
             _mount(src, dst, None, MS_BIND | MS_REC)
-        self.userns = self._make_userns(r["id_map"])
+        self.userns, self.mntns = self._make_userns(r["id_map"], r.get("dev"))
 
     @staticmethod
-    def _make_userns(id_map: str) -> int:
-        """A fresh user namespace with ``id_map`` (made by a short-lived child; held by fd)."""
+    def _make_userns(id_map: str, dev: str | None) -> tuple[int, int]:
+        """A fresh user namespace with ``id_map`` (made by a short-lived child; held by fd);
+        with ``dev``, also the sandbox's mount namespace, owned by that user namespace, in
+        which the child (the sandbox's uid 0) prepared /dev at ``dev`` (:func:`_make_dev`)."""
         ready_r, ready_w = os.pipe()
         hold_r, hold_w = os.pipe()
         pid = os.fork()
@@ -174,7 +184,17 @@ class Keeper:
                 os.close(hold_w)
                 _unshare(CLONE_NEWUSER)
                 os.write(ready_w, b"u")
-                os.read(hold_r, 1)
+                if os.read(hold_r, 1) == b"d" and dev:  # the id map is written
+                    try:
+                        os.setgroups([])
+                        os.setresgid(0, 0, 0)
+                        os.setresuid(0, 0, 0)
+                        _unshare(CLONE_NEWNS)
+                        _make_dev(dev)
+                        os.write(ready_w, b"m")
+                    except BaseException as e:  # noqa: BLE001 - said to the keeper
+                        os.write(ready_w, f"e{e}".encode()[:512])
+                    os.read(hold_r, 1)
             finally:
                 os._exit(0)
         os.close(ready_w)
@@ -185,7 +205,15 @@ class Keeper:
             for name in ("uid_map", "gid_map"):
                 with open(f"/proc/{pid}/{name}", "w") as f:
                     f.write(id_map)
-            return os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+            userns = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+            if not dev:
+                return userns, -1
+            os.write(hold_w, b"d")
+            said = os.read(ready_r, 512)
+            if said != b"m":
+                os.close(userns)
+                raise OSError(f"preparing the sandbox's /dev: {said[1:].decode(errors='replace')}")
+            return userns, os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
         finally:
             os.close(ready_r)
             os.close(hold_w)
@@ -298,6 +326,8 @@ class Keeper:
                                  ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING), None),
                    "keyctl join")
         _setns(self.userns, CLONE_NEWUSER)  # uid 0 there is host SHIFT_BASE
+        if self.mntns >= 0:  # the sandbox's, with its /dev (a copy of the keeper's mounts)
+            _setns(self.mntns, CLONE_NEWNS)
         os.setgroups([])
         os.setresgid(0, 0, 0)
         os.setresuid(0, 0, 0)
@@ -378,6 +408,35 @@ class Keeper:
                 os.waitpid(pid, 0)
 
 
+def _bind(source: str, target: str, flags: int) -> None:
+    """bwrap's bind_mount: a recursive bind, then ``flags`` ORed into the mount's own flags."""
+    _mount(source, target, None, MS_BIND | MS_REC)
+    current = os.statvfs(target).f_flag & MOUNT_FLAGS
+    if current | flags != current:
+        _mount(None, target, None, MS_BIND | MS_REMOUNT | current | flags)
+
+
+def _make_dev(dest: str) -> None:
+    """What bwrap's ``--dev DEST`` makes (bubblewrap.c, SETUP_MOUNT_DEV), step by step, as the
+    sandbox's uid 0 in a mount namespace its user namespace owns: the same tmpfs, device nodes,
+    links, shm and devpts, with the same flags and owners. Each exec binds it (``--dev-bind``,
+    which adds no flag a mount here lacks) instead of making its own."""
+    _mount("tmpfs", dest, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+    for name in DEV_NODES:
+        node = f"{dest}/{name}"
+        os.close(os.open(node, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666))
+        _bind(f"/dev/{name}", node, MS_NOSUID)  # devices: no MS_NODEV
+    for i, name in enumerate(("stdin", "stdout", "stderr")):
+        os.symlink(f"/proc/self/fd/{i}", f"{dest}/{name}")
+    os.symlink("/proc/self/fd", f"{dest}/fd")
+    os.symlink("/proc/kcore", f"{dest}/core")
+    os.mkdir(f"{dest}/shm", 0o755)
+    os.mkdir(f"{dest}/pts", 0o755)
+    _mount("devpts", f"{dest}/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+           "newinstance,ptmxmode=0666,mode=620")
+    os.symlink("pts/ptmx", f"{dest}/ptmx")
+
+
 def _kill_group(pid: int) -> None:
     for kill in (os.killpg, os.kill):
         with contextlib.suppress(ProcessLookupError):
@@ -393,7 +452,7 @@ def _keeper_main(sock: socket.socket, req: dict[str, Any]) -> None:
     except BaseException as e:  # noqa: BLE001 - reported to the harness
         _send(sock, {"error": str(e)})
         return
-    _send(sock, {"ready": os.getpid()})
+    _send(sock, {"ready": os.getpid(), "dev": keeper.mntns >= 0})
     keeper.serve()
 
 
