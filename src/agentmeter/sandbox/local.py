@@ -161,6 +161,7 @@ class LocalSandbox(ExecSandbox, SandboxFiles):
         gone: zygote.Keeper | None = None
         if isinstance(keeper, zygote.Keeper):  # its execs are killed and reaped as it ends
             loop = asyncio.get_running_loop()
+            keeper.detach()
             await loop.run_in_executor(None, keeper.end, 5)
             if keep_upper is not None:  # its mounts gone before the upper dir is a layer
                 await loop.run_in_executor(None, keeper.wait, 5)

@@ -314,15 +314,21 @@ class Keeper:
         self._closed = True
         self._sock.close()
 
+    def detach(self) -> None:
+        """No more requests or answers through the event loop (before :meth:`end`); execs still
+        waiting fail (their processes are killed as the keeper ends)."""
+        if self._loop is not None and not self._loop.is_closed():
+            with contextlib.suppress(Exception):
+                self._loop.remove_reader(self._sock.fileno())
+        self._loop = None
+        self._gone()
+
     def end(self, timeout: float) -> None:
         """Stop the keeper: shut the socket's sending side, on which it kills what it started,
         reaps it and exits; returns when its end of the socket closed (every exec's process
         reaped, the keeper exiting), without waiting for the kernel to tear the sandbox's
-        namespaces and mounts down (:meth:`wait`). SIGKILL after ``timeout``."""
-        if self._loop is not None and not self._loop.is_closed():
-            with contextlib.suppress(Exception):
-                self._loop.remove_reader(self._sock.fileno())
-        self._closed = True
+        namespaces and mounts down (:meth:`wait`). SIGKILL after ``timeout``. Blocking (on a
+        thread), after :meth:`detach`."""
         try:
             self._sock.setblocking(True)
             self._sock.settimeout(timeout)
