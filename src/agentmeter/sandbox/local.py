@@ -112,18 +112,7 @@ class LocalSandbox(ExecSandbox, SandboxFiles):
                 assert self._keeper is not None
                 self._bridge = await start_bridge(self._keeper.pid, self.spec.exposed_sockets,
                                                   enter_userns=self._rootless)
-            if isinstance(self._keeper, zygote.Keeper):
-                # the workdir and the mount targets bwrap binds on, made without a bwrap (a
-                # target it could not make fails here, as the first bwrap did before)
-                targets = [(m.target, m.source.is_dir()) for m in self.spec.mounts]
-                if self.spec.network == "full" and self.spec.base != "host":
-                    targets.append(("/etc/resolv.conf", False))
-                try:
-                    await self._keeper.mkdir([self.workdir, *(t for t, d in targets if d)],
-                                             [t for t, d in targets if not d])
-                except SandboxError as e:
-                    raise SandboxError(f"sandbox {self.id} failed to start: {e}") from e
-            else:
+            if not isinstance(self._keeper, zygote.Keeper):  # else made at the keeper's setup
                 # the first exec also proves the sandbox works (bwrap, mounts, user switch)
                 r = await self.exec(["mkdir", "-p", self.workdir], user="root", cwd="/")
                 if r.exit_code != 0:

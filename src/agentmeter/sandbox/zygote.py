@@ -17,8 +17,16 @@ Before, a root-run sandbox's keeper was ``unshare`` + ``sh`` (+ ``ip``, ``mount`
   masks, PID/IPC/UTS namespaces, ``setpriv`` to the agent), so every defence is bwrap's as
   before.
 
-An exec is thus bwrap + its init + the command. The start's workdir and mount targets are made
-by a child of the keeper chrooted into the tree as the sandbox's root, not by a first bwrap.
+An exec is thus bwrap + its init + the command. At its setup the keeper also makes the
+sandbox's own mount namespace (a copy of its own, owned by the sandbox's user namespace) in
+which a child, the sandbox's uid 0, prepares /dev once (what bwrap's ``--dev`` makes: the same
+tmpfs, nodes, links and devpts, with the same flags and owners) and then, chrooted into the
+tree, makes the start's workdir and mount targets (no first bwrap). Each exec's child joins that
+mount namespace and bwrap binds the prepared /dev (``--dev-bind``) instead of making its own:
+the execs of one sandbox share its /dev, as ``docker exec`` does. Stop shuts the socket's
+sending side and returns once the keeper has killed and reaped its execs (its end of the
+socket closed); the kernel's teardown of its namespaces is waited for on the thread that then
+removes the sandbox's directory (local_dirs.discard).
 The keeper's socket is a socket pair whose other end only the harness holds; no exec inherits
 a descriptor of it (the child closes every descriptor but the four it was given), and an
 exec's processes live in their own PID namespace, so nothing in a sandbox can reach its
@@ -246,21 +254,6 @@ class Keeper:
                         self._loop.remove_writer(self._sock.fileno())
             if sent < len(payload):
                 await self._loop.sock_sendall(self._sock, payload[sent:])
-
-    async def mkdir(self, dirs: list[str], files: list[str]) -> None:
-        """``mkdir -p`` the ``dirs`` and create the ``files`` as the sandbox's root
-        (zygote_server.Keeper._mkdir)."""
-        self._attach()
-        rid = self._next
-        self._next += 1
-        ex = Exec(self, rid)
-        self._execs[rid] = ex
-        try:
-            await self.request({"op": "mkdir", "id": rid, "dirs": dirs, "files": files}, [])
-        except BaseException:
-            self._execs.pop(rid, None)
-            raise
-        await ex.wait()
 
     async def spawn(self, argv: list[str], env: dict[str, str], *, cgroup: list[str],
                     keyring: bool, stdin: bool, seccomp_fd: int | None) -> Exec:

@@ -9,13 +9,16 @@ Two roles, one file:
   ignored). It exits when the harness's end closes.
 - a *keeper* (one per sandbox): makes its mount and network namespaces (or joins a network
   namespace), mounts the sandbox tree, brings loopback up, makes the sandbox's user namespace
-  and writes its id map, all by system calls (no program run), says ``ready``, then serves exec
+  and writes its id map, all by system calls (no program run); the id map's child, the
+  sandbox's uid 0, makes the sandbox's mount namespace, prepares /dev in it and makes the
+  start's workdir and mount targets; then the keeper says ``ready`` and serves exec
   requests: while idle it forks the next exec's child, which joins the sandbox's cgroup, a
-  fresh session keyring and the user namespace (uid 0 there) and waits; a request goes to it
+  fresh session keyring, the user namespace (uid 0 there) and the sandbox's mount namespace
+  and waits; a request goes to it
   (or to a child forked then), which takes the request's stdin/stdout/stderr and seccomp
   program, closes every other descriptor and execs bwrap with the request's arguments. Exit
-  statuses go back on the socket. When the socket closes (stop, or the harness died) it kills
-  what it started and exits, which ends the mount namespace.
+  statuses go back on the socket. When the socket closes or is shut (stop, or the harness
+  died) it kills and reaps what it started and exits, which ends the mount namespaces.
 """
 
 from __future__ import annotations
@@ -168,13 +171,16 @@ class Keeper:
             f.write("0")
         for src, dst in r["binds"]:
             _mount(src, dst, None, MS_BIND | MS_REC)
-        self.userns, self.mntns = self._make_userns(r["id_map"], r.get("dev"))
+        self.userns, self.mntns = self._make_userns(r["id_map"], r.get("dev"), r.get("mkdir"))
 
     @staticmethod
-    def _make_userns(id_map: str, dev: str | None) -> tuple[int, int]:
+    def _make_userns(id_map: str, dev: str | None,
+                     mkdir: dict[str, Any] | None = None) -> tuple[int, int]:
         """A fresh user namespace with ``id_map`` (made by a short-lived child; held by fd);
         with ``dev``, also the sandbox's mount namespace, owned by that user namespace, in
-        which the child (the sandbox's uid 0) prepared /dev at ``dev`` (:func:`_make_dev`)."""
+        which the child (the sandbox's uid 0) prepared /dev at ``dev`` (:func:`_make_dev`),
+        then, chrooted into the sandbox tree, made ``mkdir``'s directories and files
+        (:func:`_make_paths`: the start's workdir and mount targets)."""
         ready_r, ready_w = os.pipe()
         hold_r, hold_w = os.pipe()
         pid = os.fork()
@@ -191,9 +197,11 @@ class Keeper:
                         os.setresuid(0, 0, 0)
                         _unshare(CLONE_NEWNS)
                         _make_dev(dev)
+                        if mkdir:
+                            _make_paths(mkdir["tree"], mkdir["dirs"], mkdir["files"])
                         os.write(ready_w, b"m")
                     except BaseException as e:  # noqa: BLE001 - said to the keeper
-                        os.write(ready_w, f"e{e}".encode()[:512])
+                        os.write(ready_w, f"e{e}".encode()[:500])
                     os.read(hold_r, 1)
             finally:
                 os._exit(0)
@@ -212,7 +220,7 @@ class Keeper:
             said = os.read(ready_r, 512)
             if said != b"m":
                 os.close(userns)
-                raise OSError(f"preparing the sandbox's /dev: {said[1:].decode(errors='replace')}")
+                raise OSError(said[1:].decode(errors="replace") or "the user namespace's child failed")
             return userns, os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
         finally:
             os.close(ready_r)
@@ -254,9 +262,6 @@ class Keeper:
             for pid, rid in self.children.items():
                 if rid == req["id"]:
                     _kill_group(pid)
-            return
-        if req["op"] == "mkdir":
-            _send(self.sock, {"id": req["id"], **self._mkdir(req["dirs"], req["files"])})
             return
         pid = -1
         if (self.spare is not None and req["cgroup"] == self.req["cgroup"]
@@ -353,39 +358,6 @@ class Keeper:
                 os.write(2, f"agentmeter sandbox exec: {e}\n".encode())
         return 127
 
-    def _mkdir(self, dirs: list[str], files: list[str]) -> dict[str, Any]:
-        """``mkdir -p`` each of ``dirs`` and create each of ``files`` (empty, if missing) as
-        the sandbox's root, inside the sandbox tree: a start's workdir and mount targets,
-        without a bwrap. A child chroots into the tree as host root, so every symlink resolves
-        inside it, then enters the user namespace as its uid 0. No sandbox code runs in it."""
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            code = 0
-            try:
-                os.close(r)
-                os.chroot(self.req["tree"])
-                os.chdir("/")
-                _setns(self.userns, CLONE_NEWUSER)
-                os.setgroups([])
-                os.setresgid(0, 0, 0)
-                os.setresuid(0, 0, 0)
-                for path in dirs:
-                    os.makedirs(path, exist_ok=True)
-                for path in files:
-                    os.makedirs(os.path.dirname(path), exist_ok=True)
-                    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
-            except BaseException as e:  # noqa: BLE001 - reported
-                code = 1
-                with contextlib.suppress(OSError):
-                    os.write(w, str(e).encode())
-            os._exit(code)
-        os.close(w)
-        with os.fdopen(r, "rb") as f:
-            err = f.read().decode(errors="replace")
-        _, status = os.waitpid(pid, 0)
-        return {"exit": os.waitstatus_to_exitcode(status), "error": err}
-
     def _reap(self, pidfd: int, sel: selectors.BaseSelector) -> None:
         pid = self.pidfds.pop(pidfd)
         sel.unregister(pidfd)
@@ -414,6 +386,25 @@ def _bind(source: str, target: str, flags: int) -> None:
     current = os.statvfs(target).f_flag & MOUNT_FLAGS
     if current | flags != current:
         _mount(None, target, None, MS_BIND | MS_REMOUNT | current | flags)
+
+
+def _make_paths(tree: str, dirs: list[str], files: list[str]) -> None:
+    """``mkdir -p`` each of ``dirs`` and create each of ``files`` (empty, if missing) inside
+    ``tree``, chrooted into it (every symlink of the image resolves inside), as the sandbox's
+    uid 0: a start's workdir and mount targets, without a bwrap. No sandbox code has run yet."""
+    os.chroot(tree)
+    os.chdir("/")
+    for path in dirs:
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as e:
+            raise OSError(f"mkdir {path}: {e.strerror}") from None
+    for path in files:
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+        except OSError as e:
+            raise OSError(f"create {path}: {e.strerror}") from None
 
 
 def _make_dev(dest: str) -> None:
