@@ -34,7 +34,7 @@ _CUR: dict[str, float] = {}
 def timed(name: str) -> Iterator[None]:
     """Time a step; one on another thread than the lifecycle's (the directory's removal after
     stop) is counted apart, never as part of the lifecycle's own steps."""
-    if threading.current_thread() is not threading.main_thread():
+    if threading.current_thread().name.startswith("agentmeter-rm"):  # local_dirs.discard's
         name += " (background thread)"
     t = time.perf_counter()
     try:

@@ -317,17 +317,21 @@ class Keeper:
         self._gone()
 
     def end(self, timeout: float) -> None:
-        """Stop the keeper: shut the socket's sending side, on which it kills what it started,
-        reaps it and exits; returns when its end of the socket closed (every exec's process
-        reaped, the keeper exiting), without waiting for the kernel to tear the sandbox's
-        namespaces and mounts down (:meth:`wait`). SIGKILL after ``timeout``. Blocking (on a
-        thread), after :meth:`detach`."""
+        """Stop the keeper: shut the socket's sending side, on which it SIGKILLs what it
+        started, says ``ended``, reaps it and exits; returns at ``ended`` (or the socket's end),
+        without waiting for those exits or the kernel's teardown of the sandbox's namespaces
+        and mounts (:meth:`wait`). SIGKILL after ``timeout``. Blocking (on a thread), after
+        :meth:`detach`."""
         try:
             self._sock.setblocking(True)
             self._sock.settimeout(timeout)
             self._sock.shutdown(socket.SHUT_WR)
-            while self._sock.recv(65536):  # exit statuses of what it killed: not wanted now
-                pass
+            buf = bytes(self._buf)
+            while b'"ended": true' not in buf:  # exit statuses before it: not wanted now
+                chunk = self._sock.recv(65536)
+                if not chunk:
+                    break
+                buf = buf[-64:] + chunk
         except OSError:  # TimeoutError included: a keeper that does not end is killed
             self.kill()
         finally:

@@ -367,15 +367,17 @@ class Keeper:
         _send(self.sock, {"id": rid, "exit": os.waitstatus_to_exitcode(status)})
 
     def _end(self) -> None:
+        """SIGKILL everything it started, say ``ended`` (nothing of the sandbox runs another
+        instruction: a SIGKILLed process never returns to user space), then reap it all."""
+        started = list(self.children)
         if self.spare is not None:
             pid, line = self.spare
             line.close()  # it exits
+            started.append(pid)
+        for pid in started:
             _kill_group(pid)
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
-        for pid in self.children:
-            _kill_group(pid)
-        for pid in list(self.children):
+        _send(self.sock, {"id": -1, "ended": True})
+        for pid in started:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
 
