@@ -142,18 +142,12 @@ class Keeper:
         #: the next exec's child, forked ahead (pid, its socket)
         self.spare: tuple[int, socket.socket] | None = None
 
-    def setup(self) -> None:
-        """The keeper script of local_keeper.py, as system calls."""
+    def setup(self, namespaces_made: bool = False) -> None:
+        """The keeper script of local_keeper.py, as system calls (``namespaces_made``: by a
+        keeper forked ahead, :func:`_namespaces`)."""
         r = self.req
-        if r.get("join_netns"):
-            fd = os.open(r["join_netns"], os.O_RDONLY)
-            _setns(fd, CLONE_NEWNET)
-            os.close(fd)
-            _unshare(CLONE_NEWNS)
-        else:
-            _unshare(CLONE_NEWNS | CLONE_NEWNET)
-        _mount(None, "/", None, MS_REC | MS_PRIVATE)
-        _loopback_up()
+        if not namespaces_made:
+            _namespaces(r.get("join_netns"))
         os.chdir(r["layers"])  # lowerdir holds paths relative to it (mount options are short)
         rw = r["rw"]
         if r["disk_mb"]:
@@ -166,9 +160,6 @@ class Keeper:
         for d in r["host_dirs"]:
             _mount(d, tree + d, None, MS_BIND | MS_REC)
             _mount(None, tree + d, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NODEV | MS_NOSUID)
-        # the network namespace is host root's: let the sandbox bind ports < 1024, as Docker does
-        with open("/proc/sys/net/ipv4/ip_unprivileged_port_start", "w") as f:
-            f.write("0")
         for src, dst in r["binds"]:
             _mount(src, dst, None, MS_BIND | MS_REC)
         self.userns, self.mntns = self._make_userns(r["id_map"], r.get("dev"), r.get("mkdir"))
@@ -436,12 +427,30 @@ def _kill_group(pid: int) -> None:
             kill(pid, signal.SIGKILL)
 
 
-def _keeper_main(sock: socket.socket, req: dict[str, Any]) -> None:
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    os.setsid()
+def _namespaces(join_netns: str | None) -> None:
+    """A keeper's mount and network namespaces (or the mount namespace in ``join_netns``'s
+    network namespace): mounts private, loopback up, low ports allowed."""
+    if join_netns:
+        fd = os.open(join_netns, os.O_RDONLY)
+        _setns(fd, CLONE_NEWNET)
+        os.close(fd)
+        _unshare(CLONE_NEWNS)
+    else:
+        _unshare(CLONE_NEWNS | CLONE_NEWNET)
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    _loopback_up()
+    # the network namespace is host root's: let the sandbox bind ports < 1024, as Docker does
+    with open("/proc/sys/net/ipv4/ip_unprivileged_port_start", "w") as f:
+        f.write("0")
+
+
+def _keeper_main(sock: socket.socket, req: dict[str, Any], namespaces_made: bool = False) -> None:
+    if not namespaces_made:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setsid()
     keeper = Keeper(sock, req)
     try:
-        keeper.setup()
+        keeper.setup(namespaces_made)
     except BaseException as e:  # noqa: BLE001 - reported to the harness
         _send(sock, {"error": str(e)})
         return
@@ -452,10 +461,55 @@ def _keeper_main(sock: socket.socket, req: dict[str, Any]) -> None:
 # -- fork server ----------------------------------------------------------------------------
 
 
+def _keeper_ahead(server: socket.socket) -> tuple[int, socket.socket] | None:
+    """The next keeper, forked before its request: its session and its mount and network
+    namespaces made (:func:`_namespaces`) while no start waits; then it waits on a socket pair
+    of its own for the one start request it will serve (nothing of any sandbox is in it
+    before). None when the fork fails (the start then forks as before)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        pid = os.fork()
+    except OSError:
+        ours.close()
+        theirs.close()
+        return None
+    if pid == 0:
+        code = 0
+        try:
+            ours.close()
+            server.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            os.setsid()
+            failed = None
+            try:
+                _namespaces(None)
+            except OSError as e:
+                failed = str(e)
+            got = _recv_request(theirs)
+            theirs.close()
+            if got is not None:
+                req, fds = got
+                keeper = socket.socket(fileno=fds[0])
+                for fd in fds[1:]:
+                    os.close(fd)
+                if failed is not None:
+                    _send(keeper, {"error": failed})
+                else:
+                    _keeper_main(keeper, req, namespaces_made=True)
+        except BaseException:  # noqa: BLE001
+            code = 1
+        os._exit(code)
+    theirs.close()
+    return pid, ours
+
+
 def main() -> None:
     server = socket.socket(fileno=int(sys.argv[1]))
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # keepers are reaped by the kernel
+    ahead: tuple[int, socket.socket] | None = None
     while True:
+        if ahead is None:
+            ahead = _keeper_ahead(server)
         got = _recv_request(server)
         if got is None:
             return
@@ -464,6 +518,18 @@ def main() -> None:
             for fd in fds:
                 os.close(fd)
             continue
+        if ahead is not None and not req.get("join_netns"):
+            pid, line = ahead
+            ahead = None
+            try:
+                socket.send_fds(line, [_frame(req)], fds)
+            except OSError:
+                _kill_group(pid)  # forked anew below
+            else:
+                os.close(fds[0])
+                continue
+            finally:
+                line.close()
         try:
             pid = os.fork()
         except OSError as e:  # EAGAIN at a pids limit, ENOMEM: this start fails, not the others
