@@ -26,8 +26,10 @@ no sysfs is mounted.
 
 Run as root, the keeper is a zygote (``zygote.py``): forked from one fork server per harness
 process, it makes the namespaces, mounts and user namespace by system calls, and forks each
-exec itself; the child joins the cgroup, a fresh session keyring and the user namespace, then
-runs the same bwrap command (no keyctl, sh or nsenter programs in between).
+exec itself; the child joins the cgroup, a fresh session keyring, the user namespace and the
+sandbox's own mount namespace (in which the keeper prepared /dev once, exactly as bwrap's
+``--dev`` makes it), then runs the same bwrap command, binding that /dev instead of making its
+own (no keyctl, sh or nsenter programs in between).
 
 As an ordinary user, the keeper runs in a user namespace in which that user is uid 0; root execs
 run as that uid 0, agent execs in a nested user namespace as uid 1000 without capabilities, and
