@@ -175,3 +175,27 @@ async def test_stop_kills_the_execs_and_removes_the_sandbox(local_backend: Local
         raise AssertionError("the exec survived stop")
     await asyncio.to_thread(local_dirs.drain)
     assert not (local_dirs.gone_dir() / sb.dir.name).exists()
+
+
+async def test_keepers_forked_ahead_give_each_sandbox_namespaces_of_its_own(
+        local_backend: LocalBackend) -> None:
+    """The fork server forks the next keeper ahead with its mount and network namespaces made:
+    two sandboxes started one after the other must still have namespaces of their own, none
+    the host's, with loopback up and low ports allowed in each."""
+    first = await local_backend.start(SandboxSpec(base="host"))  # the host's python3
+    second = await local_backend.start(SandboxSpec(base="host"))
+    try:
+        seen = []
+        for sb in (first, second):
+            assert isinstance(sb._keeper, zygote.Keeper)
+            seen.append(tuple(os.readlink(f"/proc/{sb._keeper.pid}/ns/{n}") for n in ("net", "mnt")))
+            r = await sb.exec(["python3", "-c", "import socket; s = socket.socket(); "
+                               "s.bind(('127.0.0.1', 80)); s.listen(); c = socket.socket(); "
+                               "c.connect(('127.0.0.1', 80)); print('LO-UP')"], user="agent")
+            assert "LO-UP" in r.stdout, r
+    finally:
+        await first.stop()
+        await second.stop()
+    host = tuple(os.readlink(f"/proc/self/ns/{n}") for n in ("net", "mnt"))
+    assert seen[0][0] != seen[1][0] and seen[0][1] != seen[1][1]
+    assert host[0] not in (seen[0][0], seen[1][0]) and host[1] not in (seen[0][1], seen[1][1])
