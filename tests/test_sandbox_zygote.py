@@ -199,3 +199,30 @@ async def test_keepers_forked_ahead_give_each_sandbox_namespaces_of_its_own(
     host = tuple(os.readlink(f"/proc/self/ns/{n}") for n in ("net", "mnt"))
     assert seen[0][0] != seen[1][0] and seen[0][1] != seen[1][1]
     assert host[0] not in (seen[0][0], seen[1][0]) and host[1] not in (seen[0][1], seen[1][1])
+
+
+async def test_a_keeper_forked_ahead_never_binds_a_stale_view_of_the_host(
+        local_backend: LocalBackend, tmp_path: Path) -> None:
+    """A keeper forked ahead holds a copy of the host's mounts from its fork; a task mount whose
+    source the host has since mounted over must show what is mounted there now, not what the
+    new mount hides (the fork server forks anew after any mount on the host)."""
+    import subprocess
+
+    from agentmeter.sandbox.spec import Mount
+
+    await (await local_backend.start(SandboxSpec())).stop()  # the next keeper is forked ahead
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "marker").write_text("HIDDEN")
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(tmp_path)], check=True)
+    try:
+        (tmp_path / "src").mkdir()
+        (tmp_path / "src" / "marker").write_text("MOUNTED")
+        sb = await local_backend.start(SandboxSpec(mounts=(
+            Mount(source=tmp_path / "src", target="/m", read_only=True),)))
+        try:
+            r = await sb.exec(["cat", "/m/marker"], user="root")
+        finally:
+            await sb.stop()
+    finally:
+        subprocess.run(["umount", "-l", str(tmp_path)], check=False)
+    assert r.stdout == "MOUNTED", r

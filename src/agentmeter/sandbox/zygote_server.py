@@ -29,6 +29,7 @@ import ctypes
 import fcntl
 import json
 import os
+import select
 import selectors
 import signal
 import socket
@@ -461,22 +462,45 @@ def _keeper_main(sock: socket.socket, req: dict[str, Any], namespaces_made: bool
 # -- fork server ----------------------------------------------------------------------------
 
 
-def _keeper_ahead(server: socket.socket) -> tuple[int, socket.socket] | None:
+class Ahead:
+    """A keeper forked ahead (:func:`_keeper_ahead`): its pid, its socket, and the host's mount
+    table as a pollable file opened before its fork, which tells whether a mount or unmount
+    happened on the host since (its copy of the mounts would then be stale)."""
+
+    def __init__(self, pid: int, line: socket.socket, mounts: int) -> None:
+        self.pid = pid
+        self.line = line
+        self.mounts = mounts
+
+    def stale(self) -> bool:
+        poll = select.poll()
+        poll.register(self.mounts, select.POLLPRI | select.POLLERR)
+        return bool(poll.poll(0))
+
+    def close(self) -> None:
+        self.line.close()
+        os.close(self.mounts)
+
+
+def _keeper_ahead(server: socket.socket) -> Ahead | None:
     """The next keeper, forked before its request: its session and its mount and network
     namespaces made (:func:`_namespaces`) while no start waits; then it waits on a socket pair
     of its own for the one start request it will serve (nothing of any sandbox is in it
     before). None when the fork fails (the start then forks as before)."""
+    mounts = os.open("/proc/self/mounts", os.O_RDONLY | os.O_CLOEXEC)
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         pid = os.fork()
     except OSError:
         ours.close()
         theirs.close()
+        os.close(mounts)
         return None
     if pid == 0:
         code = 0
         try:
             ours.close()
+            os.close(mounts)
             server.close()
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             os.setsid()
@@ -500,13 +524,13 @@ def _keeper_ahead(server: socket.socket) -> tuple[int, socket.socket] | None:
             code = 1
         os._exit(code)
     theirs.close()
-    return pid, ours
+    return Ahead(pid, ours, mounts)
 
 
 def main() -> None:
     server = socket.socket(fileno=int(sys.argv[1]))
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # keepers are reaped by the kernel
-    ahead: tuple[int, socket.socket] | None = None
+    ahead: Ahead | None = None
     while True:
         if ahead is None:
             ahead = _keeper_ahead(server)
@@ -518,18 +542,21 @@ def main() -> None:
             for fd in fds:
                 os.close(fd)
             continue
-        if ahead is not None and not req.get("join_netns"):
-            pid, line = ahead
+        if ahead is not None and ahead.stale():
+            _kill_group(ahead.pid)  # a mount on the host since its fork: not seen in its copy
+            ahead.close()
             ahead = None
+        if ahead is not None and not req.get("join_netns"):
+            taken, ahead = ahead, None
             try:
-                socket.send_fds(line, [_frame(req)], fds)
+                socket.send_fds(taken.line, [_frame(req)], fds)
             except OSError:
-                _kill_group(pid)  # forked anew below
+                _kill_group(taken.pid)  # forked anew below
             else:
                 os.close(fds[0])
                 continue
             finally:
-                line.close()
+                taken.close()
         try:
             pid = os.fork()
         except OSError as e:  # EAGAIN at a pids limit, ENOMEM: this start fails, not the others
@@ -541,6 +568,8 @@ def main() -> None:
             code = 0
             try:
                 server.close()
+                if ahead is not None:  # kept for the next start: its end only the server's
+                    ahead.close()
                 _keeper_main(socket.socket(fileno=fds[0]), req)
             except BaseException:  # noqa: BLE001
                 code = 1
