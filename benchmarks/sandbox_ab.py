@@ -3,8 +3,11 @@ tree holding an older ``src`` (e.g. ``git archive COMMIT src | tar -x -C DIR``),
 this checkout's. Each tree runs in a worker process of its own; the driver asks them in turn for
 one lifecycle (start + exec ``true`` + stop) at a time, so the machine's load falls on both
 alike. Cases: a default spec and one with a trial's default limits; this tree also with spares
-(``LocalBackend(spares=2)``). Each lifecycle also by step (start, exec ``true``, stop). Prints
-a table, then a final JSON line.
+(``LocalBackend(spares=2)``). Each lifecycle also by step (start, exec ``true``, stop), and its
+CPU time: each worker runs in a cpuacct cgroup of its own, which holds everything it starts
+(fork server, keepers, execs), so the CPU a lifecycle costs is read there, whatever else the
+machine runs (``cpu_ms``; cgroup v1 cpuacct or v2 cpu.stat; absent where neither can be made).
+Prints a table, then a final JSON line.
 Usage: python benchmarks/sandbox_ab.py --base DIR [--n 40]
 """
 
@@ -16,6 +19,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 WORKER = r"""
@@ -25,6 +29,15 @@ from agentmeter.sandbox.spec import (DEFAULT_DISK_MB, DEFAULT_MEMORY_MB, DEFAULT
                                      SandboxSpec)
 SPECS = {"default": SandboxSpec(), "limits": SandboxSpec(limits=Limits(
     memory_mb=DEFAULT_MEMORY_MB, pids=DEFAULT_PIDS, disk_mb=DEFAULT_DISK_MB))}
+def cpu_ns():
+    if not CG:
+        return 0
+    with open(CG) as f:
+        text = f.read()
+    if CG.endswith("cpu.stat"):
+        return int(text.split("usage_usec", 1)[1].split()[0]) * 1000
+    return int(text)
+CG = sys.argv[2]
 async def main():
     spares = int(sys.argv[1])
     b = LocalBackend(spares=spares) if spares else LocalBackend()
@@ -33,6 +46,7 @@ async def main():
     print("ok", flush=True)
     for line in sys.stdin:
         spec = SPECS[line.strip()]
+        c = cpu_ns()
         t = time.perf_counter()
         sb = await b.start(spec)
         t1 = time.perf_counter()
@@ -40,18 +54,42 @@ async def main():
         t2 = time.perf_counter()
         await sb.stop()
         t3 = time.perf_counter()
+        c3 = cpu_ns()
         assert r.exit_code == 0, r
-        print(t3 - t, t1 - t, t2 - t1, t3 - t2, flush=True)
+        print(t3 - t, t1 - t, t2 - t1, t3 - t2, (c3 - c) / 1e9, flush=True)
     if spares:
         await b.close()
 asyncio.run(main())
 """
 
 
-def worker(src: Path, spares: int) -> subprocess.Popen[str]:
+def cpu_group(name: str) -> tuple[Path | None, str]:
+    """A cgroup for one worker (the directory, the file its CPU time is read from); none where
+    it cannot be made (not root, no cpuacct)."""
+    for top, usage in ((Path("/sys/fs/cgroup/cpuacct"), "cpuacct.usage"),
+                       (Path("/sys/fs/cgroup"), "cpu.stat")):
+        if (top / usage).exists() or (top / "cgroup.controllers").exists():
+            d = top / f"agentmeter-ab-{os.getpid()}-{name}"
+            try:
+                d.mkdir()
+            except OSError:
+                continue
+            if (d / usage).exists():
+                return d, str(d / usage)
+            d.rmdir()
+    return None, ""
+
+
+def worker(src: Path, spares: int, group: tuple[Path | None, str]) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(src)}
-    p = subprocess.Popen([sys.executable, "-c", WORKER, str(spares)], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, text=True, env=env)
+    d = group[0]
+
+    def join() -> None:  # in the child, before it runs anything
+        if d is not None:
+            (d / "cgroup.procs").write_text(str(os.getpid()))
+    p = subprocess.Popen([sys.executable, "-c", WORKER, str(spares), group[1]],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+                         preexec_fn=join)
     assert p.stdout is not None and p.stdout.readline().strip() == "ok"
     return p
 
@@ -62,8 +100,10 @@ def main() -> dict[str, object]:
     ap.add_argument("--n", type=int, default=40)
     args = ap.parse_args()
     here = Path(__file__).resolve().parent.parent / "src"
-    workers = {"before": worker(args.base / "src", 0), "after": worker(here, 0),
-               "after_spares": worker(here, 2)}
+    groups = {name: cpu_group(name) for name in ("before", "after", "after_spares")}
+    workers = {"before": worker(args.base / "src", 0, groups["before"]),
+               "after": worker(here, 0, groups["after"]),
+               "after_spares": worker(here, 2, groups["after_spares"])}
     times: dict[str, list[float]] = {}
     for _ in range(args.n):
         for spec in ("default", "limits"):
@@ -71,19 +111,28 @@ def main() -> dict[str, object]:
                 assert p.stdin is not None and p.stdout is not None
                 p.stdin.write(spec + "\n")
                 p.stdin.flush()
-                total, start, exec_true, stop = map(float, p.stdout.readline().split())
+                total, start, exec_true, stop, cpu = map(float, p.stdout.readline().split())
                 times.setdefault(f"{name}/{spec}", []).append(total)
-                for step, x in (("start", start), ("exec_true", exec_true), ("stop", stop)):
+                for step, x in (("start", start), ("exec_true", exec_true), ("stop", stop),
+                                ("cpu", cpu)):
                     times.setdefault(f"{name}/{spec}/{step}", []).append(x)
     for p in workers.values():
         assert p.stdin is not None
         p.stdin.close()
         p.wait(60)
+    for d, _ in groups.values():
+        if d is not None:
+            for _ in range(50):  # its keepers' last exits
+                try:
+                    d.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.1)
     res: dict[str, object] = {k: {"p50_ms": round(statistics.median(v[2:]) * 1000, 2),
                                   "n": len(v) - 2} for k, v in times.items()}  # 2 warm-ups
     for spec in ("default", "limits", "default/exec_true", "limits/exec_true", "default/start",
-                 "limits/start"):
-        b = res[f"before/{spec}"]["p50_ms"]  # type: ignore[index]
+                 "limits/start", "default/stop", "limits/stop", "default/cpu", "limits/cpu"):
+        b = res[f"before/{spec}"]["p50_ms"] or 1e-9  # type: ignore[index]
         res[f"after_over_before/{spec}"] = round(res[f"after/{spec}"]["p50_ms"] / b, 3)  # type: ignore[index]
         res[f"spares_over_before/{spec}"] = round(
             res[f"after_spares/{spec}"]["p50_ms"] / b, 3)  # type: ignore[index]

@@ -26,8 +26,10 @@ no sysfs is mounted.
 
 Run as root, the keeper is a zygote (``zygote.py``): forked from one fork server per harness
 process, it makes the namespaces, mounts and user namespace by system calls, and forks each
-exec itself; the child joins the cgroup, a fresh session keyring and the user namespace, then
-runs the same bwrap command (no keyctl, sh or nsenter programs in between).
+exec itself; the child joins the cgroup, a fresh session keyring, the user namespace and the
+sandbox's own mount namespace (in which the keeper prepared /dev once, exactly as bwrap's
+``--dev`` makes it), then runs the same bwrap command, binding that /dev instead of making its
+own (no keyctl, sh or nsenter programs in between).
 
 As an ordinary user, the keeper runs in a user namespace in which that user is uid 0; root execs
 run as that uid 0, agent execs in a nested user namespace as uid 1000 without capabilities, and
@@ -112,18 +114,7 @@ class LocalSandbox(ExecSandbox, SandboxFiles):
                 assert self._keeper is not None
                 self._bridge = await start_bridge(self._keeper.pid, self.spec.exposed_sockets,
                                                   enter_userns=self._rootless)
-            if isinstance(self._keeper, zygote.Keeper):
-                # the workdir and the mount targets bwrap binds on, made without a bwrap (a
-                # target it could not make fails here, as the first bwrap did before)
-                targets = [(m.target, m.source.is_dir()) for m in self.spec.mounts]
-                if self.spec.network == "full" and self.spec.base != "host":
-                    targets.append(("/etc/resolv.conf", False))
-                try:
-                    await self._keeper.mkdir([self.workdir, *(t for t, d in targets if d)],
-                                             [t for t, d in targets if not d])
-                except SandboxError as e:
-                    raise SandboxError(f"sandbox {self.id} failed to start: {e}") from e
-            else:
+            if not isinstance(self._keeper, zygote.Keeper):  # else made at the keeper's setup
                 # the first exec also proves the sandbox works (bwrap, mounts, user switch)
                 r = await self.exec(["mkdir", "-p", self.workdir], user="root", cwd="/")
                 if r.exit_code != 0:
@@ -158,9 +149,15 @@ class LocalSandbox(ExecSandbox, SandboxFiles):
             await asyncio.get_running_loop().run_in_executor(None, self._pasta.stop)
         await self.network.stop()
         keeper = self._keeper
-        if isinstance(keeper, zygote.Keeper):  # its execs are killed as it exits
-            keeper.close()
-            await asyncio.get_running_loop().run_in_executor(None, keeper.wait, 5)
+        gone: zygote.Keeper | None = None
+        if isinstance(keeper, zygote.Keeper):  # its execs are killed and reaped as it ends
+            loop = asyncio.get_running_loop()
+            keeper.detach()
+            await loop.run_in_executor(None, keeper.end, 5)
+            if keep_upper is not None:  # its mounts gone before the upper dir is a layer
+                await loop.run_in_executor(None, keeper.wait, 5)
+            else:  # the kernel's teardown of its namespaces, off the path (discard below)
+                gone = keeper
             keeper = None
         if keeper is not None and keeper.poll() is None:
             if keeper.stdin:
@@ -180,7 +177,8 @@ class LocalSandbox(ExecSandbox, SandboxFiles):
             if keep_upper is not None:
                 os.rename(self.upper, keep_upper)
         finally:
-            local_dirs.discard(self.dir)  # renamed away now, removed off the critical path
+            # renamed away now, removed off the critical path once the keeper has exited
+            local_dirs.discard(self.dir, after=None if gone is None else lambda: gone.wait(5))
 
     # -- files ---------------------------------------------------------------------------
 
@@ -252,6 +250,7 @@ class LocalBackend:
             idmap.check_range_free()
             ensure_tools(KEYRING_TOOLS, "per-exec session keyrings")
             os.makedirs(f"{local_dirs.STAGE_DIR}/root", mode=0o755, exist_ok=True)
+            os.makedirs(local_dirs.DEV_DIR, mode=0o755, exist_ok=True)
         elif missing(KEYRING_TOOLS):
             self.keyring = False
             notice("keyctl (keyutils) not found: sandbox processes share your "
@@ -289,9 +288,11 @@ class LocalBackend:
         return sb
 
     async def close(self) -> None:
-        """Stop the spares (local_spares.py), if any."""
+        """Stop the spares (local_spares.py), if any; wait until stopped sandboxes' files are
+        removed (local_dirs.discard)."""
         if self.spares is not None:
             await self.spares.close()
+        await asyncio.to_thread(local_dirs.drain)
 
     async def start_raw(self, spec: SandboxSpec, lowers: list[str], meta: LayerMeta) -> LocalSandbox:
         for m in spec.mounts:

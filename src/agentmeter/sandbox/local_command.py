@@ -81,7 +81,11 @@ class CommandSandbox(KeeperSandbox):
                 cmd.append("-U")  # entered last; nsenter then becomes its uid 0 (host SHIFT_BASE)
             cmd.append("-n")  # network: the sandbox's own namespace, with or without pasta
             cmd.append("bwrap")
-        cmd += ["--bind", self._tree, "/", "--dev", "/dev", "--proc", "/proc",
+        # /dev: the one the zygote keeper prepared for this sandbox (zygote_server._make_dev,
+        # what --dev makes), else bwrap's own
+        dev = (["--dev-bind", local_dirs.DEV_DIR, "/dev"]
+               if isinstance(self._keeper, zygote.Keeper) and self._keeper.dev else ["--dev", "/dev"])
+        cmd += ["--bind", self._tree, "/", *dev, "--proc", "/proc",
                 "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
                 "--hostname", self.spec.hostname, "--die-with-parent", "--new-session",
                 "--chdir", cwd, "--clearenv"]

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -23,6 +24,9 @@ from agentmeter.sandbox.fsnames import remove_tree
 #: ("d0", "f1", ...: directories, files) for the sandbox's root to reach: empty mount points on
 #: the host, mounted on only in each keeper's own mount namespace
 STAGE_DIR = "/run/agentmeter-stage"
+#: where a root-run zygote keeper prepares the sandbox's /dev once (zygote_server._make_dev), in
+#: the sandbox's own mount namespace; each exec's bwrap binds it on /dev
+DEV_DIR = f"{STAGE_DIR}/dev"
 
 
 def sandboxes_dir() -> Path:
@@ -45,26 +49,42 @@ def _forget_remover() -> None:
 os.register_at_fork(after_in_child=_forget_remover)
 
 
-def discard(path: Path) -> None:
+def _remove(path: Path, after: Callable[[], None] | None) -> None:
+    if after is not None:
+        after()
+    rmtree(path)
+
+
+def discard(path: Path, after: Callable[[], None] | None = None) -> None:
     """Remove a stopped sandbox's directory off the caller's path: renamed out of
     ``sandboxes_dir`` at once, its files removed on a background thread (which the interpreter
-    joins at exit; a dead owner's leftovers go in :func:`remove_stale`). Removed here and now
-    when it cannot be renamed."""
+    joins at exit, as :func:`drain` does; a dead owner's leftovers go in :func:`remove_stale`)
+    once ``after`` (the keeper's exit: its overlay unmounted) has returned. Removed on that
+    thread too when it cannot be renamed."""
     global _remover
     trash = gone_dir() / path.name
     try:
         trash.parent.mkdir(parents=True, exist_ok=True)
         os.rename(path, trash)
     except FileNotFoundError:
-        if path.exists():
-            rmtree(path)
-        return
+        if not path.exists():
+            if after is not None:
+                after()
+            return
+        trash = path
     except OSError:
-        rmtree(path)
-        return
+        trash = path
     if _remover is None:
         _remover = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentmeter-rm")
-    _remover.submit(rmtree, trash)
+    _remover.submit(_remove, trash, after)
+
+
+def drain() -> None:
+    """Until every directory :func:`discard` was given is removed."""
+    global _remover
+    remover, _remover = _remover, None
+    if remover is not None:
+        remover.shutdown(wait=True)
 
 
 def sandbox_owner(d: Path) -> tuple[int, int] | None:

@@ -182,13 +182,24 @@ class KeeperSandbox:
         join = None
         if self.spec.join_network is not None:  # a compose sidecar: the main sandbox's network
             join = _joined_netns(self.spec.join_network, self._rootless)[1].removeprefix("--net=")
-        keeper = zygote.start_keeper({
-            "layers": str(self._layers_dir), "rw": f"{self.dir}/rw", "tree": self._tree,
-            "overlay_opts": opts, "host_dirs": host_dirs.split(),
-            "disk_mb": self.spec.limits.disk_mb or 0, "owner": idmap.SHIFT_BASE, "binds": binds,
-            "id_map": f"0 {idmap.SHIFT_BASE} {idmap.SHIFT_SIZE}\n", "join_netns": join,
-            "keyctl_nr": _keyctl_nr(), "keyring": self._keyring,
-            "cgroup": [] if self._cgroup is None else self._cgroup.procs_files})
+        # the workdir and the mount targets bwrap binds on, made by the keeper at its setup
+        # (a target it could not make fails the start, as the first bwrap did before)
+        targets = [(m.target, m.source.is_dir()) for m in self.spec.mounts]
+        if self.spec.network == "full" and self.spec.base != "host":
+            targets.append(("/etc/resolv.conf", False))
+        mkdir = {"tree": self._tree, "dirs": [self.workdir, *(t for t, d in targets if d)],
+                 "files": [t for t, d in targets if not d]}
+        try:
+            keeper = zygote.start_keeper({
+                "layers": str(self._layers_dir), "rw": f"{self.dir}/rw", "tree": self._tree,
+                "overlay_opts": opts, "host_dirs": host_dirs.split(),
+                "disk_mb": self.spec.limits.disk_mb or 0, "owner": idmap.SHIFT_BASE,
+                "binds": binds, "id_map": f"0 {idmap.SHIFT_BASE} {idmap.SHIFT_SIZE}\n",
+                "join_netns": join, "keyctl_nr": _keyctl_nr(), "keyring": self._keyring,
+                "dev": local_dirs.DEV_DIR, "mkdir": mkdir,
+                "cgroup": [] if self._cgroup is None else self._cgroup.procs_files})
+        except SandboxError as e:
+            raise SandboxError(f"sandbox {self.id} failed to start: {e}") from e
         self._keeper = keeper
         RUNNING[self.id] = self
         (self.dir / "owner.json").write_text(json.dumps({"owner": os.getpid(), "keeper": keeper.pid}))

@@ -17,8 +17,16 @@ Before, a root-run sandbox's keeper was ``unshare`` + ``sh`` (+ ``ip``, ``mount`
   masks, PID/IPC/UTS namespaces, ``setpriv`` to the agent), so every defence is bwrap's as
   before.
 
-An exec is thus bwrap + its init + the command. The start's workdir and mount targets are made
-by a child of the keeper chrooted into the tree as the sandbox's root, not by a first bwrap.
+An exec is thus bwrap + its init + the command. At its setup the keeper also makes the
+sandbox's own mount namespace (a copy of its own, owned by the sandbox's user namespace) in
+which a child, the sandbox's uid 0, prepares /dev once (what bwrap's ``--dev`` makes: the same
+tmpfs, nodes, links and devpts, with the same flags and owners) and then, chrooted into the
+tree, makes the start's workdir and mount targets (no first bwrap). Each exec's child joins that
+mount namespace and bwrap binds the prepared /dev (``--dev-bind``) instead of making its own:
+the execs of one sandbox share its /dev, as ``docker exec`` does. Stop shuts the socket's
+sending side and returns once the keeper has killed and reaped its execs (its end of the
+socket closed); the kernel's teardown of its namespaces is waited for on the thread that then
+removes the sandbox's directory (local_dirs.discard).
 The keeper's socket is a socket pair whose other end only the harness holds; no exec inherits
 a descriptor of it (the child closes every descriptor but the four it was given), and an
 exec's processes live in their own PID namespace, so nothing in a sandbox can reach its
@@ -123,7 +131,7 @@ def start_keeper(request: dict[str, Any]) -> Keeper:
         ours.close()
         raise SandboxError(str(msg.get("error")))
     ours.setblocking(False)
-    return Keeper(ours, int(msg["ready"]))
+    return Keeper(ours, int(msg["ready"]), dev=bool(msg.get("dev")))
 
 
 class Exec:
@@ -157,9 +165,11 @@ class Exec:
 class Keeper:
     """The harness's end of a keeper (see module docstring): ``pid``, ``poll`` like a Popen."""
 
-    def __init__(self, sock: socket.socket, pid: int) -> None:
+    def __init__(self, sock: socket.socket, pid: int, *, dev: bool = False) -> None:
         self._sock = sock
         self.pid = pid
+        #: the keeper prepared the sandbox's /dev (local_dirs.DEV_DIR) for its execs to bind
+        self.dev = dev
         self._pidfd = os.pidfd_open(pid)
         self._buf = bytearray()
         self._execs: dict[int, Exec] = {}
@@ -245,21 +255,6 @@ class Keeper:
             if sent < len(payload):
                 await self._loop.sock_sendall(self._sock, payload[sent:])
 
-    async def mkdir(self, dirs: list[str], files: list[str]) -> None:
-        """``mkdir -p`` the ``dirs`` and create the ``files`` as the sandbox's root
-        (zygote_server.Keeper._mkdir)."""
-        self._attach()
-        rid = self._next
-        self._next += 1
-        ex = Exec(self, rid)
-        self._execs[rid] = ex
-        try:
-            await self.request({"op": "mkdir", "id": rid, "dirs": dirs, "files": files}, [])
-        except BaseException:
-            self._execs.pop(rid, None)
-            raise
-        await ex.wait()
-
     async def spawn(self, argv: list[str], env: dict[str, str], *, cgroup: list[str],
                     keyring: bool, stdin: bool, seccomp_fd: int | None) -> Exec:
         """Start ``argv`` (bwrap's, with ``--seccomp 3`` when ``seccomp_fd`` is given) through
@@ -311,6 +306,36 @@ class Keeper:
                 self._loop.remove_reader(self._sock.fileno())
         self._closed = True
         self._sock.close()
+
+    def detach(self) -> None:
+        """No more requests or answers through the event loop (before :meth:`end`); execs still
+        waiting fail (their processes are killed as the keeper ends)."""
+        if self._loop is not None and not self._loop.is_closed():
+            with contextlib.suppress(Exception):
+                self._loop.remove_reader(self._sock.fileno())
+        self._loop = None
+        self._gone()
+
+    def end(self, timeout: float) -> None:
+        """Stop the keeper: shut the socket's sending side, on which it SIGKILLs what it
+        started, says ``ended``, reaps it and exits; returns at ``ended`` (or the socket's end),
+        without waiting for those exits or the kernel's teardown of the sandbox's namespaces
+        and mounts (:meth:`wait`). SIGKILL after ``timeout``. Blocking (on a thread), after
+        :meth:`detach`."""
+        try:
+            self._sock.setblocking(True)
+            self._sock.settimeout(timeout)
+            self._sock.shutdown(socket.SHUT_WR)
+            buf = bytes(self._buf)
+            while b'"ended": true' not in buf:  # exit statuses before it: not wanted now
+                chunk = self._sock.recv(65536)
+                if not chunk:
+                    break
+                buf = buf[-64:] + chunk
+        except OSError:  # TimeoutError included: a keeper that does not end is killed
+            self.kill()
+        finally:
+            self._sock.close()
 
     def wait(self, timeout: float) -> None:
         """Until the keeper has exited (its mount namespace gone); SIGKILL after ``timeout``."""

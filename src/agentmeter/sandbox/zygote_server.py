@@ -9,13 +9,16 @@ Two roles, one file:
   ignored). It exits when the harness's end closes.
 - a *keeper* (one per sandbox): makes its mount and network namespaces (or joins a network
   namespace), mounts the sandbox tree, brings loopback up, makes the sandbox's user namespace
-  and writes its id map, all by system calls (no program run), says ``ready``, then serves exec
+  and writes its id map, all by system calls (no program run); the id map's child, the
+  sandbox's uid 0, makes the sandbox's mount namespace, prepares /dev in it and makes the
+  start's workdir and mount targets; then the keeper says ``ready`` and serves exec
   requests: while idle it forks the next exec's child, which joins the sandbox's cgroup, a
-  fresh session keyring and the user namespace (uid 0 there) and waits; a request goes to it
+  fresh session keyring, the user namespace (uid 0 there) and the sandbox's mount namespace
+  and waits; a request goes to it
   (or to a child forked then), which takes the request's stdin/stdout/stderr and seccomp
   program, closes every other descriptor and execs bwrap with the request's arguments. Exit
-  statuses go back on the socket. When the socket closes (stop, or the harness died) it kills
-  what it started and exits, which ends the mount namespace.
+  statuses go back on the socket. When the socket closes or is shut (stop, or the harness
+  died) it kills and reaps what it started and exits, which ends the mount namespaces.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import ctypes
 import fcntl
 import json
 import os
+import select
 import selectors
 import signal
 import socket
@@ -37,7 +41,12 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT = 1, 2, 4, 32
+MS_NOEXEC = 8
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+#: the per-mount flags bwrap's bind_mount keeps (and ORs MS_NOSUID into)
+MOUNT_FLAGS = 1 | 2 | 4 | 8 | 1024 | 2048 | 4096  # rdonly nosuid nodev noexec noatime nodiratime relatime
+#: bwrap's --dev: these host device nodes, bound on files in a fresh tmpfs
+DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 KEYCTL_JOIN_SESSION_KEYRING = 1
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 1
 #: where the exec's seccomp program is (bwrap --seccomp 3)
@@ -126,23 +135,20 @@ class Keeper:
         self.sock = sock
         self.req = req
         self.userns = -1
+        #: the sandbox's mount namespace (owned by its user namespace) with /dev prepared at
+        #: req["dev"], which each exec's bwrap binds (--dev-bind); -1: none (bwrap's --dev)
+        self.mntns = -1
         self.children: dict[int, int] = {}  # pid -> request id
         self.pidfds: dict[int, int] = {}  # pidfd -> pid
         #: the next exec's child, forked ahead (pid, its socket)
         self.spare: tuple[int, socket.socket] | None = None
 
-    def setup(self) -> None:
-        """The keeper script of local_keeper.py, as system calls."""
+    def setup(self, namespaces_made: bool = False) -> None:
+        """The keeper script of local_keeper.py, as system calls (``namespaces_made``: by a
+        keeper forked ahead, :func:`_namespaces`)."""
         r = self.req
-        if r.get("join_netns"):
-            fd = os.open(r["join_netns"], os.O_RDONLY)
-            _setns(fd, CLONE_NEWNET)
-            os.close(fd)
-            _unshare(CLONE_NEWNS)
-        else:
-            _unshare(CLONE_NEWNS | CLONE_NEWNET)
-        _mount(None, "/", None, MS_REC | MS_PRIVATE)
-        _loopback_up()
+        if not namespaces_made:
+            _namespaces(r.get("join_netns"))
         os.chdir(r["layers"])  # lowerdir holds paths relative to it (mount options are short)
         rw = r["rw"]
         if r["disk_mb"]:
@@ -155,16 +161,18 @@ class Keeper:
         for d in r["host_dirs"]:
             _mount(d, tree + d, None, MS_BIND | MS_REC)
             _mount(None, tree + d, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NODEV | MS_NOSUID)
-        # the network namespace is host root's: let the sandbox bind ports < 1024, as Docker does
-        with open("/proc/sys/net/ipv4/ip_unprivileged_port_start", "w") as f:
-            f.write("0")
         for src, dst in r["binds"]:
             _mount(src, dst, None, MS_BIND | MS_REC)
-        self.userns = self._make_userns(r["id_map"])
+        self.userns, self.mntns = self._make_userns(r["id_map"], r.get("dev"), r.get("mkdir"))
 
     @staticmethod
-    def _make_userns(id_map: str) -> int:
-        """A fresh user namespace with ``id_map`` (made by a short-lived child; held by fd)."""
+    def _make_userns(id_map: str, dev: str | None,
+                     mkdir: dict[str, Any] | None = None) -> tuple[int, int]:
+        """A fresh user namespace with ``id_map`` (made by a short-lived child; held by fd);
+        with ``dev``, also the sandbox's mount namespace, owned by that user namespace, in
+        which the child (the sandbox's uid 0) prepared /dev at ``dev`` (:func:`_make_dev`),
+        then, chrooted into the sandbox tree, made ``mkdir``'s directories and files
+        (:func:`_make_paths`: the start's workdir and mount targets)."""
         ready_r, ready_w = os.pipe()
         hold_r, hold_w = os.pipe()
         pid = os.fork()
@@ -174,7 +182,19 @@ class Keeper:
                 os.close(hold_w)
                 _unshare(CLONE_NEWUSER)
                 os.write(ready_w, b"u")
-                os.read(hold_r, 1)
+                if os.read(hold_r, 1) == b"d" and dev:  # the id map is written
+                    try:
+                        os.setgroups([])
+                        os.setresgid(0, 0, 0)
+                        os.setresuid(0, 0, 0)
+                        _unshare(CLONE_NEWNS)
+                        _make_dev(dev)
+                        if mkdir:
+                            _make_paths(mkdir["tree"], mkdir["dirs"], mkdir["files"])
+                        os.write(ready_w, b"m")
+                    except BaseException as e:  # noqa: BLE001 - said to the keeper
+                        os.write(ready_w, f"e{e}".encode()[:500])
+                    os.read(hold_r, 1)
             finally:
                 os._exit(0)
         os.close(ready_w)
@@ -185,7 +205,15 @@ class Keeper:
             for name in ("uid_map", "gid_map"):
                 with open(f"/proc/{pid}/{name}", "w") as f:
                     f.write(id_map)
-            return os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+            userns = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+            if not dev:
+                return userns, -1
+            os.write(hold_w, b"d")
+            said = os.read(ready_r, 512)
+            if said != b"m":
+                os.close(userns)
+                raise OSError(said[1:].decode(errors="replace") or "the user namespace's child failed")
+            return userns, os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
         finally:
             os.close(ready_r)
             os.close(hold_w)
@@ -226,9 +254,6 @@ class Keeper:
             for pid, rid in self.children.items():
                 if rid == req["id"]:
                     _kill_group(pid)
-            return
-        if req["op"] == "mkdir":
-            _send(self.sock, {"id": req["id"], **self._mkdir(req["dirs"], req["files"])})
             return
         pid = -1
         if (self.spare is not None and req["cgroup"] == self.req["cgroup"]
@@ -298,6 +323,8 @@ class Keeper:
                                  ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING), None),
                    "keyctl join")
         _setns(self.userns, CLONE_NEWUSER)  # uid 0 there is host SHIFT_BASE
+        if self.mntns >= 0:  # the sandbox's, with its /dev (a copy of the keeper's mounts)
+            _setns(self.mntns, CLONE_NEWNS)
         os.setgroups([])
         os.setresgid(0, 0, 0)
         os.setresuid(0, 0, 0)
@@ -323,39 +350,6 @@ class Keeper:
                 os.write(2, f"agentmeter sandbox exec: {e}\n".encode())
         return 127
 
-    def _mkdir(self, dirs: list[str], files: list[str]) -> dict[str, Any]:
-        """``mkdir -p`` each of ``dirs`` and create each of ``files`` (empty, if missing) as
-        the sandbox's root, inside the sandbox tree: a start's workdir and mount targets,
-        without a bwrap. A child chroots into the tree as host root, so every symlink resolves
-        inside it, then enters the user namespace as its uid 0. No sandbox code runs in it."""
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            code = 0
-            try:
-                os.close(r)
-                os.chroot(self.req["tree"])
-                os.chdir("/")
-                _setns(self.userns, CLONE_NEWUSER)
-                os.setgroups([])
-                os.setresgid(0, 0, 0)
-                os.setresuid(0, 0, 0)
-                for path in dirs:
-                    os.makedirs(path, exist_ok=True)
-                for path in files:
-                    os.makedirs(os.path.dirname(path), exist_ok=True)
-                    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
-            except BaseException as e:  # noqa: BLE001 - reported
-                code = 1
-                with contextlib.suppress(OSError):
-                    os.write(w, str(e).encode())
-            os._exit(code)
-        os.close(w)
-        with os.fdopen(r, "rb") as f:
-            err = f.read().decode(errors="replace")
-        _, status = os.waitpid(pid, 0)
-        return {"exit": os.waitstatus_to_exitcode(status), "error": err}
-
     def _reap(self, pidfd: int, sel: selectors.BaseSelector) -> None:
         pid = self.pidfds.pop(pidfd)
         sel.unregister(pidfd)
@@ -365,17 +359,67 @@ class Keeper:
         _send(self.sock, {"id": rid, "exit": os.waitstatus_to_exitcode(status)})
 
     def _end(self) -> None:
+        """SIGKILL everything it started, say ``ended`` (nothing of the sandbox runs another
+        instruction: a SIGKILLed process never returns to user space), then reap it all."""
+        started = list(self.children)
         if self.spare is not None:
             pid, line = self.spare
             line.close()  # it exits
+            started.append(pid)
+        for pid in started:
             _kill_group(pid)
+        _send(self.sock, {"id": -1, "ended": True})
+        for pid in started:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
-        for pid in self.children:
-            _kill_group(pid)
-        for pid in list(self.children):
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
+
+
+def _bind(source: str, target: str, flags: int) -> None:
+    """bwrap's bind_mount: a recursive bind, then ``flags`` ORed into the mount's own flags."""
+    _mount(source, target, None, MS_BIND | MS_REC)
+    current = os.statvfs(target).f_flag & MOUNT_FLAGS
+    if current | flags != current:
+        _mount(None, target, None, MS_BIND | MS_REMOUNT | current | flags)
+
+
+def _make_paths(tree: str, dirs: list[str], files: list[str]) -> None:
+    """``mkdir -p`` each of ``dirs`` and create each of ``files`` (empty, if missing) inside
+    ``tree``, chrooted into it (every symlink of the image resolves inside), as the sandbox's
+    uid 0: a start's workdir and mount targets, without a bwrap. No sandbox code has run yet."""
+    os.chroot(tree)
+    os.chdir("/")
+    for path in dirs:
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as e:
+            raise OSError(f"mkdir {path}: {e.strerror}") from None
+    for path in files:
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+        except OSError as e:
+            raise OSError(f"create {path}: {e.strerror}") from None
+
+
+def _make_dev(dest: str) -> None:
+    """What bwrap's ``--dev DEST`` makes (bubblewrap.c, SETUP_MOUNT_DEV), step by step, as the
+    sandbox's uid 0 in a mount namespace its user namespace owns: the same tmpfs, device nodes,
+    links, shm and devpts, with the same flags and owners. Each exec binds it (``--dev-bind``,
+    which adds no flag a mount here lacks) instead of making its own."""
+    _mount("tmpfs", dest, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+    for name in DEV_NODES:
+        node = f"{dest}/{name}"
+        os.close(os.open(node, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666))
+        _bind(f"/dev/{name}", node, MS_NOSUID)  # devices: no MS_NODEV
+    for i, name in enumerate(("stdin", "stdout", "stderr")):
+        os.symlink(f"/proc/self/fd/{i}", f"{dest}/{name}")
+    os.symlink("/proc/self/fd", f"{dest}/fd")
+    os.symlink("/proc/kcore", f"{dest}/core")
+    os.mkdir(f"{dest}/shm", 0o755)
+    os.mkdir(f"{dest}/pts", 0o755)
+    _mount("devpts", f"{dest}/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+           "newinstance,ptmxmode=0666,mode=620")
+    os.symlink("pts/ptmx", f"{dest}/ptmx")
 
 
 def _kill_group(pid: int) -> None:
@@ -384,26 +428,112 @@ def _kill_group(pid: int) -> None:
             kill(pid, signal.SIGKILL)
 
 
-def _keeper_main(sock: socket.socket, req: dict[str, Any]) -> None:
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    os.setsid()
+def _namespaces(join_netns: str | None) -> None:
+    """A keeper's mount and network namespaces (or the mount namespace in ``join_netns``'s
+    network namespace): mounts private, loopback up, low ports allowed."""
+    if join_netns:
+        fd = os.open(join_netns, os.O_RDONLY)
+        _setns(fd, CLONE_NEWNET)
+        os.close(fd)
+        _unshare(CLONE_NEWNS)
+    else:
+        _unshare(CLONE_NEWNS | CLONE_NEWNET)
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    _loopback_up()
+    # the network namespace is host root's: let the sandbox bind ports < 1024, as Docker does
+    with open("/proc/sys/net/ipv4/ip_unprivileged_port_start", "w") as f:
+        f.write("0")
+
+
+def _keeper_main(sock: socket.socket, req: dict[str, Any], namespaces_made: bool = False) -> None:
+    if not namespaces_made:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setsid()
     keeper = Keeper(sock, req)
     try:
-        keeper.setup()
+        keeper.setup(namespaces_made)
     except BaseException as e:  # noqa: BLE001 - reported to the harness
         _send(sock, {"error": str(e)})
         return
-    _send(sock, {"ready": os.getpid()})
+    _send(sock, {"ready": os.getpid(), "dev": keeper.mntns >= 0})
     keeper.serve()
 
 
 # -- fork server ----------------------------------------------------------------------------
 
 
+class Ahead:
+    """A keeper forked ahead (:func:`_keeper_ahead`): its pid, its socket, and the host's mount
+    table as a pollable file opened before its fork, which tells whether a mount or unmount
+    happened on the host since (its copy of the mounts would then be stale)."""
+
+    def __init__(self, pid: int, line: socket.socket, mounts: int) -> None:
+        self.pid = pid
+        self.line = line
+        self.mounts = mounts
+
+    def stale(self) -> bool:
+        poll = select.poll()
+        poll.register(self.mounts, select.POLLPRI | select.POLLERR)
+        return bool(poll.poll(0))
+
+    def close(self) -> None:
+        self.line.close()
+        os.close(self.mounts)
+
+
+def _keeper_ahead(server: socket.socket) -> Ahead | None:
+    """The next keeper, forked before its request: its session and its mount and network
+    namespaces made (:func:`_namespaces`) while no start waits; then it waits on a socket pair
+    of its own for the one start request it will serve (nothing of any sandbox is in it
+    before). None when the fork fails (the start then forks as before)."""
+    mounts = os.open("/proc/self/mounts", os.O_RDONLY | os.O_CLOEXEC)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        pid = os.fork()
+    except OSError:
+        ours.close()
+        theirs.close()
+        os.close(mounts)
+        return None
+    if pid == 0:
+        code = 0
+        try:
+            ours.close()
+            os.close(mounts)
+            server.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            os.setsid()
+            failed = None
+            try:
+                _namespaces(None)
+            except OSError as e:
+                failed = str(e)
+            got = _recv_request(theirs)
+            theirs.close()
+            if got is not None:
+                req, fds = got
+                keeper = socket.socket(fileno=fds[0])
+                for fd in fds[1:]:
+                    os.close(fd)
+                if failed is not None:
+                    _send(keeper, {"error": failed})
+                else:
+                    _keeper_main(keeper, req, namespaces_made=True)
+        except BaseException:  # noqa: BLE001
+            code = 1
+        os._exit(code)
+    theirs.close()
+    return Ahead(pid, ours, mounts)
+
+
 def main() -> None:
     server = socket.socket(fileno=int(sys.argv[1]))
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # keepers are reaped by the kernel
+    ahead: Ahead | None = None
     while True:
+        if ahead is None:
+            ahead = _keeper_ahead(server)
         got = _recv_request(server)
         if got is None:
             return
@@ -412,6 +542,21 @@ def main() -> None:
             for fd in fds:
                 os.close(fd)
             continue
+        if ahead is not None and ahead.stale():
+            _kill_group(ahead.pid)  # a mount on the host since its fork: not seen in its copy
+            ahead.close()
+            ahead = None
+        if ahead is not None and not req.get("join_netns"):
+            taken, ahead = ahead, None
+            try:
+                socket.send_fds(taken.line, [_frame(req)], fds)
+            except OSError:
+                _kill_group(taken.pid)  # forked anew below
+            else:
+                os.close(fds[0])
+                continue
+            finally:
+                taken.close()
         try:
             pid = os.fork()
         except OSError as e:  # EAGAIN at a pids limit, ENOMEM: this start fails, not the others
@@ -423,6 +568,8 @@ def main() -> None:
             code = 0
             try:
                 server.close()
+                if ahead is not None:  # kept for the next start: its end only the server's
+                    ahead.close()
                 _keeper_main(socket.socket(fileno=fds[0]), req)
             except BaseException:  # noqa: BLE001
                 code = 1
