@@ -395,6 +395,28 @@ async def test_cleanup_stale_attributes_directories_killed_before_owner_json(
         shutil.rmtree(orphan, ignore_errors=True)
 
 
+async def test_cleanup_stale_tells_a_reused_pid_from_the_owner(local_backend: LocalBackend) -> None:
+    """owner.json names the owner and keeper by pid and start time: a pid that another process
+    has taken since (pid_max is small) neither keeps a dead owner's directory nor is killed as
+    its keeper."""
+    import json
+
+    from agentmeter.paths import cache_dir
+    bystander = await asyncio.create_subprocess_exec("sleep", "30")
+    d = cache_dir() / "sandboxes" / f"{bystander.pid}-deadbeef0003"
+    (d / "rw" / "upper").mkdir(parents=True)
+    (d / "owner.json").write_text(json.dumps({"owner": bystander.pid, "keeper": bystander.pid,
+                                              "owner_start": "1", "keeper_start": "1"}))
+    try:
+        await local_backend.cleanup_stale()
+        assert not d.exists()  # its owner (started at tick 1) is gone
+        assert bystander.returncode is None and Path(f"/proc/{bystander.pid}").exists()
+    finally:
+        bystander.kill()
+        await bystander.wait()
+        shutil.rmtree(d, ignore_errors=True)
+
+
 async def test_failed_start_leaves_nothing_behind(local_backend: LocalBackend, tmp_path: Path) -> None:
     from agentmeter.paths import cache_dir
     from agentmeter.sandbox.spec import Mount, SandboxError

@@ -14,9 +14,11 @@ import signal
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from agentmeter.paths import cache_dir
+from agentmeter.procinfo import start_time
 from agentmeter.sandbox import cgroups
 from agentmeter.sandbox.fsnames import remove_tree
 
@@ -87,24 +89,56 @@ def drain() -> None:
         remover.shutdown(wait=True)
 
 
-def sandbox_owner(d: Path) -> tuple[int, int] | None:
-    """(owner pid, keeper pid) of a sandbox directory, -1 where unknown; None when the directory
-    cannot be attributed yet (an unnamed one younger than a minute may still be starting)."""
+@dataclass(frozen=True)
+class Owner:
+    """Who a sandbox directory belongs to: the owner's and the keeper's pids (-1 where unknown)
+    and, when recorded, their start times (``procinfo.start_time``): a pid with its start time
+    names one process, where a bare pid may have been reused since its process died."""
+
+    pid: int
+    keeper: int
+    pid_start: str | None = None
+    keeper_start: str | None = None
+
+    def owner_alive(self) -> bool:
+        return self.pid > 0 and _alive(self.pid, self.pid_start)
+
+    def keeper_alive(self) -> bool:
+        return self.keeper > 0 and _alive(self.keeper, self.keeper_start)
+
+
+def _alive(pid: int, started: str | None) -> bool:
+    if started is None:  # not recorded (a directory named before owner.json was written)
+        return cgroups.pid_alive(pid)
+    return start_time(pid) == started
+
+
+def owner_record(keeper_pid: int) -> str:
+    """``owner.json``'s text for a sandbox this process owns, kept by ``keeper_pid``."""
+    return json.dumps({"owner": os.getpid(), "keeper": keeper_pid,
+                       "owner_start": start_time(os.getpid()),
+                       "keeper_start": start_time(keeper_pid)})
+
+
+def sandbox_owner(d: Path) -> Owner | None:
+    """The owner of a sandbox directory (-1 where unknown); None when the directory cannot be
+    attributed yet (an unnamed one younger than a minute may still be starting)."""
     head, sep, _sid = d.name.partition("-")
     named_owner = int(head) if sep and head.isdigit() else -1
     try:
         data = json.loads((d / "owner.json").read_text())
-        return int(data["owner"]), int(data["keeper"])
-    except (OSError, ValueError, KeyError, TypeError):
+        return Owner(int(data["owner"]), int(data["keeper"]), data.get("owner_start"),
+                     data.get("keeper_start"))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
     if named_owner > 0:
-        return named_owner, -1  # killed before the keeper was recorded; its keeper exits with stdin
+        return Owner(named_owner, -1)  # killed before the keeper was recorded; its keeper exits with stdin
     try:
         if time.time() - d.stat().st_mtime < 60:
             return None
     except FileNotFoundError:
         return None
-    return -1, -1
+    return Owner(-1, -1)
 
 
 def stage_point(i: int, is_dir: bool) -> str:
@@ -138,12 +172,11 @@ def remove_stale() -> int:
         owner = sandbox_owner(d)
         if owner is None:
             continue  # an old-style directory still starting, or removed meanwhile
-        owner_pid, keeper_pid = owner
-        if owner_pid > 0 and cgroups.pid_alive(owner_pid):
+        if owner.owner_alive():
             continue
-        if keeper_pid > 0 and cgroups.pid_alive(keeper_pid):
+        if owner.keeper_alive():  # the same process (start time), never a reused pid
             with contextlib.suppress(ProcessLookupError):
-                os.kill(keeper_pid, signal.SIGKILL)
+                os.kill(owner.keeper, signal.SIGKILL)
         rmtree(d)
         removed += 1
     for g in cgroups.stale_groups():  # only groups whose owner process is dead

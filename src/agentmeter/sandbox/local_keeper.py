@@ -7,7 +7,6 @@ network namespace (``RUNNING``).
 from __future__ import annotations
 
 import functools
-import json
 import os
 import platform
 import subprocess
@@ -171,7 +170,7 @@ class KeeperSandbox:
             raise SandboxError(f"sandbox {self.id} failed to start: {err.decode(errors='replace').strip()}")
         self._keeper = keeper
         RUNNING[self.id] = self
-        (self.dir / "owner.json").write_text(json.dumps({"owner": os.getpid(), "keeper": keeper.pid}))
+        (self.dir / "owner.json").write_text(local_dirs.owner_record(keeper.pid))
 
     def _start_zygote(self, opts: str, host_dirs: str) -> None:
         """The keeper as a zygote (zygote.py): the script above, as system calls."""
@@ -202,4 +201,4 @@ class KeeperSandbox:
             raise SandboxError(f"sandbox {self.id} failed to start: {e}") from e
         self._keeper = keeper
         RUNNING[self.id] = self
-        (self.dir / "owner.json").write_text(json.dumps({"owner": os.getpid(), "keeper": keeper.pid}))
+        (self.dir / "owner.json").write_text(local_dirs.owner_record(keeper.pid))
