@@ -236,3 +236,75 @@ def test_a_killed_workers_scratch_directory_is_removed_by_the_next(tmp_path: Pat
         assert mine.exists()  # a live worker's scratch stays
     finally:
         mine.rmdir()
+
+
+def test_the_workers_event_loop_is_kept_and_a_job_leaves_nothing_on_it() -> None:
+    """One loop per worker process between jobs; a job's leftover tasks, context variables and
+    failure do not reach the next job; a job ending in a BaseException takes the loop with it."""
+    import asyncio
+    import contextvars
+
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("job", default="clean")
+    leftover_ran: list[str] = []
+
+    async def messy() -> asyncio.AbstractEventLoop:
+        var.set("dirty")
+
+        async def leftover() -> None:
+            await asyncio.sleep(0.2)
+            leftover_ran.append("ran")  # cancelled with its job: never gets here
+
+        asyncio.get_running_loop().create_task(leftover())
+        return asyncio.get_running_loop()
+
+    async def failing() -> None:
+        raise ValueError("the job failed")
+
+    async def look() -> tuple[asyncio.AbstractEventLoop, str, int]:
+        await asyncio.sleep(0.3)  # the leftover would have finished by now
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        return asyncio.get_running_loop(), var.get(), len(others)
+
+    async def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    first = ray_node._run_async(messy())
+    with pytest.raises(ValueError):
+        ray_node._run_async(failing())
+    loop, seen, others = ray_node._run_async(look())
+    assert loop is first and not loop.is_closed()  # kept, and not poisoned by the failure
+    assert (seen, others, leftover_ran) == ("clean", 0, [])
+    with pytest.raises(KeyboardInterrupt):
+        ray_node._run_async(interrupted())
+    assert loop.is_closed()
+    fresh, _, _ = ray_node._run_async(look())
+    assert fresh is not loop and not fresh.is_closed()
+
+
+def test_a_finished_trys_scratch_is_removed_after_it_returns_and_before_the_worker_exits(
+        tmp_path: Path) -> None:
+    """The scratch directory is removed off the critical path; a worker exiting with removals
+    still queued removes them first (here: each removal held back 0.3 s)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import shutil, sys, time\n"
+        "from agentmeter.runner import ray_node\n"
+        "rm = shutil.rmtree\n"
+        "ray_node.shutil.rmtree = lambda p, **k: (time.sleep(0.3), rm(p, **k))\n"
+        "for _ in range(2):\n"
+        "    d = ray_node._scratch()\n"
+        "    (d / 'runs').mkdir(); (d / 'runs' / 'f').write_text('x')\n"
+        "    ray_node._sweeper.discard(d)\n"
+        "    print(d, flush=True)\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(ray_node.__file__).parents[2]),
+           "TMPDIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=60, check=True).stdout.split()
+    assert len(out) == 2 and all(Path(d).parent == tmp_path for d in out)
+    assert not any(Path(d).exists() for d in out), "the worker exited with its scratch left"
+    mine = ray_node._scratch()
+    (mine / "f").write_text("x")
+    ray_node._sweeper.discard(mine)
+    assert eventually(lambda: not mine.exists(), timeout=30)
