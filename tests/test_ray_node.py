@@ -308,3 +308,18 @@ def test_a_finished_trys_scratch_is_removed_after_it_returns_and_before_the_work
     (mine / "f").write_text("x")
     ray_node._sweeper.discard(mine)
     assert eventually(lambda: not mine.exists(), timeout=30)
+
+
+def test_a_worker_parses_a_shipped_task_once_and_unpacks_it_again_if_its_cache_went(
+        tmp_path: Path) -> None:
+    import shutil
+
+    task = load_suites([str(make_task(tmp_path / "suite", "cached"))]).tasks[0]
+    blob, model = shipping.pack_task(task)
+    cache = tmp_path / "node-cache"
+    first = ray_node._shipped_task(blob, model, cache)
+    assert ray_node._shipped_task(blob, model, cache) is first
+    shutil.rmtree(cache)  # the node's cache was cleaned: the files are unpacked again
+    again = ray_node._shipped_task(blob, model, cache)
+    assert again == first and again.path.is_dir()
+    assert (again.path / "task.toml").read_bytes() == (task.path / "task.toml").read_bytes()

@@ -104,6 +104,9 @@ _stores: dict[str, Store] = {}
 _backends: dict[str, SandboxBackend] = {}
 #: environments (task version, agent version) this process found built
 _built: set[tuple[str, str, str, str | None]] = set()
+#: shipped tasks this process unpacked, by (blob digest, model JSON): a frozen model, shared by
+#: the task's tries as the local executor shares its Task
+_tasks: dict[tuple[str, str], Task] = {}
 
 
 def _store(url: str) -> Store:
@@ -119,6 +122,18 @@ async def _backend(name: str) -> SandboxBackend:
         _remove_stale_scratch()
         _backends[name] = backend
     return _backends[name]
+
+
+def _shipped_task(blob: bytes, model_json: str, cache: Path) -> Task:
+    """The shipped task (``shipping.unpack_task``), parsed once per worker process while its
+    unpacked files are in the node's cache."""
+    key = (shipping.blob_digest(blob), model_json)
+    task = _tasks.get(key)
+    if task is None or not (cache / key[0] / ".complete").exists():
+        if len(_tasks) >= 1024:  # a long-lived worker of a large grid: start over
+            _tasks.clear()
+        task = _tasks[key] = shipping.unpack_task(blob, model_json, cache)
+    return task
 
 
 def _scratch() -> Path:
@@ -344,7 +359,7 @@ def run_job(job_json: str, *blobs: bytes) -> tuple[str, bytes]:
 
 async def _run(job: NodeJob, blobs: list[bytes], owner: str, scratch: Path) -> NodeResult:
     cache = cache_dir() / "ray-tasks"
-    tasks = [shipping.unpack_task(b, t, cache) for b, t in zip(blobs, job.tasks, strict=True)]
+    tasks = [_shipped_task(b, t, cache) for b, t in zip(blobs, job.tasks, strict=True)]
     store = _OwnedStore(_store(job.store_url), scratch, owner)
     backend = await _backend(job.backend)
     cfg = job.config
