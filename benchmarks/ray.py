@@ -11,6 +11,10 @@ in local sandboxes, each run an ``agentmeter run`` process into the same Postgre
   per run and cancel out); ray minus local is what the executor adds per trial.
 - Throughput: N trials on two slots, as one node with two slots, then as two nodes with one
   slot each; trials/min from the marginal time the same way.
+- Steady state, one slot, from the stored tries of the run of N (their tries run one after the
+  other): the median time from one try's start to the next's, split into the try's own time
+  (started to finished) and the time between tries; no per-run cost enters it, so it scatters
+  far less than the marginal wall time under load (``steady_added_ms``: ray minus local).
 - CPU per added trial, the same marginal way (stable under load, unlike wall time): the driver
   (the ``agentmeter run`` process and its children: for the local executor that is everything,
   sandboxes included) and, for ray, the cluster's nodes (each ``ray start`` process tree: raylet,
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import platform
@@ -87,9 +92,11 @@ def _children_cpu_s() -> float:
 
 
 def agentmeter_run(suite: Path, runs: Path, url: str, *, n: int, slots: int,
-                   cluster: RayCluster | None, src: Path = SRC) -> tuple[float, float, float]:
+                   cluster: RayCluster | None, src: Path = SRC
+                   ) -> tuple[float, float, float, list[tuple[float, float]]]:
     """One ``agentmeter run`` of the first ``n`` tasks of ``suite`` (its code from ``src``):
-    (wall seconds, the driver's CPU seconds, the cluster's nodes' CPU seconds)."""
+    (wall seconds, the driver's CPU seconds, the cluster's nodes' CPU seconds, each try's
+    (started, finished) in epoch seconds as stored, by start)."""
     rid = f"bench-{'ray' if cluster else 'local'}-{next(_counter)}"
     args = [sys.executable, "-m", "agentmeter.cli", "run", "-s", str(suite), "-a", "oracle",
             "--run-id", rid, "--store", str(runs), "-c", str(slots), "--json"]
@@ -112,12 +119,16 @@ def agentmeter_run(suite: Path, runs: Path, url: str, *, n: int, slots: int,
         done = st.latest_completed_trials(rid)
     assert len(done) == n and all(t.status is TrialStatus.PASSED for t in done), \
         [(t.id, t.status, t.error) for t in done]
-    return wall, driver, node
+    spans = sorted((t.started_at.timestamp(), t.finished_at.timestamp()) for t in done
+                   if t.started_at is not None and t.finished_at is not None)
+    return wall, driver, node, spans
 
 
-#: one variant's figures: seconds per added trial, wall of 1, wall of N, and CPU ms per added
-#: trial of the driver and of the nodes
-Marginal = tuple[float, float, float, float, float]
+#: one variant's figures: seconds per added trial, wall of 1, wall of N, CPU ms per added
+#: trial of the driver and of the nodes; in the run of N (one slot: its tries one after the
+#: other), the ms from one try's start to the next's (median), a try's own ms (started to
+#: finished, median) and the ms between one try's end and the next's start (median)
+Marginal = tuple[float, float, float, float, float, float, float, float]
 
 
 def marginal(suite: Path, runs: Path, url: str, trials: int, slots: int,
@@ -125,11 +136,16 @@ def marginal(suite: Path, runs: Path, url: str, trials: int, slots: int,
     one = agentmeter_run(suite, runs, url, n=1, slots=slots, cluster=cluster, src=src)
     many = agentmeter_run(suite, runs, url, n=trials, slots=slots, cluster=cluster, src=src)
     k = trials - 1
+    spans = many[3]
+    cycle = statistics.median(b[0] - a[0] for a, b in itertools.pairwise(spans)) * 1000
+    own = statistics.median(f - st for st, f in spans) * 1000
+    gap = statistics.median(b[0] - a[1] for a, b in itertools.pairwise(spans)) * 1000
     out = ((many[0] - one[0]) / k, one[0], many[0], (many[1] - one[1]) / k * 1000,
-           (many[2] - one[2]) / k * 1000)
+           (many[2] - one[2]) / k * 1000, cycle, own, gap)
     print(f"{name or ('ray' if cluster else 'local')} slots={slots}: 1 trial {one[0]:.1f} s, "
           f"{trials} trials {many[0]:.1f} s, {out[0] * 1000:.0f} ms per added trial; CPU per "
-          f"added trial: driver {out[3]:.0f} ms, nodes {out[4]:.0f} ms",
+          f"added trial: driver {out[3]:.0f} ms, nodes {out[4]:.0f} ms; start to start "
+          f"{cycle:.0f} ms (the try {own:.0f} ms, between tries {gap:.0f} ms)",
           file=sys.stderr, flush=True)
     return out
 
@@ -203,6 +219,11 @@ def main() -> dict[str, object]:
                "total": round(statistics.median(m[3] + m[4] for m in v), 1)}
            for k, v in seen.items()}
 
+    steady = {k: {"start_to_start": round(statistics.median(m[5] for m in v), 1),
+                  "try": round(statistics.median(m[6] for m in v), 1),
+                  "between_tries": round(statistics.median(m[7] for m in v), 1)}
+              for k, v in seen.items() if variants[k][0] == 1}
+
     def added(ray: str, loc: str = "local_c1") -> tuple[float, list[float]]:
         return (round((per_trial[ray] - per_trial[loc]) * 1000, 1),
                 [round((a[0] - b[0]) * 1000, 1) for a, b in zip(seen[ray], seen[loc], strict=True)])
@@ -216,6 +237,12 @@ def main() -> dict[str, object]:
                                        if variants[k][0] == 1},
         "added_per_trial_ms": added("ray_1x1")[0],
         "added_per_trial_ms_each_repeat": added("ray_1x1")[1],
+        # one slot, inside the run of N (no per-run costs at all): ms, medians over repeats
+        "steady_ms": steady,
+        "steady_added_ms": round(steady["ray_1x1"]["start_to_start"]
+                                 - steady["local_c1"]["start_to_start"], 1),
+        "steady_added_ms_each_repeat": [round(a[5] - b[5], 1) for a, b in
+                                        zip(seen["ray_1x1"], seen["local_c1"], strict=True)],
         "cpu_ms_per_added_trial": cpu,
         "added_cpu_ms_per_trial": round(cpu["ray_1x1"]["total"] - cpu["local_c1"]["total"], 1),
         "per_run_fixed_s": {k: round(fixed[k], 2) for k in variants if variants[k][0] == 1},
@@ -230,6 +257,11 @@ def main() -> dict[str, object]:
             # this code minus the baseline's, per repeat (the two ran back to back)
             "wall_ms_this_minus_baseline_each_repeat": [
                 round((a[0] - b[0]) * 1000, 1)
+                for a, b in zip(seen["ray_1x1"], seen["ray_1x1_baseline"], strict=True)],
+            "steady_added_ms": round(steady["ray_1x1_baseline"]["start_to_start"]
+                                     - steady["local_c1"]["start_to_start"], 1),
+            "steady_ms_this_minus_baseline_each_repeat": [
+                round(a[5] - b[5], 1)
                 for a, b in zip(seen["ray_1x1"], seen["ray_1x1_baseline"], strict=True)],
             "cpu_ms_this_minus_baseline": round(cpu["ray_1x1"]["total"]
                                                 - cpu["ray_1x1_baseline"]["total"], 1)}
