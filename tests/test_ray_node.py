@@ -323,3 +323,31 @@ def test_a_worker_parses_a_shipped_task_once_and_unpacks_it_again_if_its_cache_w
     again = ray_node._shipped_task(blob, model, cache)
     assert again == first and again.path.is_dir()
     assert (again.path / "task.toml").read_bytes() == (task.path / "task.toml").read_bytes()
+
+
+def test_a_lease_is_measured_on_the_stores_clock_read_at_most_once_a_minute(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+    from datetime import UTC, datetime, timedelta
+
+    skew = timedelta(hours=3)  # the database's clock is far from ours: its clock counts
+    reads: list[datetime] = []
+
+    class Clock:
+        def clock(self) -> datetime:
+            reads.append(datetime.now(UTC) + skew)
+            return reads[-1]
+
+    store = Clock()
+    url = "postgresql://clock-test"
+    monkeypatch.setattr(ray_node, "_clocks", {})
+    first = ray_node._db_now(url, store)  # type: ignore[arg-type]
+    time.sleep(0.05)
+    second = ray_node._db_now(url, store)  # type: ignore[arg-type]
+    assert len(reads) == 1  # carried forward, not read again
+    assert timedelta(seconds=0.04) <= second - first <= timedelta(seconds=2)
+    assert abs(second - (datetime.now(UTC) + skew)) < timedelta(seconds=2)
+    monkeypatch.setattr(ray_node, "CLOCK_EVERY_S", 0.0)
+    time.sleep(0.01)
+    ray_node._db_now(url, store)  # type: ignore[arg-type]
+    assert len(reads) == 2  # read again once the reading is older than CLOCK_EVERY_S

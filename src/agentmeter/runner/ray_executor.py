@@ -4,8 +4,9 @@ One Ray task per try (a scenario: per run of its steps), ``num_cpus=0``,
 ``resources={"agentmeter_slots": 1}``, ``max_retries=0``: a node declares how many sandboxes it
 holds with ``ray start --resources '{"agentmeter_slots": N}'`` and Ray places the tasks;
 agentmeter retries infra failures itself (``max_infra_retries``). The node side is
-``runner/ray_node.py``; tasks travel as tar blobs (``ray.put`` once per task) and artifacts come
-back into the driver's run directory (``runner/shipping.py``).
+``runner/ray_node.py``; tasks travel as tar blobs (``ray.put`` once per task, the refs passed
+nested so that every try shares one scheduling key and a worker's lease is reused for the next
+try) and artifacts come back into the driver's run directory (``runner/shipping.py``).
 
 What dies, and what happens:
 
@@ -91,7 +92,7 @@ class _Driver:
     def __post_init__(self) -> None:
         import ray
 
-        self.remote = ray.remote(ray_node.run_job).options(
+        self.remote = ray.remote(ray_node.run_shipped_job).options(
             num_cpus=0, resources={SLOTS: 1}, max_retries=0)
         self.files = model_files(self.prepared)
         self.url = store_url(self.store)
@@ -125,7 +126,8 @@ class _Driver:
                                records=records, judge_model=req.judge_model,
                                record_bodies=req.record_bodies, models=self.files,
                                lease_ttl_s=LEASE_TTL_S, renew_every_s=RENEW_EVERY_S)
-        ref = self.remote.remote(job.model_dump_json(), *[b for b, _ in blobs])
+        # the blobs' refs nested: one scheduling key for every try (ray_node.run_shipped_job)
+        ref = self.remote.remote(job.model_dump_json(), [b for b, _ in blobs])
         self.in_flight[ref] = _Job(steps, records, infra_left, unit, run)
 
     async def loop(self) -> None:

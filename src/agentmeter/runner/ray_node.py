@@ -24,8 +24,9 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Coroutine
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -107,6 +108,23 @@ _built: set[tuple[str, str, str, str | None]] = set()
 #: shipped tasks this process unpacked, by (blob digest, model JSON): a frozen model, shared by
 #: the task's tries as the local executor shares its Task
 _tasks: dict[tuple[str, str], Task] = {}
+
+
+#: per store URL: the database's clock and this process's monotonic clock read together
+_clocks: dict[str, tuple[float, datetime]] = {}
+#: how long a reading of the database's clock is extrapolated on the monotonic clock
+CLOCK_EVERY_S = 60.0
+
+
+def _db_now(url: str, store: Store) -> datetime:
+    """The database's clock, read at most every ``CLOCK_EVERY_S`` and carried forward on this
+    process's monotonic clock in between (a lease's first expiry is off by the drift of a minute,
+    milliseconds against its 30 s; renewals use the database's clock itself)."""
+    mono = time.monotonic()
+    seen = _clocks.get(url)
+    if seen is None or mono - seen[0] > CLOCK_EVERY_S:
+        seen = _clocks[url] = (mono, store.clock())
+    return seen[1] + timedelta(seconds=mono - seen[0])
 
 
 def _store(url: str) -> Store:
@@ -357,6 +375,18 @@ def run_job(job_json: str, *blobs: bytes) -> tuple[str, bytes]:
         _sweeper.discard(scratch)  # removed off the critical path (_Sweeper)
 
 
+def run_shipped_job(job_json: str, blob_refs: list[Any]) -> tuple[str, bytes]:
+    """A Ray task: :func:`run_job` with the tasks' blobs fetched here from their object refs.
+
+    The refs come nested in a list, not as the task's own arguments: Ray then sees no
+    dependencies, so every try of a run (whatever its task) has one scheduling key and a worker
+    that finishes one is handed the next queued try directly, instead of returning its lease to
+    the raylet and a new lease being requested for the next task's key."""
+    import ray
+
+    return run_job(job_json, *ray.get(blob_refs))
+
+
 async def _run(job: NodeJob, blobs: list[bytes], owner: str, scratch: Path) -> NodeResult:
     cache = cache_dir() / "ray-tasks"
     tasks = [_shipped_task(b, t, cache) for b, t in zip(blobs, job.tasks, strict=True)]
@@ -364,7 +394,8 @@ async def _run(job: NodeJob, blobs: list[bytes], owner: str, scratch: Path) -> N
     backend = await _backend(job.backend)
     cfg = job.config
     agent = make_agent(cfg.agent.name, cfg.agent.version, dict(cfg.agent.options))
-    expires = store.clock() + timedelta(seconds=job.lease_ttl_s)  # the store's clock, not ours
+    # the store's clock, not ours
+    expires = _db_now(job.store_url, store) + timedelta(seconds=job.lease_ttl_s)
     for rec in job.records:
         rec.lease_owner, rec.lease_expires_at, rec.owner_pid = owner, expires, os.getpid()
     gateway: Gateway | None = None
