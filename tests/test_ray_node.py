@@ -351,3 +351,32 @@ def test_a_lease_is_measured_on_the_stores_clock_read_at_most_once_a_minute(
     time.sleep(0.01)
     ray_node._db_now(url, store)  # type: ignore[arg-type]
     assert len(reads) == 2  # read again once the reading is older than CLOCK_EVERY_S
+
+
+def test_a_worker_fetches_a_task_blob_once_and_keeps_a_bounded_cache(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from collections import OrderedDict
+
+    class Ref:
+        def __init__(self, oid: bytes) -> None:
+            self.oid = oid
+
+        def binary(self) -> bytes:
+            return self.oid
+
+    store = {b"a": b"A" * 40, b"b": b"B" * 40, b"c": b"C" * 40}
+    fetched: list[bytes] = []
+
+    def get(refs: list[Ref]) -> list[bytes]:
+        fetched.extend(r.oid for r in refs)
+        return [store[r.oid] for r in refs]
+
+    monkeypatch.setattr(ray_node, "_blobs", OrderedDict())
+    monkeypatch.setattr(ray_node, "BLOB_CACHE_BYTES", 100)
+    assert ray_node._cached_blobs([Ref(b"a"), Ref(b"b")], get) == [store[b"a"], store[b"b"]]
+    assert ray_node._cached_blobs([Ref(b"a")], get) == [store[b"a"]]
+    assert fetched == [b"a", b"b"]  # the second try of task a: no fetch
+    ray_node._cached_blobs([Ref(b"c")], get)  # 120 bytes > 100: the least recently used goes
+    assert list(ray_node._blobs) == [b"a", b"c"]
+    assert ray_node._cached_blobs([Ref(b"b")], get) == [store[b"b"]]
+    assert fetched == [b"a", b"b", b"c", b"b"]
