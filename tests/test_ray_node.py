@@ -380,3 +380,24 @@ def test_a_worker_fetches_a_task_blob_once_and_keeps_a_bounded_cache(
     assert list(ray_node._blobs) == [b"a", b"c"]
     assert ray_node._cached_blobs([Ref(b"b")], get) == [store[b"b"]]
     assert fetched == [b"a", b"b", b"c", b"b"]
+
+
+def test_packed_artifacts_keep_files_modes_and_links_without_a_header_per_member(
+        tmp_path: Path) -> None:
+    src = tmp_path / "scratch"
+    (src / "trials" / "t").mkdir(parents=True)
+    (src / "trials" / "t" / "run.sh").write_text("#!/bin/sh\n")
+    (src / "trials" / "t" / "run.sh").chmod(0o755)
+    (src / "trials" / "t" / "latest").symlink_to("run.sh")
+    (src / "top.txt").write_text("x" * 700)
+    blob = shipping.pack_dir(src)
+    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
+        members = tar.getmembers()
+    assert [m.name for m in members] == ["top.txt", "trials", "trials/t", "trials/t/latest",
+                                         "trials/t/run.sh"]
+    assert all(m.uid == m.gid == 0 and not m.pax_headers for m in members)
+    dest = tmp_path / "run"
+    shipping.unpack_dir(blob, dest)
+    assert (dest / "top.txt").read_text() == "x" * 700
+    assert (dest / "trials" / "t" / "run.sh").stat().st_mode & 0o777 == 0o755
+    assert os.readlink(dest / "trials" / "t" / "latest") == "run.sh"
