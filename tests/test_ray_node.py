@@ -353,35 +353,6 @@ def test_a_lease_is_measured_on_the_stores_clock_read_at_most_once_a_minute(
     assert len(reads) == 2  # read again once the reading is older than CLOCK_EVERY_S
 
 
-def test_a_worker_fetches_a_task_blob_once_and_keeps_a_bounded_cache(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    from collections import OrderedDict
-
-    class Ref:
-        def __init__(self, oid: bytes) -> None:
-            self.oid = oid
-
-        def binary(self) -> bytes:
-            return self.oid
-
-    store = {b"a": b"A" * 40, b"b": b"B" * 40, b"c": b"C" * 40}
-    fetched: list[bytes] = []
-
-    def get(refs: list[Ref]) -> list[bytes]:
-        fetched.extend(r.oid for r in refs)
-        return [store[r.oid] for r in refs]
-
-    monkeypatch.setattr(ray_node, "_blobs", OrderedDict())
-    monkeypatch.setattr(ray_node, "BLOB_CACHE_BYTES", 100)
-    assert ray_node._cached_blobs([Ref(b"a"), Ref(b"b")], get) == [store[b"a"], store[b"b"]]
-    assert ray_node._cached_blobs([Ref(b"a")], get) == [store[b"a"]]
-    assert fetched == [b"a", b"b"]  # the second try of task a: no fetch
-    ray_node._cached_blobs([Ref(b"c")], get)  # 120 bytes > 100: the least recently used goes
-    assert list(ray_node._blobs) == [b"a", b"c"]
-    assert ray_node._cached_blobs([Ref(b"b")], get) == [store[b"b"]]
-    assert fetched == [b"a", b"b", b"c", b"b"]
-
-
 def test_packed_artifacts_keep_files_modes_and_links_without_a_header_per_member(
         tmp_path: Path) -> None:
     src = tmp_path / "scratch"
@@ -401,3 +372,20 @@ def test_packed_artifacts_keep_files_modes_and_links_without_a_header_per_member
     assert (dest / "top.txt").read_text() == "x" * 700
     assert (dest / "trials" / "t" / "run.sh").stat().st_mode & 0o777 == 0o755
     assert os.readlink(dest / "trials" / "t" / "latest") == "run.sh"
+
+
+def test_a_small_task_blob_travels_inside_its_tries_and_a_large_one_is_put_once() -> None:
+    """Inline: no object to fetch and no dependency, so Ray hands a worker the next try on the
+    lease it holds (tries with an object argument each have a scheduling key of their own)."""
+    from agentmeter.runner import ray_executor
+
+    put: list[int] = []
+
+    def fake_put(blob: bytes) -> str:
+        put.append(len(blob))
+        return "ref"
+
+    small = bytes(ray_executor.INLINE_BLOB_BYTES)
+    assert ray_executor.task_argument(small, fake_put) is small and put == []
+    assert ray_executor.task_argument(small + b"x", fake_put) == "ref"
+    assert put == [ray_executor.INLINE_BLOB_BYTES + 1]

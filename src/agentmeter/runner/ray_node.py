@@ -25,8 +25,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -374,44 +373,6 @@ def run_job(job_json: str, *blobs: bytes) -> tuple[str, bytes]:
         return result.model_dump_json(), shipping.pack_dir(scratch / "runs" / job.run_id)
     finally:
         _sweeper.discard(scratch)  # removed off the critical path (_Sweeper)
-
-
-def run_shipped_job(job_json: str, blob_refs: list[Any]) -> tuple[str, bytes]:
-    """A Ray task: :func:`run_job` with the tasks' blobs fetched here from their object refs.
-
-    The refs come nested in a list, not as the task's own arguments: Ray then sees no
-    dependencies, so every try of a run (whatever its task) has one scheduling key and a worker
-    that finishes one is handed the next queued try directly, instead of returning its lease to
-    the raylet and a new lease being requested for the next task's key."""
-    import ray
-
-    return run_job(job_json, *_cached_blobs(blob_refs, ray.get))
-
-
-#: task blobs this worker process fetched, by object id (an object never changes), oldest first
-_blobs: OrderedDict[bytes, bytes] = OrderedDict()
-#: at most this many bytes of them are kept
-BLOB_CACHE_BYTES = 64 * 1024 * 1024
-
-
-def _cached_blobs(refs: list[Any], get: Callable[[list[Any]], list[bytes]]) -> list[bytes]:
-    """The blobs of ``refs`` (Ray object refs), fetched with ``get`` only when this worker has
-    not seen them (a fetch from the object store costs ≈ 7 ms a try on a loaded machine); the
-    cache keeps the most recently used up to ``BLOB_CACHE_BYTES``."""
-    missing = [r for r in refs if r.binary() not in _blobs]
-    fetched = dict(zip([r.binary() for r in missing], get(missing), strict=True)) if missing \
-        else {}
-    out = []
-    for r in refs:
-        key = r.binary()
-        blob = fetched[key] if key in fetched else _blobs[key]
-        out.append(blob)
-        _blobs.pop(key, None)
-        if len(blob) <= BLOB_CACHE_BYTES:
-            _blobs[key] = blob
-    while sum(len(b) for b in _blobs.values()) > BLOB_CACHE_BYTES:
-        _blobs.popitem(last=False)
-    return out
 
 
 async def _run(job: NodeJob, blobs: list[bytes], owner: str, scratch: Path) -> NodeResult:
