@@ -10,8 +10,11 @@ executor (``run``, concurrency 1), alternated ``--repeats`` times. Reported per 
 payload sizes. What remains of the 62 ms beyond the node's share is Ray's own submission and
 pickup, PostgreSQL round trips and the driver's side.
 
-Usage: ``python benchmarks/ray_node.py [--trials 20] [--repeats 2]``. The last line printed is
-JSON.
+Usage: ``python benchmarks/ray_node.py [--trials 20] [--repeats 2] [--baseline-src DIR]``. The
+last line printed is JSON. With ``--baseline-src`` (another checkout's ``src``, e.g. ``git
+archive <commit> src | tar -x -C /tmp/base``) each repeat runs twice in a fresh process, once
+with this tree's code and once with the baseline's, alternated: before/after in one run
+(``baseline`` and ``this_minus_baseline`` in the JSON).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -30,7 +34,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
+#: the code measured (``--baseline-src`` runs this script again with the baseline's here)
+SRC = os.environ.get("AGENTMETER_BENCH_SRC") or str(ROOT / "src")
+sys.path[:0] = [SRC, str(ROOT / "tests")]
 from taskgen import make_task  # noqa: E402
 
 from agentmeter.records import RunRecord, TrialRecord  # noqa: E402
@@ -60,12 +66,49 @@ def measure(fn: Any, n: int) -> dict[str, float]:
     return {"cpu_ms": cpu / n * 1000, "wall_ms": wall / n * 1000, "threads": _starts[0] / n}
 
 
+def ab(trials: int, repeats: int, baseline: Path) -> None:
+    """Each repeat: this tree's code, then the baseline's, each in a process of its own."""
+    runs: dict[str, list[dict[str, Any]]] = {"this": [], "baseline": []}
+    for _ in range(repeats):
+        for name, src in (("this", str(ROOT / "src")), ("baseline", str(baseline))):
+            r = subprocess.run([sys.executable, __file__, "--trials", str(trials), "--repeats", "1"],
+                               capture_output=True, text=True, timeout=3600,
+                               env={**os.environ, "AGENTMETER_BENCH_SRC": src})
+            if r.returncode != 0:
+                raise SystemExit(f"{name} failed:\n{r.stderr[-3000:]}")
+            runs[name].append(json.loads(r.stdout.splitlines()[-1]))
+            print(name, runs[name][-1]["per_trial"], file=sys.stderr, flush=True)
+
+    def med(name: str, side: str, k: str) -> float:
+        return round(statistics.median(x["per_trial"][k][side] for x in runs[name]), 1)
+
+    keys = ("cpu_ms", "wall_ms", "threads")
+    res = {"benchmark": "ray_node", "trials": trials, "repeats": repeats,
+           "baseline_src": str(baseline), "loadavg": [round(x, 1) for x in os.getloadavg()],
+           "payload_bytes": runs["this"][-1]["payload_bytes"],
+           **{name: {k: {"node": med(name, "node", k), "local": med(name, "local", k),
+                         "node_minus_local": round(med(name, "node", k) - med(name, "local", k), 1)}
+                     for k in keys} for name in runs},
+           # the node's own share, this code minus the baseline's, per repeat (back to back)
+           "this_minus_baseline_node_cpu_ms_each_repeat": [
+               round(a["per_trial"]["cpu_ms"]["node"] - b["per_trial"]["cpu_ms"]["node"], 1)
+               for a, b in zip(runs["this"], runs["baseline"], strict=True)],
+           "this_minus_baseline_node_wall_ms_each_repeat": [
+               round(a["per_trial"]["wall_ms"]["node"] - b["per_trial"]["wall_ms"]["node"], 1)
+               for a, b in zip(runs["this"], runs["baseline"], strict=True)]}
+    print(json.dumps(res))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--baseline-src", type=Path, default=None)
     args = ap.parse_args()
     n = args.trials
+    if args.baseline_src is not None:
+        ab(n, args.repeats, args.baseline_src.resolve())
+        return
     tmp = Path(tempfile.mkdtemp(prefix="agentmeter-raynode-"))
     suite = tmp / "suite"
     make_task(suite, "trivial", solve="echo done > /app/done")

@@ -240,3 +240,156 @@ def test_a_killed_workers_scratch_directory_is_removed_by_the_next(tmp_path: Pat
         assert mine.exists()  # a live worker's scratch stays
     finally:
         mine.rmdir()
+
+
+def test_the_workers_event_loop_is_kept_and_a_job_leaves_nothing_on_it() -> None:
+    """One loop per worker process between jobs; a job's leftover tasks, context variables and
+    failure do not reach the next job; a job ending in a BaseException takes the loop with it."""
+    import asyncio
+    import contextvars
+
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("job", default="clean")
+    leftover_ran: list[str] = []
+
+    async def messy() -> asyncio.AbstractEventLoop:
+        var.set("dirty")
+
+        async def leftover() -> None:
+            await asyncio.sleep(0.2)
+            leftover_ran.append("ran")  # cancelled with its job: never gets here
+
+        asyncio.get_running_loop().create_task(leftover())
+        return asyncio.get_running_loop()
+
+    async def failing() -> None:
+        raise ValueError("the job failed")
+
+    async def look() -> tuple[asyncio.AbstractEventLoop, str, int]:
+        await asyncio.sleep(0.3)  # the leftover would have finished by now
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        return asyncio.get_running_loop(), var.get(), len(others)
+
+    async def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    first = ray_node._run_async(messy())
+    with pytest.raises(ValueError):
+        ray_node._run_async(failing())
+    loop, seen, others = ray_node._run_async(look())
+    assert loop is first and not loop.is_closed()  # kept, and not poisoned by the failure
+    assert (seen, others, leftover_ran) == ("clean", 0, [])
+    with pytest.raises(KeyboardInterrupt):
+        ray_node._run_async(interrupted())
+    assert loop.is_closed()
+    fresh, _, _ = ray_node._run_async(look())
+    assert fresh is not loop and not fresh.is_closed()
+
+
+def test_a_finished_trys_scratch_is_removed_after_it_returns_and_before_the_worker_exits(
+        tmp_path: Path) -> None:
+    """The scratch directory is removed off the critical path; a worker exiting with removals
+    still queued removes them first (here: each removal held back 0.3 s)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import shutil, sys, time\n"
+        "from agentmeter.runner import ray_node\n"
+        "rm = shutil.rmtree\n"
+        "ray_node.shutil.rmtree = lambda p, **k: (time.sleep(0.3), rm(p, **k))\n"
+        "for _ in range(2):\n"
+        "    d = ray_node._scratch()\n"
+        "    (d / 'runs').mkdir(); (d / 'runs' / 'f').write_text('x')\n"
+        "    ray_node._sweeper.discard(d)\n"
+        "    print(d, flush=True)\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(ray_node.__file__).parents[2]),
+           "TMPDIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=60, check=True).stdout.split()
+    assert len(out) == 2 and all(Path(d).parent == tmp_path for d in out)
+    assert not any(Path(d).exists() for d in out), "the worker exited with its scratch left"
+    mine = ray_node._scratch()
+    (mine / "f").write_text("x")
+    ray_node._sweeper.discard(mine)
+    assert eventually(lambda: not mine.exists(), timeout=30)
+
+
+def test_a_worker_parses_a_shipped_task_once_and_unpacks_it_again_if_its_cache_went(
+        tmp_path: Path) -> None:
+    import shutil
+
+    task = load_suites([str(make_task(tmp_path / "suite", "cached"))]).tasks[0]
+    blob, model = shipping.pack_task(task)
+    cache = tmp_path / "node-cache"
+    first = ray_node._shipped_task(blob, model, cache)
+    assert ray_node._shipped_task(blob, model, cache) is first
+    shutil.rmtree(cache)  # the node's cache was cleaned: the files are unpacked again
+    again = ray_node._shipped_task(blob, model, cache)
+    assert again == first and again.path.is_dir()
+    assert (again.path / "task.toml").read_bytes() == (task.path / "task.toml").read_bytes()
+
+
+def test_a_lease_is_measured_on_the_stores_clock_read_at_most_once_a_minute(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+    from datetime import UTC, datetime, timedelta
+
+    skew = timedelta(hours=3)  # the database's clock is far from ours: its clock counts
+    reads: list[datetime] = []
+
+    class Clock:
+        def clock(self) -> datetime:
+            reads.append(datetime.now(UTC) + skew)
+            return reads[-1]
+
+    store = Clock()
+    url = "postgresql://clock-test"
+    monkeypatch.setattr(ray_node, "_clocks", {})
+    first = ray_node._db_now(url, store)  # type: ignore[arg-type]
+    time.sleep(0.05)
+    second = ray_node._db_now(url, store)  # type: ignore[arg-type]
+    assert len(reads) == 1  # carried forward, not read again
+    assert timedelta(seconds=0.04) <= second - first <= timedelta(seconds=2)
+    assert abs(second - (datetime.now(UTC) + skew)) < timedelta(seconds=2)
+    monkeypatch.setattr(ray_node, "CLOCK_EVERY_S", 0.0)
+    time.sleep(0.01)
+    ray_node._db_now(url, store)  # type: ignore[arg-type]
+    assert len(reads) == 2  # read again once the reading is older than CLOCK_EVERY_S
+
+
+def test_packed_artifacts_keep_files_modes_and_links_without_a_header_per_member(
+        tmp_path: Path) -> None:
+    src = tmp_path / "scratch"
+    (src / "trials" / "t").mkdir(parents=True)
+    (src / "trials" / "t" / "run.sh").write_text("#!/bin/sh\n")
+    (src / "trials" / "t" / "run.sh").chmod(0o755)
+    (src / "trials" / "t" / "latest").symlink_to("run.sh")
+    (src / "top.txt").write_text("x" * 700)
+    blob = shipping.pack_dir(src)
+    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
+        members = tar.getmembers()
+    assert [m.name for m in members] == ["top.txt", "trials", "trials/t", "trials/t/latest",
+                                         "trials/t/run.sh"]
+    assert all(m.uid == m.gid == 0 and not m.pax_headers for m in members)
+    dest = tmp_path / "run"
+    shipping.unpack_dir(blob, dest)
+    assert (dest / "top.txt").read_text() == "x" * 700
+    assert (dest / "trials" / "t" / "run.sh").stat().st_mode & 0o777 == 0o755
+    assert os.readlink(dest / "trials" / "t" / "latest") == "run.sh"
+
+
+def test_a_small_task_blob_travels_inside_its_tries_and_a_large_one_is_put_once() -> None:
+    """Inline: no object to fetch and no dependency, so Ray hands a worker the next try on the
+    lease it holds (tries with an object argument each have a scheduling key of their own)."""
+    from agentmeter.runner import ray_executor
+
+    put: list[int] = []
+
+    def fake_put(blob: bytes) -> str:
+        put.append(len(blob))
+        return "ref"
+
+    small = bytes(ray_executor.INLINE_BLOB_BYTES)
+    assert ray_executor.task_argument(small, fake_put) is small and put == []
+    assert ray_executor.task_argument(small + b"x", fake_put) == "ref"
+    assert put == [ray_executor.INLINE_BLOB_BYTES + 1]

@@ -4,8 +4,9 @@ One Ray task per try (a scenario: per run of its steps), ``num_cpus=0``,
 ``resources={"agentmeter_slots": 1}``, ``max_retries=0``: a node declares how many sandboxes it
 holds with ``ray start --resources '{"agentmeter_slots": N}'`` and Ray places the tasks;
 agentmeter retries infra failures itself (``max_infra_retries``). The node side is
-``runner/ray_node.py``; tasks travel as tar blobs (``ray.put`` once per task) and artifacts come
-back into the driver's run directory (``runner/shipping.py``).
+``runner/ray_node.py``; tasks travel as tar blobs (inside each try up to 64 KiB: one scheduling
+key for every try, a worker's lease reused for the next; larger ones ``ray.put`` once per task)
+and artifacts come back into the driver's run directory (``runner/shipping.py``).
 
 What dies, and what happens:
 
@@ -27,6 +28,7 @@ import asyncio
 import contextlib
 import tarfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +64,9 @@ LEASE_TTL_S = 30.0
 RENEW_EVERY_S = 5.0
 #: how often the driver closes tries whose lease lapsed
 LEASE_CHECK_S = 5.0
+#: a task blob up to this size travels inside each of its tries (Ray inlines arguments below
+#: 100 KiB); a larger one is put in the object store once
+INLINE_BLOB_BYTES = 64 * 1024
 #: the longest one ray.wait blocks (the loop also watches leases and cancellation)
 WAIT_S = 1.0
 
@@ -97,12 +102,16 @@ class _Driver:
         self.url = store_url(self.store)
 
     def _blob(self, task: Task) -> tuple[Any, str]:
+        """The task's blob as a try's argument: the bytes themselves when small (Ray inlines
+        them in the task: no object to fetch, and no dependency, so every such try has one
+        scheduling key and a worker's lease goes straight to the next try), else one object
+        (``ray.put`` once; Ray fetches it to the node while the try waits for a slot)."""
         key = (str(task.path), task.digest)
         if key not in self.blobs:
             import ray
 
             blob, model = shipping.pack_task(task)
-            self.blobs[key] = (ray.put(blob), model)
+            self.blobs[key] = (task_argument(blob, ray.put), model)
         return self.blobs[key]
 
     def submit(self, steps: list[PlannedTrial], tries: list[int], infra_left: int,
@@ -228,6 +237,12 @@ class _Driver:
             progress.count(rec)
             if self.on_progress:
                 self.on_progress(progress, rec)
+
+
+def task_argument(blob: bytes, put: Callable[[bytes], Any]) -> Any:
+    """What a try carries of its task's blob: the bytes up to ``INLINE_BLOB_BYTES``, else
+    ``put(blob)`` (an object ref: Ray fetches it to the node before the try starts)."""
+    return blob if len(blob) <= INLINE_BLOB_BYTES else put(blob)
 
 
 def _failure(e: BaseException) -> str:

@@ -16,13 +16,19 @@ time: the driver wraps :func:`run_job` and :func:`probe` as Ray tasks.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextvars
 import os
+import queue
 import shutil
 import socket
 import tempfile
 import threading
-from datetime import timedelta
+import time
+from collections.abc import Coroutine
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -44,6 +50,7 @@ from agentmeter.tasks.models import Task
 
 #: a try's scratch directory on its node: this prefix, the worker's pid, a random part
 SCRATCH_PREFIX = "agentmeter-node-"
+T = TypeVar("T")
 #: the error of a try whose store write was refused: someone else closed it
 FENCED = "fenced: the try was closed by the driver (its node was thought dead or its lease lapsed)"
 
@@ -98,6 +105,26 @@ _stores: dict[str, Store] = {}
 _backends: dict[str, SandboxBackend] = {}
 #: environments (task version, agent version) this process found built
 _built: set[tuple[str, str, str, str | None]] = set()
+#: shipped tasks this process unpacked, by (blob digest, model JSON): a frozen model, shared by
+#: the task's tries as the local executor shares its Task
+_tasks: dict[tuple[str, str], Task] = {}
+
+
+#: per store URL: the database's clock and this process's monotonic clock read together
+_clocks: dict[str, tuple[float, datetime]] = {}
+#: how long a reading of the database's clock is extrapolated on the monotonic clock
+CLOCK_EVERY_S = 60.0
+
+
+def _db_now(url: str, store: Store) -> datetime:
+    """The database's clock, read at most every ``CLOCK_EVERY_S`` and carried forward on this
+    process's monotonic clock in between (a lease's first expiry is off by the drift of a minute,
+    milliseconds against its 30 s; renewals use the database's clock itself)."""
+    mono = time.monotonic()
+    seen = _clocks.get(url)
+    if seen is None or mono - seen[0] > CLOCK_EVERY_S:
+        seen = _clocks[url] = (mono, store.clock())
+    return seen[1] + timedelta(seconds=mono - seen[0])
 
 
 def _store(url: str) -> Store:
@@ -115,10 +142,133 @@ async def _backend(name: str) -> SandboxBackend:
     return _backends[name]
 
 
+def _shipped_task(blob: bytes, model_json: str, cache: Path) -> Task:
+    """The shipped task (``shipping.unpack_task``), parsed once per worker process while its
+    unpacked files are in the node's cache."""
+    key = (shipping.blob_digest(blob), model_json)
+    task = _tasks.get(key)
+    if task is None or not (cache / key[0] / ".complete").exists():
+        if len(_tasks) >= 1024:  # a long-lived worker of a large grid: start over
+            _tasks.clear()
+        task = _tasks[key] = shipping.unpack_task(blob, model_json, cache)
+    return task
+
+
 def _scratch() -> Path:
-    """A try's scratch runs directory, named by this process (removed when it is done, or by
-    the node's next worker if this one was killed)."""
+    """A try's scratch runs directory, named by this process (removed once its artifacts are
+    packed, by :data:`_sweeper` off the try's critical path; by the node's next worker if this
+    one was killed)."""
     return Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
+
+
+class _Sweeper:
+    """Removes finished tries' scratch directories on one background thread, so a try's result
+    goes back without waiting for its files to be deleted. Guaranteed: a worker's next job waits
+    for the backlog when it exceeds ``MAX_PENDING`` (disk use stays bounded), the worker's exit
+    removes what is left (``atexit``), and a killed worker's directories are removed by the
+    node's next worker (:func:`_remove_stale_scratch`)."""
+
+    MAX_PENDING = 4
+
+    def __init__(self) -> None:
+        self.queue: queue.Queue[Path] = queue.Queue()
+        self.thread: threading.Thread | None = None
+        self.lock = threading.Lock()
+
+    def discard(self, path: Path) -> None:
+        with self.lock:
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._run, daemon=True,
+                                               name="agentmeter-scratch")
+                self.thread.start()
+        self.queue.put(path)
+
+    def _run(self) -> None:
+        while True:
+            path = self.queue.get()
+            try:
+                shutil.rmtree(path, ignore_errors=True)
+            finally:
+                self.queue.task_done()
+
+    def bound(self) -> None:
+        """Before a new job: wait for the backlog if it has grown past ``MAX_PENDING``."""
+        if self.queue.unfinished_tasks > self.MAX_PENDING:
+            self.drain()
+
+    def drain(self) -> None:
+        """Remove every directory still queued, now (in this thread if the sweeper is gone)."""
+        if self.thread is not None and self.thread.is_alive():
+            self.queue.join()
+            return
+        while True:
+            try:
+                path = self.queue.get_nowait()
+            except queue.Empty:
+                return
+            shutil.rmtree(path, ignore_errors=True)
+            self.queue.task_done()
+
+
+_sweeper = _Sweeper()
+atexit.register(_sweeper.drain)
+
+
+# --- per worker process: one event loop, kept between jobs ------------------------------------
+
+_runner: asyncio.Runner | None = None
+
+
+def _run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(coro)`` on the worker's own event loop, made once and kept between jobs
+    (a new loop per job, its default executor's threads and its teardown cost ≈ 10 ms a try).
+    Nothing of a job survives it on the loop: it runs in a fresh copy of the caller's context,
+    its leftover tasks are cancelled and awaited and its async generators closed, as
+    ``asyncio.run`` would; a job that ends in anything but an
+    ``Exception`` (Ctrl-C, Ray's cancellation, SystemExit) or leaves the loop unusable takes the
+    loop with it and the next job makes a new one. Off the main thread (tests running a node in
+    a thread) each call has a loop of its own."""
+    global _runner
+    if threading.current_thread() is not threading.main_thread():
+        return asyncio.run(coro)
+    if _runner is None:
+        _runner = asyncio.Runner()
+    runner = _runner
+    ok = False
+    try:
+        out = runner.run(coro, context=contextvars.copy_context())  # a job's own context
+        ok = True
+        return out
+    except Exception:
+        ok = True
+        raise
+    finally:
+        if not (ok and _settle(runner)):
+            _runner = None
+            runner.close()
+
+
+def _settle(runner: asyncio.Runner) -> bool:
+    """Cancel and await what a job left on the loop; whether the loop is fit for the next."""
+    try:
+        loop = runner.get_loop()
+        left = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for t in left:
+            t.cancel()
+        if left:
+            loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        return not loop.is_closed() and not loop.is_running()
+    except BaseException:  # noqa: BLE001 - any failure here: the loop is not reused
+        return False
+
+
+@atexit.register
+def _close_runner() -> None:
+    global _runner
+    if _runner is not None:
+        runner, _runner = _runner, None
+        runner.close()
 
 
 def _remove_stale_scratch() -> None:
@@ -212,26 +362,28 @@ def run_job(job_json: str, *blobs: bytes) -> tuple[str, bytes]:
     """A Ray task: run the job; (NodeResult as JSON, the artifacts' tar blob)."""
     job = NodeJob.model_validate_json(job_json)
     owner = owner_id()
+    _sweeper.bound()
     scratch = _scratch()
     try:
         try:
-            result = asyncio.run(_run(job, list(blobs), owner, scratch))
+            result = _run_async(_run(job, list(blobs), owner, scratch))
         except Exception as e:  # the harness never crashes on its own errors: the driver retries
             result = NodeResult(owner=owner, node=node_id(), records=job.records,
                                 error=f"{type(e).__name__}: {e}"[:2000])
         return result.model_dump_json(), shipping.pack_dir(scratch / "runs" / job.run_id)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        _sweeper.discard(scratch)  # removed off the critical path (_Sweeper)
 
 
 async def _run(job: NodeJob, blobs: list[bytes], owner: str, scratch: Path) -> NodeResult:
     cache = cache_dir() / "ray-tasks"
-    tasks = [shipping.unpack_task(b, t, cache) for b, t in zip(blobs, job.tasks, strict=True)]
+    tasks = [_shipped_task(b, t, cache) for b, t in zip(blobs, job.tasks, strict=True)]
     store = _OwnedStore(_store(job.store_url), scratch, owner)
     backend = await _backend(job.backend)
     cfg = job.config
     agent = make_agent(cfg.agent.name, cfg.agent.version, dict(cfg.agent.options))
-    expires = store.clock() + timedelta(seconds=job.lease_ttl_s)  # the store's clock, not ours
+    # the store's clock, not ours
+    expires = _db_now(job.store_url, store) + timedelta(seconds=job.lease_ttl_s)
     for rec in job.records:
         rec.lease_owner, rec.lease_expires_at, rec.owner_pid = owner, expires, os.getpid()
     gateway: Gateway | None = None
@@ -306,7 +458,7 @@ def probe(backend: str, store_url: str, models: list[str], files: ModelFiles,
     result = NodeProbe(node=node_id(), hostname=socket.gethostname(),
                        version=agentmeter.__version__)
     try:  # kept: this worker process runs the run's first try warm
-        asyncio.run(_backend(backend))
+        _run_async(_backend(backend))
     except Exception as e:
         result.problems.append(f"{backend} sandboxes are not available: {e}")
     try:

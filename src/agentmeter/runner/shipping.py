@@ -19,6 +19,7 @@ import hashlib
 import io
 import os
 import shutil
+import stat
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
@@ -130,14 +131,37 @@ def unpack_task(blob: bytes, model_json: str, cache: Path) -> Task:
 
 def pack_dir(directory: Path) -> bytes:
     """Everything under ``directory`` (regular files, directories, symlinks) as a tar blob;
-    an empty blob when the directory does not exist."""
+    an empty blob when the directory does not exist. Members are made here from ``lstat``
+    (owner 0, whole-second mtimes): ``tarfile.add`` looks every member's owner up in the
+    password and group databases and writes a PAX header for each fractional mtime, which made
+    packing a trivial try's ten artifacts ≈ 5 ms and its blob twice the size."""
     buf = io.BytesIO()
     if not directory.is_dir():
         return b""
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for child in sorted(directory.iterdir()):
-            tar.add(child, arcname=child.name, filter=_normalized)
+        for child in sorted(os.listdir(directory)):
+            _add(tar, directory / child, child)
     return buf.getvalue()
+
+
+def _add(tar: tarfile.TarFile, path: Path, arcname: str) -> None:
+    st = os.lstat(path)
+    info = tarfile.TarInfo(arcname)
+    info.mode, info.mtime = stat.S_IMODE(st.st_mode), int(st.st_mtime)
+    if stat.S_ISREG(st.st_mode):
+        info.size = st.st_size
+        with path.open("rb") as f:
+            tar.addfile(info, f)
+    elif stat.S_ISDIR(st.st_mode):
+        info.type = tarfile.DIRTYPE
+        tar.addfile(info)
+        for child in sorted(os.listdir(path)):
+            _add(tar, path / child, f"{arcname}/{child}")
+    elif stat.S_ISLNK(st.st_mode):
+        info.type, info.linkname = tarfile.SYMTYPE, os.readlink(path)
+        tar.addfile(info)
+    else:  # fifos, devices, sockets: as tarfile would (the driver refuses devices)
+        tar.add(path, arcname=arcname, recursive=False, filter=_normalized)
 
 
 def unpack_dir(blob: bytes, directory: Path) -> None:
