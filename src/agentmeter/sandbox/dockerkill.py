@@ -9,9 +9,11 @@ import os
 import signal
 
 #: run inside as the exec's user and as root: SIGSTOP then SIGKILL every process whose environment
-#: holds the marker. Bash builtins only, so it needs no fork (a pids limit may be exhausted).
+#: holds the marker. Bash builtins only, so it needs no fork (a pids limit may be exhausted). Up
+#: to 64 rounds (each a scan of /proc; it ends at the first that finds none): on a loaded machine
+#: a killed process can still be exiting, its environment readable, for several scans.
 KILL_MARKED = r"""
-for round in 1 2 3 4 5 6 7 8; do
+for ((round = 0; round < 64; round++)); do
   found=
   for e in /proc/[0-9]*/environ; do
     p=${e#/proc/}; p=${p%/environ}
@@ -29,7 +31,7 @@ done
 def kill_marked_on_host(marker: bytes, container_id: str) -> int:
     """Stop then kill, from the host, the processes of the container holding ``marker``."""
     killed = 0
-    for _ in range(8):
+    for _ in range(64):  # as KILL_MARKED: a killed process may take several scans to go
         found: list[int] = []
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
