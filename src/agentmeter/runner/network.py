@@ -39,10 +39,14 @@ def network_label(task: Task) -> str:
 
 
 def verifier_network_label(task: Task) -> str | None:
-    """A separate verifier's network (``extra["verifier_network"]``), as :func:`network_label`
-    names it; None when the verifier runs in the agent's sandbox."""
-    sep = task.separate_verifier
-    return None if sep is None else _label(sep.allow_internet, sep.allowed_hosts)
+    """The verifier's network when it is not the agent's (``extra["verifier_network"]``), as
+    :func:`network_label` names it: a separate verifier's, or that of a verifier sharing the
+    agent's sandbox whose network is switched to it (``Task.verifier_network``); else None."""
+    sep = task.separate_verifier or task.verifier_network
+    if sep is None:
+        return None
+    label = _label(sep.allow_internet, sep.allowed_hosts)
+    return None if task.separate_verifier is None and label == network_label(task) else label
 
 
 def network_source(task: Task) -> str:
@@ -98,6 +102,7 @@ def network_failure(task: Task, error: str | None, agent_error: str | None,
     does not have, naming the task's network mode; None when nothing shows that."""
     if task.allow_internet:
         return None
+    verifier_public = task.verifier_network is not None and task.verifier_network.allow_internet
     who, sign = "the agent", _sign(agent_error)
     if sign is None:
         for art in verdict.artifacts:
@@ -112,6 +117,8 @@ def network_failure(task: Task, error: str | None, agent_error: str | None,
                 if sign:
                     who = "the tests"
                     break
+    if sign is not None and who == "the tests" and verifier_public:
+        return None  # the tests had the network (the sandbox's was switched for them)
     if sign is None:
         who, sign = "the trial", _sign(error)
     if sign is None:

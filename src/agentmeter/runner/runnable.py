@@ -42,7 +42,8 @@ def host_network(tasks: list[Task], allowed: bool) -> tuple[list[Task], dict[str
         return [t.model_copy(update={"host_network": True}) for t in tasks], {}
     refused: dict[str, str] = {}
     for t in tasks:
-        hosts = entries_naming_the_host(t.allowed_hosts)
+        verifier = t.verifier_network.allowed_hosts if t.verifier_network else ()
+        hosts = entries_naming_the_host(tuple(dict.fromkeys((*t.allowed_hosts, *verifier))))
         if hosts:
             where = t.allowed_hosts_origin or f"{t.path}: allowed_hosts"
             refused[t.id] = (f"{where}: {', '.join(hosts)} "

@@ -13,6 +13,7 @@ from agentmeter.sandbox.spec import (
     BaseImage,
     ExposedSocket,
     LayerSpec,
+    NetworkPolicy,
     SandboxSpec,
     task_limits,
 )
@@ -61,6 +62,25 @@ def agent_is_root(sandbox: Sandbox) -> bool:
     return sandbox.account.root
 
 
+PhaseNet = tuple[NetworkPolicy, tuple[str, ...]]
+
+
+def _net(allow_internet: bool, allowed_hosts: tuple[str, ...]) -> PhaseNet:
+    return ("full", ()) if allow_internet else \
+        ("allowlist", allowed_hosts) if allowed_hosts else ("none", ())
+
+
+def phase_networks(task: Task) -> tuple[PhaseNet, PhaseNet] | None:
+    """The sandbox networks of the agent phase and of a verifier sharing its sandbox, when they
+    differ (the sandbox's network is switched between them: sandbox/netswitch.py); else None."""
+    vn = task.verifier_network
+    if vn is None or task.separate_verifier is not None:
+        return None
+    agent, verifier = _net(task.allow_internet, task.allowed_hosts), \
+        _net(vn.allow_internet, vn.allowed_hosts)
+    return None if agent == verifier else (agent, verifier)
+
+
 def sandbox_spec(task: Task, agent: Agent, gateway: Gateway | None) -> SandboxSpec:
     sockets: tuple[ExposedSocket, ...] = ()
     if gateway is not None and agent.uses_model and gateway.unix_socket is not None:
@@ -68,6 +88,11 @@ def sandbox_spec(task: Task, agent: Agent, gateway: Gateway | None) -> SandboxSp
     needs = make_verifier(task.verifier_kind).sandbox_needs(task)
     image = base_image(task)
     environment = [] if image is not None else task_environment(task)  # else: image.recipe
+    network, hosts = _net(task.allow_internet, task.allowed_hosts)
+    switch = phase_networks(task)
+    if switch is not None:  # the widest of the phases' (the runner switches before each)
+        network = "full" if "full" in (switch[0][0], switch[1][0]) else "allowlist"
+        hosts = switch[0][1] if network == "allowlist" else ()
     return SandboxSpec(
         base=task.base,
         image=image,
@@ -78,8 +103,9 @@ def sandbox_spec(task: Task, agent: Agent, gateway: Gateway | None) -> SandboxSp
         user=AGENT_USER,
         agent_user=task.agent_user,
         limits=task_limits(task.memory_mb, task.cpus, task.storage_mb),
-        network="full" if task.allow_internet else "allowlist" if task.allowed_hosts else "none",
-        allowed_hosts=() if task.allow_internet else task.allowed_hosts,
+        network=network,
+        allowed_hosts=hosts,
+        network_switch=switch is not None,
         allow_host_network=task.host_network,
         net_extras=True,  # package cache with network, no retries without (sandbox/netsetup.py)
         exposed_sockets=sockets,

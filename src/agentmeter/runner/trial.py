@@ -35,8 +35,14 @@ from agentmeter.runner.network import (
     unreachable_failure,
     verifier_network_label,
 )
-from agentmeter.runner.tasksandbox import GATEWAY_PORT, sandbox_spec, staged_early
+from agentmeter.runner.tasksandbox import (
+    GATEWAY_PORT,
+    phase_networks,
+    sandbox_spec,
+    staged_early,
+)
 from agentmeter.runner.verification import InfraError, TrialVerification
+from agentmeter.sandbox.netswitch import set_network
 from agentmeter.sandbox.protocol import Sandbox, SandboxBackend
 from agentmeter.sandbox.spec import AGENT_GID, AGENT_UID, AGENT_USER, ExecResult, SandboxError
 from agentmeter.store import leases
@@ -123,10 +129,13 @@ class TrialRunner(TrialVerification):
         meter: TrialMeter | None = None
         token_open = False
         side = sidecars.Sidecars()
+        switch = phase_networks(self.task)  # the verifier's network differs from the agent's
         try:
             t0 = time.monotonic()
             try:
                 sandbox = await self.ctx.backend.start(sandbox_spec(self.task, self.agent, self.ctx.gateway))
+                if switch is not None:  # the agent phase's network before anything runs
+                    await set_network(sandbox, *switch[0])
                 if self.task.agent_user is None:  # agentmeter's account: the workdir is its
                     await sandbox.exec(["chown", "-R", f"{AGENT_UID}:{AGENT_GID}", sandbox.workdir],
                                        user="root")
@@ -166,6 +175,11 @@ class TrialRunner(TrialVerification):
             except SandboxError as e:
                 raise InfraError(f"ending the agent's processes: {e}") from e
             self._note_blocked("the agent", sandbox)
+            if switch is not None:  # the shared verifier's own network from here on
+                try:
+                    await set_network(sandbox, *switch[1])
+                except SandboxError as e:
+                    raise InfraError(f"switching to the verifier's network: {e}") from e
             await self._save_diff(sandbox, snapshot)  # of a tree nothing of the agent changes
             # Harbor's order: collect hooks, then artifacts, then the verifier
             hook_problems = await hooks.collect(sandbox, self.task.collect, side.boxes)

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from agentmeter.sandbox import accounts, copyout, dockeruserns, fsnames
+from agentmeter.sandbox import accounts, copyout, dockeruserns, fsnames, netswitch
 from agentmeter.sandbox.bridge import BridgeProcess
 from agentmeter.sandbox.dockercli import docker
 from agentmeter.sandbox.dockerkill import KILL_MARKED, kill_marked_on_host
@@ -43,6 +43,7 @@ from agentmeter.sandbox.spec import (
     ExecResult,
     FsDiff,
     FsSnapshot,
+    NetworkPolicy,
     SandboxError,
     SandboxSpec,
 )
@@ -85,6 +86,8 @@ class DockerSandbox(SandboxFiles):
         self.network = SandboxNetwork()  # the proxy, if any (netsetup.py)
         self._stopped = False
         self._init_pid: int | None = None
+        #: on docker's bridge network now (spec.network "full", until set_network takes it away)
+        self._bridged = spec.network == "full"
         #: who the exec user 'agent' is (resolved at start: accounts.py)
         self.account = accounts.SANDBOX_ACCOUNT
 
@@ -173,6 +176,22 @@ class DockerSandbox(SandboxFiles):
             self._init_pid = int((await docker("inspect", "-f", "{{.State.Pid}}",
                                                self.id)).stdout)
         return self._init_pid
+
+    async def set_network(self, network: NetworkPolicy, allowed_hosts: tuple[str, ...] = ()) -> None:
+        """Another phase's network (netswitch.py): the proxy's policy, and the container's
+        ``bridge`` network disconnected (the namespace left with its loopback only) or
+        connected again (the host's fence is the namespace's and stays)."""
+        netswitch.check(self.spec, network, allowed_hosts)
+        self.network.switch(self.spec, network, allowed_hosts)
+        if self.spec.network != "full":
+            return
+        if network != "full" and self._bridged:
+            await docker("network", "disconnect", "--force", "bridge", self.id)
+            self._bridged = False
+            await netswitch.only_loopback(await self.init_pid())
+        elif network == "full" and not self._bridged:
+            await docker("network", "connect", "bridge", self.id)
+            self._bridged = True
 
     async def kill_user_processes(self, user: str) -> int:
         """Kill every process of ``user`` from the host: the container is frozen first (cgroup

@@ -54,7 +54,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agentmeter.notices import notice
-from agentmeter.sandbox import accounts, cgroups, idmap, local_dirs, rootfs, seccomp, zygote
+from agentmeter.sandbox import accounts, cgroups, idmap, local_dirs, netswitch, rootfs, seccomp, zygote
 from agentmeter.sandbox.bridge import start_bridge
 from agentmeter.sandbox.fileops import WRITE_SCRIPT, SandboxFiles, copy_in_archive
 from agentmeter.sandbox.fsdiff import diff_host_tree, snapshot_host_tree
@@ -77,6 +77,7 @@ from agentmeter.sandbox.protocol import DEFAULT_IGNORE, OutputCallback
 from agentmeter.sandbox.spec import (
     FsDiff,
     FsSnapshot,
+    NetworkPolicy,
     SandboxError,
     SandboxSpec,
 )
@@ -135,6 +136,21 @@ class LocalSandbox(ExecSandbox, SandboxFiles):
             raise SandboxError(f"USER {value!r}: ids above {idmap.SHIFT_SIZE - 1} cannot be "
                                "mapped into a local sandbox")
         self.account = acct
+
+    async def set_network(self, network: NetworkPolicy, allowed_hosts: tuple[str, ...] = ()) -> None:
+        """Another phase's network (netswitch.py): the proxy's policy, and pasta stopped (the
+        namespace left with its loopback only) or started again and the host fenced off."""
+        netswitch.check(self.spec, network, allowed_hosts)
+        assert self._keeper is not None
+        self.network.switch(self.spec, network, allowed_hosts)
+        if network != "full" and self._pasta is not None:
+            pasta, self._pasta = self._pasta, None
+            await asyncio.to_thread(pasta.stop)
+            await netswitch.only_loopback(self._keeper.pid)
+        elif network == "full" and self._pasta is None:
+            self._pasta = await asyncio.to_thread(start_pasta, self._keeper.pid, self.dir,
+                                                  self._rootless)
+            await asyncio.to_thread(fence_host, self._keeper.pid, enter_userns=self._rootless)
 
     async def stop(self, *, keep_upper: Path | None = None) -> None:
         """Stop everything and delete the sandbox's files; ``keep_upper`` (layer builds) moves

@@ -14,6 +14,10 @@
   once, but each retries a failed download with back-off (pip ~8 s, apt ~8 s per run), which is
   all a command that needs the network would wait for.
 
+- ``network_switch`` (a sandbox whose network changes between phases: :func:`switch_phase`):
+  the proxy whatever the network, so that every phase has it; a "none" phase's policy admits
+  no host.
+
 The task's own environment variables win over these.
 
 A full-network sandbox is fenced off the host (:func:`fence_host`): in its network namespace
@@ -39,7 +43,13 @@ from agentmeter.sandbox.hostaddr import fence_addresses
 from agentmeter.sandbox.hostpolicy import HostPolicy
 from agentmeter.sandbox.pkgcache import PackageCache
 from agentmeter.sandbox.proxy import PROXY_PORT, SandboxProxy, sandbox_env
-from agentmeter.sandbox.spec import ExposedSocket, Mount, SandboxError, SandboxSpec
+from agentmeter.sandbox.spec import (
+    ExposedSocket,
+    Mount,
+    NetworkPolicy,
+    SandboxError,
+    SandboxSpec,
+)
 
 #: where the apt configuration file appears inside a sandbox (named by APT_CONFIG)
 APT_CONF_TARGET = "/etc/agentmeter-apt.conf"
@@ -57,6 +67,16 @@ class SandboxNetwork:
         """The hosts its proxy refused or could not reach ("host:port" -> why; proxy.py), kept
         after ``stop``."""
         return dict(self.proxy.blocked) if self.proxy is not None else dict(self._blocked)
+
+    def switch(self, spec: SandboxSpec, network: NetworkPolicy,
+               allowed_hosts: tuple[str, ...]) -> None:
+        """Give the proxy another phase's policy (``network``: "full" is public mode, "none" an
+        allowlist of no host), ending every connection it carries (proxy.py ``set_policy``).
+        Only a sandbox started with ``spec.network_switch`` has a proxy whatever its phase."""
+        if self.proxy is None:
+            raise SandboxError("network: this sandbox was started without a network switch "
+                               "(SandboxSpec.network_switch), so its network cannot change")
+        self.proxy.set_policy(_policy(spec, network, allowed_hosts))
 
     async def stop(self) -> None:
         if self.proxy is not None:
@@ -90,16 +110,15 @@ def label(spec: SandboxSpec) -> str:
 async def start_network(spec: SandboxSpec) -> tuple[SandboxSpec, SandboxNetwork]:
     """Start what ``spec``'s network needs; the spec with the sockets, mounts and environment
     it adds (the caller starts the sandbox from that one)."""
-    uses_proxy = spec.network == "allowlist" or (spec.network == "full" and spec.net_extras)
+    uses_proxy = (spec.network == "allowlist" or (spec.network == "full" and spec.net_extras)
+                  or spec.network_switch)
     if not uses_proxy:
         if spec.network == "none" and spec.net_extras:
             conf = _apt_conf('Acquire::Retries "0";\n')
             return _extended(spec, {**_NO_RETRIES, "APT_CONFIG": APT_CONF_TARGET}, (), conf), \
                 SandboxNetwork()
         return spec, SandboxNetwork()
-    policy = HostPolicy(spec.allowed_hosts if spec.network == "allowlist" else None,
-                        host_network=spec.allow_host_network and spec.network == "allowlist")
-    proxy = SandboxProxy(policy, cache=PackageCache())
+    proxy = SandboxProxy(_policy(spec, spec.network, spec.allowed_hosts), cache=PackageCache())
     await proxy.start()
     try:
         env = sandbox_env(PROXY_PORT)
@@ -112,6 +131,15 @@ async def start_network(spec: SandboxSpec) -> tuple[SandboxSpec, SandboxNetwork]
         with contextlib.suppress(Exception):
             await proxy.stop()
         raise
+
+
+def _policy(spec: SandboxSpec, network: NetworkPolicy, hosts: tuple[str, ...]) -> HostPolicy:
+    """The proxy's policy for a network: "full" public mode, "allowlist" its hosts, "none" no
+    host at all."""
+    if network == "full":
+        return HostPolicy(None)
+    return HostPolicy(hosts if network == "allowlist" else (),
+                      host_network=spec.allow_host_network and network == "allowlist")
 
 
 def _extended(spec: SandboxSpec, env: dict[str, str], sockets: tuple[ExposedSocket, ...],

@@ -161,6 +161,17 @@ class SandboxProxy:
             with contextlib.suppress(OSError):
                 os.rmdir(self._dir)
 
+    def set_policy(self, policy: HostPolicy) -> int:
+        """Another phase's policy (a sandbox whose network is switched between phases:
+        netsetup.py): every client connection open now (tunnels, relays, kept-alive
+        connections admitted under the old policy) is ended, so nothing a process of the earlier
+        phase still holds reaches a host the new policy refuses; returns how many were."""
+        self.policy = policy
+        ended = [t for t in self._clients if t is not asyncio.current_task()]
+        for t in ended:
+            t.cancel()
+        return len(ended)
+
     def _refuse(self, host: str, port: int, why: str) -> Refused:
         network = self.policy.describe()
         log.warning("proxy refused %s:%s: %s (network %s)", host, port, why, network)
@@ -287,9 +298,11 @@ class SandboxProxy:
         if not host or port is None:
             raise Refused(400, f"CONNECT needs host:port, not {target[:100]!r}")
         up_r, up_w = await self.open(host, port)
-        await _send_head(writer, 200, "Connection Established", {})
-        await asyncio.gather(_pipe(reader, up_w), _pipe(up_r, writer))
-        up_w.close()
+        try:  # closed also when the tunnel is ended (stop, set_policy)
+            await _send_head(writer, 200, "Connection Established", {})
+            await asyncio.gather(_pipe(reader, up_w), _pipe(up_r, writer))
+        finally:
+            up_w.close()
 
     async def _http(self, method: str, target: str, headers: list[tuple[str, str]],
                     reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
@@ -325,9 +338,11 @@ class SandboxProxy:
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         kept = [(k, v) for k, v in headers if k.lower() not in _HOP or k.lower() == "transfer-encoding"]
         lines = [f"{method} {path} HTTP/1.1", *(f"{k}: {v}" for k, v in kept), "Connection: close"]
-        up_w.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", errors="replace"))
-        await asyncio.gather(_pipe(reader, up_w), _pipe(up_r, writer))
-        up_w.close()
+        try:  # closed also when the relay is ended (stop, set_policy)
+            up_w.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", errors="replace"))
+            await asyncio.gather(_pipe(reader, up_w), _pipe(up_r, writer))
+        finally:
+            up_w.close()
 
     async def _cached(self, url: str, kind: Kind, head: bool, headers: list[tuple[str, str]],
                       writer: asyncio.StreamWriter, *, sha256: str | None = None) -> bool:

@@ -175,6 +175,11 @@ class SandboxSpec(_Frozen):
     #: a trial's network extras (netsetup.py): with network, apt and pip go through the
     #: harness's proxy and its package cache; without, they fail at once instead of retrying
     net_extras: bool = False
+    #: the network changes between phases (sandbox/netswitch.py: a shared verifier's own, as
+    #: Harbor switches it): ``network`` is the widest any phase has ("full" when one is public,
+    #: else "allowlist"), the harness's proxy runs whatever the phase, and the runner gives
+    #: the sandbox its first phase's network before anything of the task runs
+    network_switch: bool = False
     exposed_sockets: tuple[ExposedSocket, ...] = ()
     hostname: str = "sandbox"
     #: the id of a running sandbox of the same backend whose network namespace this one joins

@@ -144,6 +144,16 @@ class SeparateVerifier(BaseModel):
     network_default: bool = False
 
 
+class PhaseNetwork(BaseModel):
+    """One phase's network: public (``allow_internet``), an allowlist (its hosts, through the
+    harness's proxy), else none."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    allow_internet: bool = False
+    allowed_hosts: tuple[str, ...] = ()
+
+
 class Budgets(BaseModel):
     """Per-trial budgets the gateway enforces; ``None`` means unlimited."""
 
@@ -210,7 +220,7 @@ class Task(BaseModel):
     cpus: float | None = None
     memory_mb: int | None = None
     storage_mb: int | None = None
-    #: the sandbox's network while the agent and the verifier run (one policy for both phases)
+    #: the sandbox's network while the agent runs (and the verifier, unless ``verifier_network``)
     allow_internet: bool = False
     #: checked after the sandbox starts, before the agent (Harbor ``environment.healthcheck``)
     healthcheck: Healthcheck | None = None
@@ -222,6 +232,11 @@ class Task(BaseModel):
     #: the task states no network: it has the run's ``--network-default`` (runner/session.py),
     #: Harbor's default (public) unless the run says ``none``
     network_default: bool = False
+    #: the network of a verifier that shares the agent's sandbox when the task states one for
+    #: it (its ``network_mode``, or an ``[environment]`` baseline the agent's overrides): the
+    #: sandbox's network is switched to it before the verifier runs, as Harbor does
+    #: (sandbox/netswitch.py); None: the verifier has the agent's
+    verifier_network: PhaseNetwork | None = None
     #: exact allowed_hosts entries may reach the host's own or internal addresses: set by a run
     #: with --allow-host-network (runner/session.py), never by a task
     host_network: bool = False

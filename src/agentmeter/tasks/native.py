@@ -17,8 +17,9 @@ Phases: the agent (and the oracle) runs as Harbor runs it: as ``agent.user`` (a 
 uid[:gid] of the image), else as the image's final ``USER``, else as root -- the sandbox's root,
 unprivileged outside (docs/security.md); agentmeter's own ``agent.sandbox_account = true`` (its
 built-in suites) runs it as agentmeter's unprivileged account, uid 1000. ``verifier.user`` may be
-``root`` (default) or ``agent``; both phases share one sandbox and so one network policy, and
-per-phase networks that differ are refused.
+``root`` (default) or ``agent``; both phases share one sandbox, whose network is switched
+between them when the verifier's differs from the agent's (``Task.verifier_network``, as Harbor
+switches it: sandbox/netswitch.py).
 ``build_timeout_sec`` bounds the environment build; ``artifacts`` are copied out after the trial.
 
 ``environment.docker_image`` names a prebuilt image, used as Harbor does (see
@@ -45,6 +46,7 @@ from agentmeter.tasks.models import (
     CollectHook,
     Healthcheck,
     McpServer,
+    PhaseNetwork,
     SandboxUser,
     SeparateVerifier,
     Task,
@@ -54,6 +56,7 @@ from agentmeter.tasks.models import (
 )
 from agentmeter.tasks.phases import (
     network_stated,
+    phase_network,
     sandbox_network,
     separate_verifier,
     stated_mode,
@@ -131,6 +134,19 @@ def _separate(config: TaskToml, directory: Path) -> SeparateVerifier | None:
         origin=f"{directory / TASK_TOML}: verifier.environment",
         allow_internet=mode == "public", allowed_hosts=hosts if mode == "allowlist" else (),
         network_default=not verifier_network_stated(config, config.verifier, venv))
+
+
+def _shared_verifier_network(config: TaskToml) -> PhaseNetwork | None:
+    """The network of a verifier sharing the agent's sandbox (``Task.verifier_network``), when
+    the task states one for it or it differs from the agent's; a scenario's steps share one
+    network (toml_checks.py)."""
+    if separate_verifier(config) or config.steps:
+        return None
+    mode, hosts = phase_network(config, config.verifier)
+    if stated_mode(config.verifier) is None and (mode, hosts) == sandbox_network(config):
+        return None
+    return PhaseNetwork(allow_internet=mode == "public",
+                        allowed_hosts=hosts if mode == "allowlist" else ())
 
 
 def link_out(path: Path, root: Path) -> TaskProblem | None:
@@ -369,6 +385,7 @@ def build_task(directory: Path, config: TaskToml, instruction: str, dockerfile: 
         healthcheck=_healthcheck(config),
         collect=_collect(config),
         separate_verifier=_separate(config, directory),
+        verifier_network=_shared_verifier_network(config),
         metadata_extra=dict(meta.model_extra or {}),
         loader_notes=(*ignored_notices(config, directory / TASK_TOML),
                       *compose_problems(directory / "environment")[1]),

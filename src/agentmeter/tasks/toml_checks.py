@@ -1,7 +1,7 @@
 """The checks of a ``task.toml`` beyond its types (``read_task_toml`` runs them): what
-agentmeter cannot honour is refused by key (GPUs, TPUs, Windows; per-phase users and networks one
-sandbox cannot give; a scenario's steps that would need another sandbox), and what it ignores is
-noticed by key."""
+agentmeter cannot honour is refused by key (GPUs, TPUs, Windows; per-phase users one sandbox
+cannot give; a scenario's steps whose networks differ, or that would need another sandbox), and
+what it ignores is noticed by key."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from agentmeter.tasks.phases import (
     Network,
     phase_network,
     sandbox_network,
-    separate_verifier,
     stated_mode,
     step_agent_network,
     step_separate,
@@ -94,17 +93,8 @@ def phase_problems(config: TaskToml, file: Path) -> list[TaskProblem]:
     if verifier_user is not None and verifier_user not in ROOT_USERS | AGENT_USERS:
         problems.append(TaskProblem(file, f"{config.verifier.user!r}: sandboxes provide the users "
                                     "'agent' (1000) and 'root' (0) only", "verifier.user"))
-    agent_net = phase_network(config, config.agent)
-    verifier_net = phase_network(config, config.verifier)
-    if agent_net != verifier_net and not separate_verifier(config) and not config.steps:
-        # (a multi-step task's phases are its steps': _step_network_problems)
-        def name(net: Network) -> str:
-            return net[0] + (f" {list(net[1])}" if net[1] else "")
-        problems.append(TaskProblem(
-            file, f"the verifier's network ({name(verifier_net)}) differs from the agent's "
-            f"({name(agent_net)}): agentmeter runs both phases in one sandbox with one network "
-            "policy that cannot change after it starts, so the task is not run (as Harbor "
-            "refuses it on providers without dynamic network policies)", "verifier.network_mode"))
+    # a verifier sharing the sandbox may have a network of its own: the sandbox's is switched
+    # between the phases (Task.verifier_network, sandbox/netswitch.py)
     for section in ("environment", "agent", "verifier"):
         part = getattr(config, section)
         if part.allowed_hosts and part.network_mode not in (None, "allowlist"):

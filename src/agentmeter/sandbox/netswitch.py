@@ -1,0 +1,87 @@
+"""A sandbox's network switched between phases, as Harbor switches it: the agent phase has its
+network, a verifier sharing the sandbox then has its own (``SandboxSpec.network_switch``; the
+runner calls :func:`set_network` before each phase: runner/trial.py).
+
+A switch is real isolation, not a changed environment variable: whatever an earlier phase left
+running (a process of root the agent detached, a connection it holds) has only the new phase's
+network afterwards.
+
+- **The harness's proxy** (proxy.py), which a switchable sandbox has in every phase, takes the
+  new phase's policy (public mode, its allowlist, or no host for "none") and ends every
+  connection it carries (tunnels, relays, kept-alive clients admitted under the old policy).
+- **The direct path** of a public phase: on the local backend pasta (pasta.py), which is
+  stopped for a phase without public network (its tap device, routes and host-side sockets go
+  with it: the namespace has only its loopback, checked) and started again, and the namespace
+  fenced off the host again (netsetup.fence_host), for a public one; on the docker backend the
+  container's ``bridge`` network, disconnected and connected again (``docker network
+  disconnect/connect``; the fence's rules belong to the namespace and stay).
+
+A sandbox may not widen past the network it was started with (``spec.network``: the widest of
+its phases). A backend whose sandboxes have no ``set_network`` method cannot switch:
+:func:`set_network` refuses (SandboxError) rather than run a phase on another phase's network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from agentmeter.sandbox.spec import NetworkPolicy, SandboxError, SandboxSpec
+
+#: the order of networks from narrowest to widest (a sandbox may not widen past its spec's)
+_WIDTH = {"none": 0, "allowlist": 1, "full": 2}
+
+
+def label(network: NetworkPolicy, allowed_hosts: tuple[str, ...]) -> str:
+    if network == "full":
+        return "public"
+    if network == "allowlist" and allowed_hosts:
+        return "allowlist: " + ", ".join(allowed_hosts)
+    return "no-network"
+
+
+def check(spec: SandboxSpec, network: NetworkPolicy, allowed_hosts: tuple[str, ...]) -> None:
+    """Refuse a switch the sandbox cannot make (SandboxError)."""
+    if not spec.network_switch:
+        raise SandboxError("network: this sandbox was started without a network switch "
+                           "(SandboxSpec.network_switch), so its network cannot change")
+    if allowed_hosts and network != "allowlist":
+        raise SandboxError(f"network: allowed hosts need network 'allowlist', not {network!r}")
+    if _WIDTH[network] > _WIDTH[spec.network]:
+        raise SandboxError(f"network: a sandbox started with network {spec.network!r} cannot "
+                           f"switch to {network!r}")
+
+
+def interfaces(pid: int) -> list[str]:
+    """The network interfaces of the namespace of ``pid`` (``/proc/PID/net/dev``)."""
+    lines = Path(f"/proc/{pid}/net/dev").read_text().splitlines()[2:]
+    return [ln.split(":", 1)[0].strip() for ln in lines if ":" in ln]
+
+
+async def only_loopback(pid: int, timeout: float = 5.0) -> None:
+    """Wait until the namespace of ``pid`` has no interface but ``lo`` (a tap device goes
+    once its last descriptor is closed); SandboxError if one is still there."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        left = [i for i in await asyncio.to_thread(interfaces, pid) if i != "lo"]
+        if not left:
+            return
+        if loop.time() > deadline:
+            raise SandboxError(f"network: the sandbox still has {', '.join(left)} after its "
+                               "direct network was taken away")
+        await asyncio.sleep(0.01)
+
+
+async def set_network(sandbox: object, network: NetworkPolicy,
+                      allowed_hosts: tuple[str, ...] = ()) -> None:
+    """Give ``sandbox`` the network of its next phase (its ``set_network``); a sandbox of a
+    backend that cannot switch (no such method) is refused: SandboxError."""
+    switch: Callable[[NetworkPolicy, tuple[str, ...]], Awaitable[None]] | None = \
+        getattr(sandbox, "set_network", None)
+    if switch is None:
+        raise SandboxError(f"network: the {type(sandbox).__name__} backend cannot switch a "
+                           "sandbox's network between phases (a task whose shared verifier "
+                           "has a network of its own needs the local or docker backend)")
+    await switch(network, allowed_hosts)
