@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from agentmeter.records import TaskRecord
+from agentmeter.runner.network import network_label, verifier_network_label
 from agentmeter.tasks.errors import TaskError
 from agentmeter.tasks.models import task_digest
 from agentmeter.tasks.suite import (
@@ -600,8 +601,9 @@ def test_network_modes_resolve_as_harbor_resolves_them(tmp_path: Path) -> None:
     task = load_task(task_dir)
     assert (task.allow_internet, task.allowed_hosts) == (False, ())
     toml.write_text(original.replace("[verifier]\n", '[verifier]\nnetwork_mode = "public"\n'))
-    with pytest.raises(TaskError, match=r"verifier\.network_mode: the verifier's network \(public\)"):
-        load_task(task_dir)
+    task = load_task(task_dir)  # the verifier's own network: the sandbox's switched to it
+    assert task.verifier_network is not None and task.verifier_network.allow_internet
+    assert verifier_network_label(task) == "public" != network_label(task)
     with_env('network_mode = "public"\nallowed_hosts = ["a.test"]')
     with pytest.raises(TaskError, match=r"environment\.allowed_hosts"):
         load_task(task_dir)

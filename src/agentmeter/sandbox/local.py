@@ -86,6 +86,9 @@ from agentmeter.sandbox.spec import (
 class LocalSandbox(ExecSandbox, SandboxFiles):
     """A running local sandbox (see module docstring)."""
 
+    #: the gateway routes pasta had, while it is stopped (set_network: netswitch.py)
+    _routes: list[tuple[str, str]] = []
+
     # -- lifecycle -----------------------------------------------------------------------
 
     @property
@@ -143,14 +146,17 @@ class LocalSandbox(ExecSandbox, SandboxFiles):
         netswitch.check(self.spec, network, allowed_hosts)
         assert self._keeper is not None
         self.network.switch(self.spec, network, allowed_hosts)
+        pid = self._keeper.pid
         if network != "full" and self._pasta is not None:
+            self._routes = await asyncio.to_thread(netswitch.gateway_routes, pid, self._rootless)
             pasta, self._pasta = self._pasta, None
             await asyncio.to_thread(pasta.stop)
-            await netswitch.only_loopback(self._keeper.pid)
+            await netswitch.only_loopback(pid)
         elif network == "full" and self._pasta is None:
-            self._pasta = await asyncio.to_thread(start_pasta, self._keeper.pid, self.dir,
-                                                  self._rootless)
-            await asyncio.to_thread(fence_host, self._keeper.pid, enter_userns=self._rootless)
+            self._pasta = await asyncio.to_thread(start_pasta, pid, self.dir, self._rootless)
+            await netswitch.configured(pid)
+            await asyncio.to_thread(fence_host, pid, enter_userns=self._rootless)
+            await asyncio.to_thread(netswitch.restore_routes, pid, self._rootless, self._routes)
 
     async def stop(self, *, keep_upper: Path | None = None) -> None:
         """Stop everything and delete the sandbox's files; ``keep_upper`` (layer builds) moves

@@ -24,6 +24,7 @@ its phases). A backend whose sandboxes have no ``set_network`` method cannot swi
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -71,6 +72,51 @@ async def only_loopback(pid: int, timeout: float = 5.0) -> None:
         if loop.time() > deadline:
             raise SandboxError(f"network: the sandbox still has {', '.join(left)} after its "
                                "direct network was taken away")
+        await asyncio.sleep(0.01)
+
+
+def _in_netns(pid: int, rootless: bool, script: str, *args: str) -> str:
+    cmd = ["nsenter", "-t", str(pid)]
+    if rootless:
+        cmd += ["-U", "--preserve-credentials"]
+    r = subprocess.run([*cmd, "-n", "sh", "-c", script, "sh", *args], capture_output=True,
+                       text=True, timeout=30)
+    if r.returncode != 0:
+        raise SandboxError(f"network: {r.stderr.strip() or 'ip failed'}")
+    return r.stdout
+
+
+def gateway_routes(pid: int, rootless: bool) -> list[tuple[str, str]]:
+    """The routes through a gateway in the namespace of ``pid`` (family, ``ip route`` line),
+    kept when pasta is stopped: pasta started again cannot add them once the namespace is fenced
+    (netsetup.fence_host prohibits the host's gateway, which pasta's copy of it shares, so the
+    kernel finds the gateway unreachable); :func:`restore_routes` adds them ``onlink``."""
+    out = _in_netns(pid, rootless, "ip -4 route show; echo --; ip -6 route show")
+    v4, _, v6 = out.partition("--\n")
+    return [(fam, ln.strip()) for fam, text in (("-4", v4), ("-6", v6))
+            for ln in text.splitlines() if " via " in f" {ln} "]
+
+
+def restore_routes(pid: int, rootless: bool, routes: list[tuple[str, str]]) -> None:
+    """Add again the gateway routes :func:`gateway_routes` kept (``onlink``: the fence's rules
+    stay)."""
+    script = "\n".join(f"ip {fam} route replace {line} onlink" for fam, line in routes)
+    if script:
+        _in_netns(pid, rootless, script)
+
+
+async def configured(pid: int, timeout: float = 10.0) -> None:
+    """Wait until a pasta started again has configured its interface in the namespace of
+    ``pid`` (an IPv4 route through a device other than ``lo``): it says it is ready before."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    route = Path(f"/proc/{pid}/net/route")
+    while True:
+        lines = (await asyncio.to_thread(route.read_text)).splitlines()[1:]
+        if any(ln.split()[0] != "lo" for ln in lines if ln.split()):
+            return
+        if loop.time() > deadline:
+            raise SandboxError("network: pasta did not configure the sandbox's interface again")
         await asyncio.sleep(0.01)
 
 
