@@ -7,14 +7,17 @@ network (network-policy-matrix/dynamic e-a-diff, e-v-diff, shared-allowlist)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from docker_fixtures import docker_backend_fixture, docker_daemon_fixture  # noqa: F401
 from taskgen import make_task
 
 from agentmeter.runner.network import network_label, verifier_network_label
@@ -22,6 +25,7 @@ from agentmeter.runner.tasksandbox import phase_networks
 from agentmeter.sandbox.hostpolicy import HostPolicy
 from agentmeter.sandbox.local import LocalBackend
 from agentmeter.sandbox.netswitch import set_network
+from agentmeter.sandbox.protocol import SandboxBackend
 from agentmeter.sandbox.proxy import PROXY_PORT, REFUSED_REASON, SandboxProxy
 from agentmeter.sandbox.spec import SandboxError, SandboxSpec
 from agentmeter.tasks.suite import load_task
@@ -119,47 +123,71 @@ async def _lines(sb: object, user: str = "root") -> int:
     return int(r.stdout.strip() or 0)
 
 
+async def _prove_switch(sb: Any, host_ip: str, far_ip: str, port: int) -> None:
+    """Public, then no network, then public again, on a sandbox started public and switchable."""
+    # a process of the agent phase (public), still running, holds a connection
+    holder = asyncio.ensure_future(sb.exec(["bash", "-c", HOLDER, far_ip, str(port)],
+                                           user="root", timeout=60))
+    try:
+        await _switches(sb, host_ip, far_ip, port)
+    finally:
+        holder.cancel()
+        with contextlib.suppress(BaseException):
+            await holder
+
+
+async def _switches(sb: Any, host_ip: str, far_ip: str, port: int) -> None:
+    for _ in range(100):
+        if await _lines(sb) >= 2:
+            break
+        await asyncio.sleep(0.05)
+    assert await _lines(sb) >= 2, "the agent phase's connection never carried anything"
+    await sb.set_network("none")
+    route = (await sb.exec(["cat", "/proc/net/route"])).stdout
+    assert route.splitlines()[1:] == [], f"a route out is left: {route}"
+    before = await _lines(sb)
+    fresh = (await sb.exec(["bash", "-c", FRESH, far_ip, str(port)])).stdout.strip()
+    assert fresh == "unreachable", fresh
+    await asyncio.sleep(1.0)
+    assert await _lines(sb) == before, "the earlier phase's connection still carries traffic"
+    # its proxy now refuses every host
+    ask = (f'exec 3<>/dev/tcp/127.0.0.1/{PROXY_PORT}; printf "CONNECT {far_ip}:{port} '
+           'HTTP/1.1\\r\\n\\r\\n" >&3; head -1 <&3')
+    assert REFUSED_REASON in (await sb.exec(["bash", "-c", ask])).stdout
+    # public again: the outside reachable, the host's own address still fenced off
+    await sb.set_network("full")
+    fresh = (await sb.exec(["bash", "-c", FRESH, far_ip, str(port)])).stdout.strip()
+    assert fresh == "fresh", fresh
+    async def hello(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        w.write(b"the host\n")
+        await w.drain()
+        w.close()
+    host_service = await asyncio.start_server(hello, host_ip, 0)
+    host_port = host_service.sockets[0].getsockname()[1]
+    fenced = (await sb.exec(["bash", "-c", FRESH, host_ip, str(host_port)])).stdout.strip()
+    host_service.close()
+    assert fenced == "unreachable", fenced
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="a stand-in for the internet needs root")
 async def test_local_switch_takes_the_direct_path_and_its_connections_away(
         local_backend: LocalBackend, outside_echo: tuple[str, str, int]) -> None:
-    host_ip, far_ip, port = outside_echo
     sb = await local_backend.start(SandboxSpec(network="full", network_switch=True,
                                                net_extras=True))
     try:
-        # a process of the agent phase (public), still running, holds a connection
-        holder = asyncio.ensure_future(sb.exec(["bash", "-c", HOLDER, far_ip, str(port)],
-                                               user="root", timeout=60))
-        for _ in range(100):
-            if await _lines(sb) >= 2:
-                break
-            await asyncio.sleep(0.05)
-        assert await _lines(sb) >= 2, "the agent phase's connection never carried anything"
-        await sb.set_network("none")
-        dev = (await sb.exec(["cat", "/proc/net/dev"])).stdout
-        assert [ln.split(":")[0].strip() for ln in dev.splitlines()[2:]] == ["lo"], dev
-        before = await _lines(sb)
-        fresh = (await sb.exec(["bash", "-c", FRESH, far_ip, str(port)])).stdout.strip()
-        assert fresh == "unreachable", fresh
-        await asyncio.sleep(1.0)
-        assert await _lines(sb) == before, "the earlier phase's connection still carries traffic"
-        # its proxy now refuses every host
-        ask = (f'exec 3<>/dev/tcp/127.0.0.1/{PROXY_PORT}; printf "CONNECT {far_ip}:{port} '
-               'HTTP/1.1\\r\\n\\r\\n" >&3; head -1 <&3')
-        assert REFUSED_REASON in (await sb.exec(["bash", "-c", ask])).stdout
-        # public again: the outside reachable, the host's own address still fenced off
-        await sb.set_network("full")
-        fresh = (await sb.exec(["bash", "-c", FRESH, far_ip, str(port)])).stdout.strip()
-        assert fresh == "fresh", fresh
-        async def hello(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-            w.write(b"the host\n")
-            await w.drain()
-            w.close()
-        host_service = await asyncio.start_server(hello, host_ip, 0)
-        host_port = host_service.sockets[0].getsockname()[1]
-        fenced = (await sb.exec(["bash", "-c", FRESH, host_ip, str(host_port)])).stdout.strip()
-        host_service.close()
-        assert fenced == "unreachable", fenced
-        holder.cancel()
+        await _prove_switch(sb, *outside_echo)
+    finally:
+        await sb.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="a stand-in for the internet needs root")
+async def test_docker_switch_takes_the_bridge_and_its_connections_away(
+        docker_backend: SandboxBackend, outside_echo: tuple[str, str, int]) -> None:
+    sb = await docker_backend.start(SandboxSpec(network="full", network_switch=True,
+                                                net_extras=True))
+    try:
+        await _prove_switch(sb, *outside_echo)
     finally:
         await sb.stop()
 

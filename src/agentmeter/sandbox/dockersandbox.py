@@ -86,8 +86,9 @@ class DockerSandbox(SandboxFiles):
         self.network = SandboxNetwork()  # the proxy, if any (netsetup.py)
         self._stopped = False
         self._init_pid: int | None = None
-        #: on docker's bridge network now (spec.network "full", until set_network takes it away)
-        self._bridged = spec.network == "full"
+        #: the interfaces set_network took down, and their gateway routes (netswitch.py)
+        self._down: list[str] = []
+        self._routes: list[tuple[str, str]] = []
         #: who the exec user 'agent' is (resolved at start: accounts.py)
         self.account = accounts.SANDBOX_ACCOUNT
 
@@ -179,19 +180,25 @@ class DockerSandbox(SandboxFiles):
 
     async def set_network(self, network: NetworkPolicy, allowed_hosts: tuple[str, ...] = ()) -> None:
         """Another phase's network (netswitch.py): the proxy's policy, and the container's
-        ``bridge`` network disconnected (the namespace left with its loopback only) or
-        connected again (the host's fence is the namespace's and stays)."""
+        interfaces on docker's bridge taken down from the host (no route, no packet in or out
+        but its loopback) or up again with their gateway routes (the host's fence is the
+        namespace's and stays). ``docker network disconnect`` would do, but ``connect`` cannot
+        add the gateway route again once the fence prohibits the gateway (docker0, the host's)."""
         netswitch.check(self.spec, network, allowed_hosts)
         self.network.switch(self.spec, network, allowed_hosts)
         if self.spec.network != "full":
             return
-        if network != "full" and self._bridged:
-            await docker("network", "disconnect", "--force", "bridge", self.id)
-            self._bridged = False
-            await netswitch.only_loopback(await self.init_pid())
-        elif network == "full" and not self._bridged:
-            await docker("network", "connect", "bridge", self.id)
-            self._bridged = True
+        if os.geteuid() != 0:  # as for the fence (docker.py: _fence)
+            raise SandboxError("docker: not root, so a container's network cannot be switched "
+                               "between phases")
+        pid = await self.init_pid()
+        if network != "full" and not self._down:
+            self._routes = await asyncio.to_thread(netswitch.gateway_routes, pid, False)
+            self._down = await asyncio.to_thread(netswitch.links_down, pid)
+        elif network == "full" and self._down:
+            await asyncio.to_thread(netswitch.links_up, pid, self._down)
+            self._down = []
+            await asyncio.to_thread(netswitch.restore_routes, pid, False, self._routes)
 
     async def kill_user_processes(self, user: str) -> int:
         """Kill every process of ``user`` from the host: the container is frozen first (cgroup

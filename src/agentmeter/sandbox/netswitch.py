@@ -105,6 +105,24 @@ def restore_routes(pid: int, rootless: bool, routes: list[tuple[str, str]]) -> N
         _in_netns(pid, rootless, script)
 
 
+def links_down(pid: int) -> list[str]:
+    """Take every interface but ``lo`` of the namespace of ``pid`` down (from the host: the
+    sandbox's root has no CAP_NET_ADMIN over it), its routes with it; the names, and a check
+    that none is up any more."""
+    names = [i for i in interfaces(pid) if i != "lo"]
+    out = _in_netns(pid, False, 'for i in "$@"; do ip link set dev "$i" down || exit 1; done; '
+                    "ip -o link show up", *names)
+    up = [ln.split(":")[1].strip().split("@")[0] for ln in out.splitlines() if ":" in ln]
+    if [i for i in up if i != "lo"]:
+        raise SandboxError(f"network: {', '.join(up)} still up after the sandbox's network was "
+                           "taken away")
+    return names
+
+
+def links_up(pid: int, names: list[str]) -> None:
+    _in_netns(pid, False, 'for i in "$@"; do ip link set dev "$i" up || exit 1; done', *names)
+
+
 async def configured(pid: int, timeout: float = 10.0) -> None:
     """Wait until a pasta started again has configured its interface in the namespace of
     ``pid`` (an IPv4 route through a device other than ``lo``): it says it is ready before."""
