@@ -20,7 +20,9 @@ import pytest
 from docker_fixtures import docker_backend_fixture, docker_daemon_fixture  # noqa: F401
 from taskgen import make_task
 
+from agentmeter.records import TrialStatus
 from agentmeter.runner.network import network_label, verifier_network_label
+from agentmeter.runner.session import RunRequest, prepare, run
 from agentmeter.runner.tasksandbox import phase_networks
 from agentmeter.sandbox.hostpolicy import HostPolicy
 from agentmeter.sandbox.local import LocalBackend
@@ -28,6 +30,7 @@ from agentmeter.sandbox.netswitch import set_network
 from agentmeter.sandbox.protocol import SandboxBackend
 from agentmeter.sandbox.proxy import PROXY_PORT, REFUSED_REASON, SandboxProxy
 from agentmeter.sandbox.spec import SandboxError, SandboxSpec
+from agentmeter.store.db import Store
 from agentmeter.tasks.suite import load_task
 
 
@@ -228,3 +231,27 @@ def test_each_phase_of_a_harbor_task_gets_its_network(tmp_path: Path) -> None:
                                     ("allowlist", ("*.iana.org",)))
     toml.write_text(base.replace("[verifier]\n", '[verifier]\nnetwork_mode = "no-network"\n'))
     assert phase_networks(load_task(d)) is None  # the same network: nothing to switch
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a stand-in for the internet needs root")
+async def test_a_trial_runs_each_phase_on_its_network(tmp_path: Path,
+                                                      outside_echo: tuple[str, str, int]) -> None:
+    """e-a-diff's shape, whole: the agent (public) reaches the outside, the verifier sharing its
+    sandbox (the environment's no-network) does not; the trial records both networks."""
+    _, far_ip, port = outside_echo
+    probe = (f"timeout 3 bash -c 'exec 3<>/dev/tcp/{far_ip}/{port} && echo x >&3 && head -1 <&3'"
+             " >/dev/null 2>&1 && echo reachable || echo blocked")
+    d = make_task(tmp_path / "suite", "e-a-diff", solve=f"mkdir -p /logs/artifacts; {{ {probe}; }} "
+                  "> /logs/artifacts/status",
+                  test=f"#!/bin/bash\nmkdir -p /logs/verifier\nmine=$({probe})\n"
+                  '[ "$(cat /logs/artifacts/status)" = reachable ] && [ "$mine" = blocked ] '
+                  "&& echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n")
+    toml = d / "task.toml"
+    toml.write_text(toml.read_text().replace("sandbox_account = true\n", 'network_mode = "public"\n')
+                    .replace("allow_internet = false", 'network_mode = "no-network"'))
+    store = Store.open(tmp_path / "runs")
+    rid, _ = await run(store, prepare(RunRequest(suites=[str(tmp_path / "suite")],
+                                                 agents=["oracle"])))
+    (trial,) = store.latest_completed_trials(rid)
+    assert trial.status is TrialStatus.PASSED, (trial.status, trial.error)
+    assert (trial.extra["network"], trial.extra["verifier_network"]) == ("public", "no-network")
