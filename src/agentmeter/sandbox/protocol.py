@@ -23,7 +23,12 @@ class Sandbox(Protocol):
     ``account`` is who the exec user ``agent`` is (accounts.py): ``accounts.SANDBOX_ACCOUNT``
     unless ``spec.agent_user`` names another, resolved before anything of the agent runs. A
     backend states it from the start (a plug-in backend that knows no other sets
-    ``SANDBOX_ACCOUNT``); the runner reads it to learn whether the agent is root."""
+    ``SANDBOX_ACCOUNT``); the runner reads it to learn whether the agent is root.
+
+    Optional: ``async set_network(network, allowed_hosts)``, the network of the next phase of a
+    sandbox started with ``spec.network_switch`` (netswitch.py; the local and docker sandboxes
+    have it). A sandbox without it cannot switch: ``netswitch.set_network`` refuses, and a task
+    whose shared verifier has a network of its own fails on that backend."""
 
     id: str
     spec: SandboxSpec
