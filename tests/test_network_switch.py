@@ -151,7 +151,7 @@ async def _switches(sb: Any, host_ip: str, far_ip: str, port: int) -> None:
     before = await _lines(sb)
     fresh = (await sb.exec(["bash", "-c", FRESH, far_ip, str(port)])).stdout.strip()
     assert fresh == "unreachable", fresh
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(0.5)  # five of the holder's rounds
     assert await _lines(sb) == before, "the earlier phase's connection still carries traffic"
     # its proxy now refuses every host
     ask = (f'exec 3<>/dev/tcp/127.0.0.1/{PROXY_PORT}; printf "CONNECT {far_ip}:{port} '

@@ -74,8 +74,8 @@ def phase_networks(task: Task) -> tuple[PhaseNet, PhaseNet] | None:
     """The sandbox networks of the agent phase and of a verifier sharing its sandbox, when they
     differ (the sandbox's network is switched between them: sandbox/netswitch.py); else None."""
     vn = task.verifier_network
-    if vn is None or task.separate_verifier is not None:
-        return None
+    if vn is None or task.separate_verifier is not None or task.scenario is not None:
+        return None  # (a scenario's steps share one network: tasks/toml_checks.py)
     agent, verifier = _net(task.allow_internet, task.allowed_hosts), \
         _net(vn.allow_internet, vn.allowed_hosts)
     return None if agent == verifier else (agent, verifier)
