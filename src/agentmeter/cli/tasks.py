@@ -8,8 +8,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from agentmeter.cli.common import (
     AllowHostNetworkOpt,
@@ -19,6 +17,7 @@ from agentmeter.cli.common import (
     RegistryOpt,
     StoreOpt,
     console,
+    escape,
     fail,
 )
 from agentmeter.cli.run import execute_run, loader_notices, report_loading
@@ -35,6 +34,8 @@ def tasks_list(path: Annotated[str, typer.Argument(help="suite/task dir or built
                dataset: DatasetOpt = None, registry: RegistryOpt = None,
                as_json: JsonOpt = False) -> None:
     """List the tasks of a suite (or of datasets of Harbor's registry: -d)."""
+    from rich.table import Table
+
     from agentmeter.tasks.datasets import DatasetError, load_dataset
     from agentmeter.tasks.errors import TaskError
     from agentmeter.tasks.suite import combine_suites, load_suite
