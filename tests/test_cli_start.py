@@ -22,7 +22,8 @@ HEAVY = ("numpy", "sqlalchemy", "aiohttp", "pandas", "pyarrow", "playwright", "r
 #: agentmeter's own modules that pull those in (or do real work)
 HEAVY_OWN = ("agentmeter.store.db", "agentmeter.gateway.server", "agentmeter.runner.session",
              "agentmeter.metrics.frame", "agentmeter.report.html", "agentmeter.sandbox.local",
-             "agentmeter.verify.difftest.verifier", "agentmeter.importers.harbor")
+             "agentmeter.verify.difftest.verifier", "agentmeter.importers.harbor",
+             "agentmeter.tasks.datasets")  # (-d only: the registry, git fetching)
 
 PROBE = """
 import json, os, sys

@@ -36,14 +36,20 @@ def tasks_list(path: Annotated[str, typer.Argument(help="suite/task dir or built
     """List the tasks of a suite (or of datasets of Harbor's registry: -d)."""
     from rich.table import Table
 
-    from agentmeter.tasks.datasets import DatasetError, load_dataset
     from agentmeter.tasks.errors import TaskError
-    from agentmeter.tasks.suite import combine_suites, load_suite
+    from agentmeter.tasks.suite import Suite, combine_suites, load_suite
 
     try:
-        suite = (combine_suites([load_dataset(d, registry) for d in dataset]) if dataset
-                 else load_suite(path))
-    except (TaskError, DatasetError) as e:
+        if dataset:  # the registry's models and git fetching: only for -d
+            from agentmeter.tasks.datasets import DatasetError, load_dataset
+
+            try:
+                suite: Suite = combine_suites([load_dataset(d, registry) for d in dataset])
+            except DatasetError as e:
+                raise fail(str(e)) from None
+        else:
+            suite = load_suite(path)
+    except TaskError as e:
         raise fail(str(e)) from None
     if as_json:
         print(json.dumps([{"id": t.id, "tier": t.tier, "category": t.category, "format": t.format}
