@@ -2,9 +2,10 @@
 
 typer turns a command's function into a click command by evaluating its annotations (a few ms a
 command, 25 commands); :class:`LazyGroup` does that only for the command that runs or whose help
-is shown. ``agentmeter --help`` lists the commands from their registrations (name, help, hidden)
-without building them; every other use of the group (rich help, completion, suggestions for a
-mistyped name) sees the built commands, so it shows what the eager group would.
+is shown. The plain ``agentmeter --help`` lists the commands from their registrations (name,
+help, hidden) without building them; the rich help and shell completion build them all, and a
+mistyped name's suggestions need only the names, so each shows what the eager group would. The
+group's own flags default to False (:meth:`LazyGroup.get_params`).
 
 Help is plain text (click's formatter) unless standard output is a terminal: typer's rich help
 imports ``rich.markdown``, ``rich.syntax`` and ``rich.traceback`` (≈ 0.1 s). Help texts are written
