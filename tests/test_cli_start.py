@@ -10,8 +10,11 @@ import importlib
 import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
+import typer
+import typer.main
 
 #: third-party packages no start-up path may import
 HEAVY = ("numpy", "sqlalchemy", "aiohttp", "pandas", "pyarrow", "playwright", "rapidfuzz", "ray",
@@ -19,7 +22,8 @@ HEAVY = ("numpy", "sqlalchemy", "aiohttp", "pandas", "pyarrow", "playwright", "r
 #: agentmeter's own modules that pull those in (or do real work)
 HEAVY_OWN = ("agentmeter.store.db", "agentmeter.gateway.server", "agentmeter.runner.session",
              "agentmeter.metrics.frame", "agentmeter.report.html", "agentmeter.sandbox.local",
-             "agentmeter.verify.difftest.verifier", "agentmeter.importers.harbor")
+             "agentmeter.verify.difftest.verifier", "agentmeter.importers.harbor",
+             "agentmeter.tasks.datasets")  # (-d only: the registry, git fetching)
 
 PROBE = """
 import json, os, sys
@@ -78,7 +82,7 @@ def test_start_imports_nothing_heavy(argv: list[str]) -> None:
 def test_help_imports_no_models_nor_asyncio() -> None:
     _, modules = loaded(PROBE, "--help")
     tops = {m.partition(".")[0] for m in modules}
-    assert not {"pydantic", "asyncio", "yaml"} & tops
+    assert not {"pydantic", "asyncio", "yaml", "rich"} & tops  # plain help: no rich
     own = sorted(m for m in modules if m.startswith("agentmeter."))
     assert all(m.startswith(("agentmeter.cli", "agentmeter.paths", "agentmeter.lazy",
                              "agentmeter.metrics", "agentmeter.report")) for m in own), own
@@ -112,3 +116,68 @@ def test_lazy_registry_entries_resolve() -> None:
         assert set(mod._LAZY) <= set(dir(mod))
         with pytest.raises(AttributeError):
             _ = mod.no_such_name
+
+
+def test_subcommand_help_imports_no_pydantic_nor_rich() -> None:
+    """``CMD --help`` builds that command only and prints plain help (not on a terminal): no rich,
+    and no pydantic for the root group's unused flags (typer converts a non-bool through it)."""
+    for argv in (["run", "--help"], ["tasks", "--help"]):
+        code, modules = loaded(PROBE, *argv)
+        tops = {m.partition(".")[0] for m in modules}
+        assert code == 0 and not {"pydantic", "rich"} & tops, argv
+
+
+def _apps(mode: str | None) -> tuple[typer.Typer, typer.Typer]:
+    """The program with the lazy root group, and the same commands registered eagerly on one
+    plain typer app (as before the lazy group)."""
+    from agentmeter.cli.app import _Commands, app
+
+    lazy = typer.Typer(help=app.info.help, no_args_is_help=True, cls=_Commands,
+                       rich_markup_mode=mode)  # type: ignore[arg-type]
+    eager = typer.Typer(help=app.info.help, no_args_is_help=True,
+                        rich_markup_mode=mode)  # type: ignore[arg-type]
+    for made in (lazy, eager):
+        made.registered_callback = app.registered_callback
+    for module in _Commands.modules:
+        module.register(eager)
+    return lazy, eager
+
+
+def _words(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_lazy_group_helps_as_the_eager_one(capsys: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every command and option is listed and described as typer's eager group does (plain help:
+    rich's ``\\[`` shown as ``[``); a rich help is the same text; ``--help`` builds no command."""
+    from agentmeter.cli.lazygroup import LazyGroup
+
+    monkeypatch.setenv("COLUMNS", "100")
+
+    def helps(cmd: Any, argv: list[str]) -> str:
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as e:
+            cmd.main(argv, prog_name="agentmeter")
+        assert e.value.code == 0, argv
+        return capsys.readouterr().out
+
+    lazy, eager = (typer.main.get_command(made) for made in _apps(None))  # each built once
+    names = list(lazy.commands)  # type: ignore[attr-defined]
+    assert len(names) >= 20 and "run" in names and "tasks" in names
+    for argv in [["--help"], *[[name, "--help"] for name in names]]:
+        got, want = helps(lazy, argv), helps(eager, argv)
+        assert _words(got) == _words(want.replace("\\[", "[")) and "\\[" not in got, argv
+    assert "agent name[@version]" in helps(lazy, ["run", "--help"])
+    lazy, eager = (typer.main.get_command(made) for made in _apps("rich"))
+    for argv in (["--help"], ["run", "--help"]):  # on a terminal: rich help, as before
+        got = helps(lazy, argv)
+        assert got == helps(eager, argv) and "╭" in got, argv
+    assert "agent name[@version]" in got
+
+    group = typer.main.get_command(_apps(None)[0])
+    assert isinstance(group, LazyGroup)
+    helps(group, ["--help"])
+    assert group.commands.built == {}  # type: ignore[attr-defined]
+    assert group.get_command(None, "run") is group.get_command(None, "run")  # type: ignore[arg-type]
+    assert set(group.commands.built) == {"run"}  # type: ignore[attr-defined]

@@ -19,7 +19,7 @@ from taskgen import make_scenario, make_task
 from typer.testing import CliRunner
 
 from agentmeter.records import AgentSpec, ConfigRecord, ModelSpec, RunRecord, TrialRecord, TrialStatus
-from agentmeter.runner import ray_node, shipping
+from agentmeter.runner import node_worker, ray_node, shipping
 from agentmeter.store.db import Store
 from agentmeter.tasks.models import Task
 from agentmeter.tasks.suite import load_suites
@@ -231,11 +231,11 @@ def test_a_killed_workers_scratch_directory_is_removed_by_the_next(tmp_path: Pat
 
     dead = subprocess.Popen(["true"])
     dead.wait()
-    gone = Path(tempfile.mkdtemp(prefix=f"{ray_node.SCRATCH_PREFIX}{dead.pid}-"))
+    gone = Path(tempfile.mkdtemp(prefix=f"{node_worker.SCRATCH_PREFIX}{dead.pid}-"))
     (gone / "runs").mkdir()
-    mine = ray_node._scratch()
+    mine = node_worker.new_scratch()
     try:
-        ray_node._remove_stale_scratch()
+        node_worker.remove_stale_scratch()
         assert not gone.exists()
         assert mine.exists()  # a live worker's scratch stays
     finally:
@@ -272,16 +272,16 @@ def test_the_workers_event_loop_is_kept_and_a_job_leaves_nothing_on_it() -> None
     async def interrupted() -> None:
         raise KeyboardInterrupt
 
-    first = ray_node._run_async(messy())
+    first = node_worker.run_async(messy())
     with pytest.raises(ValueError):
-        ray_node._run_async(failing())
-    loop, seen, others = ray_node._run_async(look())
+        node_worker.run_async(failing())
+    loop, seen, others = node_worker.run_async(look())
     assert loop is first and not loop.is_closed()  # kept, and not poisoned by the failure
     assert (seen, others, leftover_ran) == ("clean", 0, [])
     with pytest.raises(KeyboardInterrupt):
-        ray_node._run_async(interrupted())
+        node_worker.run_async(interrupted())
     assert loop.is_closed()
-    fresh, _, _ = ray_node._run_async(look())
+    fresh, _, _ = node_worker.run_async(look())
     assert fresh is not loop and not fresh.is_closed()
 
 
@@ -294,13 +294,13 @@ def test_a_finished_trys_scratch_is_removed_after_it_returns_and_before_the_work
 
     code = (
         "import shutil, sys, time\n"
-        "from agentmeter.runner import ray_node\n"
+        "from agentmeter.runner import node_worker\n"
         "rm = shutil.rmtree\n"
-        "ray_node.shutil.rmtree = lambda p, **k: (time.sleep(0.3), rm(p, **k))\n"
+        "node_worker.shutil.rmtree = lambda p, **k: (time.sleep(0.3), rm(p, **k))\n"
         "for _ in range(2):\n"
-        "    d = ray_node._scratch()\n"
+        "    d = node_worker.new_scratch()\n"
         "    (d / 'runs').mkdir(); (d / 'runs' / 'f').write_text('x')\n"
-        "    ray_node._sweeper.discard(d)\n"
+        "    node_worker.sweeper.discard(d)\n"
         "    print(d, flush=True)\n")
     env = {**os.environ, "PYTHONPATH": str(Path(ray_node.__file__).parents[2]),
            "TMPDIR": str(tmp_path)}
@@ -308,9 +308,9 @@ def test_a_finished_trys_scratch_is_removed_after_it_returns_and_before_the_work
                          timeout=60, check=True).stdout.split()
     assert len(out) == 2 and all(Path(d).parent == tmp_path for d in out)
     assert not any(Path(d).exists() for d in out), "the worker exited with its scratch left"
-    mine = ray_node._scratch()
+    mine = node_worker.new_scratch()
     (mine / "f").write_text("x")
-    ray_node._sweeper.discard(mine)
+    node_worker.sweeper.discard(mine)
     assert eventually(lambda: not mine.exists(), timeout=30)
 
 

@@ -1,5 +1,5 @@
 """Analysis commands: ``score``, ``compare``, ``reprice`` (its own module: reprice.py),
-``core-subset``. Thin, like ``cli.py``: parse, call metrics/pricing/store, print."""
+``core-subset``. Thin, like every command module: parse, call metrics/pricing/store, print."""
 
 from __future__ import annotations
 

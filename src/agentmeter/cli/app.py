@@ -1,6 +1,8 @@
 """The ``agentmeter`` program: the typer app and its command groups, one module each.
 
-Thin: each command parses its options, calls the packages and prints.
+Thin: each command parses its options, calls the packages and prints. The root group builds a
+command only when it is used (:mod:`agentmeter.cli.lazygroup`), and help is plain text unless
+standard output is a terminal.
 """
 
 from __future__ import annotations
@@ -23,9 +25,17 @@ from agentmeter.cli import (
     setup,
     tasks,
 )
+from agentmeter.cli.lazygroup import LazyGroup, markup_mode
+
+
+class _Commands(LazyGroup):
+    modules = (run, tasks, setup, analysis, gateway, models, data, report, difftest, judge,
+               plugins)
+
 
 app = typer.Typer(help="Evaluate deployed agent configurations (model × agent) on local tasks "
-                  "in sandboxes, measuring success and cost together.", no_args_is_help=True)
+                  "in sandboxes, measuring success and cost together.", no_args_is_help=True,
+                  cls=_Commands, rich_markup_mode=markup_mode(sys.stdout.isatty()))
 
 
 def _version(value: bool) -> None:
@@ -40,10 +50,6 @@ def _version(value: bool) -> None:
 def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                                 help="print the version and exit")] = False) -> None:
     """Evaluate deployed agent configurations (model × agent) on local tasks in sandboxes."""
-
-
-for group in (run, tasks, setup, analysis, gateway, models, data, report, difftest, judge, plugins):
-    group.register(app)
 
 
 def main() -> None:  # pragma: no cover

@@ -5,23 +5,55 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 
 from agentmeter.paths import default_runs_dir
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from agentmeter.store.db import Store
 
 # Start-up: ``agentmeter --help`` imports every command module, so these modules import only
-# typer, rich and light agentmeter modules at the top; each command imports what it works with
-# (the store, metrics, the runner, ...) in its body (tests/test_cli_start.py guards this).
+# typer and light agentmeter modules at the top; each command imports what it works with (rich's
+# tables, the store, metrics, the runner, ...) in its body (tests/test_cli_start.py guards this).
 
-# logs and CI capture get a wide table instead of rich's 80-column default
-console = Console(width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+
+class LazyConsole:
+    """A rich ``Console`` made on first use (importing rich.console costs ≈ 30 ms, which help and
+    ``run`` up to its work do without); attributes are the console's."""
+
+    def __init__(self, stderr: bool) -> None:
+        self._stderr = stderr
+        self._console: Console | None = None
+
+    @property
+    def made(self) -> Console:
+        """The console itself (for rich objects that take one, e.g. ``Progress(console=...)``)."""
+        if self._console is None:
+            from rich.console import Console
+
+            stream = sys.stderr if self._stderr else sys.stdout
+            # logs and CI capture get a wide table instead of rich's 80-column default
+            self._console = Console(stderr=self._stderr,
+                                    width=None if stream.isatty() else (160 if self._stderr else 200))
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.made, name)
+
+
+console = LazyConsole(stderr=False)
+err = LazyConsole(stderr=True)
+
+
+def escape(text: str) -> str:
+    """``text`` shown as it is in rich markup (its ``[...]`` are not tags)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
 
 StoreOpt = Annotated[Path | None, typer.Option("--store", help="runs directory (default ./.agentmeter)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
@@ -47,8 +79,6 @@ NetworkDefaultOpt = Annotated[str, typer.Option(
 def fail(message: str) -> typer.Exit:
     """Print ``message`` as an error (as it is: ``[...]`` in it is text, not markup); raise the
     returned Exit (status 2)."""
-    from rich.markup import escape
-
     err.print(f"[red]error:[/red] {escape(message)}")
     return typer.Exit(2)
 

@@ -5,10 +5,8 @@ from __future__ import annotations
 import json
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
-from agentmeter.cli.common import JsonOpt, console
+from agentmeter.cli.common import JsonOpt, console, escape
 
 models_app = typer.Typer(help="Models this machine can serve itself (local/<model>).",
                          no_args_is_help=True)
@@ -17,6 +15,8 @@ models_app = typer.Typer(help="Models this machine can serve itself (local/<mode
 @models_app.command("list")
 def models_list(as_json: JsonOpt = False) -> None:
     """The local models: packaged ones (installed or not) and your own GGUFs."""
+    from rich.table import Table
+
     from agentmeter.gateway import localmodels
 
     found = localmodels.available()

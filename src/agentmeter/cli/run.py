@@ -8,8 +8,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from agentmeter.cli.common import (
     AllowHostNetworkOpt,
@@ -20,6 +18,7 @@ from agentmeter.cli.common import (
     StoreOpt,
     console,
     err,
+    escape,
     fail,
     open_store,
 )
@@ -55,7 +54,7 @@ def execute_run(prepared: PreparedRun, store_dir: Path | None, run_id: str | Non
     started = time.monotonic()
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("passed {task.fields[passed]}  spend ${task.fields[spend]:.4f}"),
-                  TimeRemainingColumn(), console=err, disable=as_json, transient=False) as bar:
+                  TimeRemainingColumn(), console=err.made, disable=as_json, transient=False) as bar:
         job = bar.add_task("preparing", total=None, passed=0, spend=0.0)
 
         def on_prepare(what: str) -> None:
@@ -265,6 +264,8 @@ def resume(run_id: str, store: StoreOpt = None, concurrency: int | None = None,
 
 def runs(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """List runs in the store."""
+    from rich.table import Table
+
     from agentmeter.records import TrialStatus
 
     st = open_store(store)
@@ -283,6 +284,8 @@ def runs(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
 def show(run_id: str, trial: Annotated[str | None, typer.Option("--trial")] = None,
          store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """Show a run's results, or one trial in detail."""
+    from rich.table import Table
+
     st = open_store(store)
     if st.get_run(run_id) is None:
         raise fail(f"no run {run_id!r} in {st}")

@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
 
-from agentmeter.cli.common import JsonOpt, StoreOpt, console, err, fail
+from agentmeter.cli.common import JsonOpt, StoreOpt, console, err, escape, fail
 from agentmeter.cli.run import execute_run, print_results
 
 if TYPE_CHECKING:
@@ -78,7 +77,7 @@ def _setup_progress() -> Progress:
 
     return Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(),
                     MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[detail]}"),
-                    console=err)
+                    console=err.made)
 
 
 def demo(store: StoreOpt = None, concurrency: int = 2, as_json: JsonOpt = False,

@@ -8,8 +8,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from agentmeter.cli.common import (
     AllowHostNetworkOpt,
@@ -19,6 +17,7 @@ from agentmeter.cli.common import (
     RegistryOpt,
     StoreOpt,
     console,
+    escape,
     fail,
 )
 from agentmeter.cli.run import execute_run, loader_notices, report_loading
@@ -35,14 +34,22 @@ def tasks_list(path: Annotated[str, typer.Argument(help="suite/task dir or built
                dataset: DatasetOpt = None, registry: RegistryOpt = None,
                as_json: JsonOpt = False) -> None:
     """List the tasks of a suite (or of datasets of Harbor's registry: -d)."""
-    from agentmeter.tasks.datasets import DatasetError, load_dataset
+    from rich.table import Table
+
     from agentmeter.tasks.errors import TaskError
-    from agentmeter.tasks.suite import combine_suites, load_suite
+    from agentmeter.tasks.suite import Suite, combine_suites, load_suite
 
     try:
-        suite = (combine_suites([load_dataset(d, registry) for d in dataset]) if dataset
-                 else load_suite(path))
-    except (TaskError, DatasetError) as e:
+        if dataset:  # the registry's models and git fetching: only for -d
+            from agentmeter.tasks.datasets import DatasetError, load_dataset
+
+            try:
+                suite: Suite = combine_suites([load_dataset(d, registry) for d in dataset])
+            except DatasetError as e:
+                raise fail(str(e)) from None
+        else:
+            suite = load_suite(path)
+    except TaskError as e:
         raise fail(str(e)) from None
     if as_json:
         print(json.dumps([{"id": t.id, "tier": t.tier, "category": t.category, "format": t.format}

@@ -9,26 +9,22 @@ every ``renew_every_s``; every write of the try is fenced by the owner id
 its lease expired) the node's writes are refused and the node stops working on it.
 
 Artifacts are written under a scratch runs directory with the store's relative paths and go
-back to the driver as one tar blob (``runner/shipping.py``). Nothing here imports ray at import
+back to the driver as one tar blob (``runner/shipping.py``). What the worker process keeps
+between jobs, its event loop and the sweeping of scratch directories, is
+``runner/node_worker.py``. Nothing here imports ray at import
 time: the driver wraps :func:`run_job` and :func:`probe` as Ray tasks.
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
-import contextvars
 import os
-import queue
-import shutil
 import socket
 import tempfile
 import threading
 import time
-from collections.abc import Coroutine
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -38,7 +34,7 @@ from agentmeter.gateway import Gateway, ModelRegistry
 from agentmeter.paths import cache_dir
 from agentmeter.pricing import PriceBook
 from agentmeter.records import ConfigRecord, TrialRecord, TrialStatus
-from agentmeter.runner import shipping, sidecars
+from agentmeter.runner import node_worker, shipping, sidecars
 from agentmeter.runner.scenario import ScenarioRunner
 from agentmeter.runner.tasksandbox import sandbox_spec
 from agentmeter.runner.trial import GATEWAY_LIMITS, TrialContext, TrialRunner
@@ -48,9 +44,6 @@ from agentmeter.sandbox.spec import SandboxError, SandboxSpec
 from agentmeter.store.db import Store
 from agentmeter.tasks.models import Task
 
-#: a try's scratch directory on its node: this prefix, the worker's pid, a random part
-SCRATCH_PREFIX = "agentmeter-node-"
-T = TypeVar("T")
 #: the error of a try whose store write was refused: someone else closed it
 FENCED = "fenced: the try was closed by the driver (its node was thought dead or its lease lapsed)"
 
@@ -137,7 +130,7 @@ async def _backend(name: str) -> SandboxBackend:
     if name not in _backends:
         backend = sandbox_registry.make_backend(name)
         await backend.cleanup_stale()  # sandboxes of dead workers of this node
-        _remove_stale_scratch()
+        node_worker.remove_stale_scratch()
         _backends[name] = backend
     return _backends[name]
 
@@ -152,130 +145,6 @@ def _shipped_task(blob: bytes, model_json: str, cache: Path) -> Task:
             _tasks.clear()
         task = _tasks[key] = shipping.unpack_task(blob, model_json, cache)
     return task
-
-
-def _scratch() -> Path:
-    """A try's scratch runs directory, named by this process (removed once its artifacts are
-    packed, by :data:`_sweeper` off the try's critical path; by the node's next worker if this
-    one was killed)."""
-    return Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
-
-
-class _Sweeper:
-    """Removes finished tries' scratch directories on one background thread, so a try's result
-    goes back without waiting for its files to be deleted. Guaranteed: a worker's next job waits
-    for the backlog when it exceeds ``MAX_PENDING`` (disk use stays bounded), the worker's exit
-    removes what is left (``atexit``), and a killed worker's directories are removed by the
-    node's next worker (:func:`_remove_stale_scratch`)."""
-
-    MAX_PENDING = 4
-
-    def __init__(self) -> None:
-        self.queue: queue.Queue[Path] = queue.Queue()
-        self.thread: threading.Thread | None = None
-        self.lock = threading.Lock()
-
-    def discard(self, path: Path) -> None:
-        with self.lock:
-            if self.thread is None or not self.thread.is_alive():
-                self.thread = threading.Thread(target=self._run, daemon=True,
-                                               name="agentmeter-scratch")
-                self.thread.start()
-        self.queue.put(path)
-
-    def _run(self) -> None:
-        while True:
-            path = self.queue.get()
-            try:
-                shutil.rmtree(path, ignore_errors=True)
-            finally:
-                self.queue.task_done()
-
-    def bound(self) -> None:
-        """Before a new job: wait for the backlog if it has grown past ``MAX_PENDING``."""
-        if self.queue.unfinished_tasks > self.MAX_PENDING:
-            self.drain()
-
-    def drain(self) -> None:
-        """Remove every directory still queued, now (in this thread if the sweeper is gone)."""
-        if self.thread is not None and self.thread.is_alive():
-            self.queue.join()
-            return
-        while True:
-            try:
-                path = self.queue.get_nowait()
-            except queue.Empty:
-                return
-            shutil.rmtree(path, ignore_errors=True)
-            self.queue.task_done()
-
-
-_sweeper = _Sweeper()
-atexit.register(_sweeper.drain)
-
-
-# --- per worker process: one event loop, kept between jobs ------------------------------------
-
-_runner: asyncio.Runner | None = None
-
-
-def _run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run(coro)`` on the worker's own event loop, made once and kept between jobs
-    (a new loop per job, its default executor's threads and its teardown cost ≈ 10 ms a try).
-    Nothing of a job survives it on the loop: it runs in a fresh copy of the caller's context,
-    its leftover tasks are cancelled and awaited and its async generators closed, as
-    ``asyncio.run`` would; a job that ends in anything but an
-    ``Exception`` (Ctrl-C, Ray's cancellation, SystemExit) or leaves the loop unusable takes the
-    loop with it and the next job makes a new one. Off the main thread (tests running a node in
-    a thread) each call has a loop of its own."""
-    global _runner
-    if threading.current_thread() is not threading.main_thread():
-        return asyncio.run(coro)
-    if _runner is None:
-        _runner = asyncio.Runner()
-    runner = _runner
-    ok = False
-    try:
-        out = runner.run(coro, context=contextvars.copy_context())  # a job's own context
-        ok = True
-        return out
-    except Exception:
-        ok = True
-        raise
-    finally:
-        if not (ok and _settle(runner)):
-            _runner = None
-            runner.close()
-
-
-def _settle(runner: asyncio.Runner) -> bool:
-    """Cancel and await what a job left on the loop; whether the loop is fit for the next."""
-    try:
-        loop = runner.get_loop()
-        left = [t for t in asyncio.all_tasks(loop) if not t.done()]
-        for t in left:
-            t.cancel()
-        if left:
-            loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        return not loop.is_closed() and not loop.is_running()
-    except BaseException:  # noqa: BLE001 - any failure here: the loop is not reused
-        return False
-
-
-@atexit.register
-def _close_runner() -> None:
-    global _runner
-    if _runner is not None:
-        runner, _runner = _runner, None
-        runner.close()
-
-
-def _remove_stale_scratch() -> None:
-    for d in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*"):
-        pid = d.name.removeprefix(SCRATCH_PREFIX).split("-")[0]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            shutil.rmtree(d, ignore_errors=True)
 
 
 def node_id() -> str:
@@ -362,17 +231,17 @@ def run_job(job_json: str, *blobs: bytes) -> tuple[str, bytes]:
     """A Ray task: run the job; (NodeResult as JSON, the artifacts' tar blob)."""
     job = NodeJob.model_validate_json(job_json)
     owner = owner_id()
-    _sweeper.bound()
-    scratch = _scratch()
+    node_worker.sweeper.bound()
+    scratch = node_worker.new_scratch()
     try:
         try:
-            result = _run_async(_run(job, list(blobs), owner, scratch))
+            result = node_worker.run_async(_run(job, list(blobs), owner, scratch))
         except Exception as e:  # the harness never crashes on its own errors: the driver retries
             result = NodeResult(owner=owner, node=node_id(), records=job.records,
                                 error=f"{type(e).__name__}: {e}"[:2000])
         return result.model_dump_json(), shipping.pack_dir(scratch / "runs" / job.run_id)
     finally:
-        _sweeper.discard(scratch)  # removed off the critical path (_Sweeper)
+        node_worker.sweeper.discard(scratch)  # removed off the critical path
 
 
 async def _run(job: NodeJob, blobs: list[bytes], owner: str, scratch: Path) -> NodeResult:
@@ -458,7 +327,7 @@ def probe(backend: str, store_url: str, models: list[str], files: ModelFiles,
     result = NodeProbe(node=node_id(), hostname=socket.gethostname(),
                        version=agentmeter.__version__)
     try:  # kept: this worker process runs the run's first try warm
-        _run_async(_backend(backend))
+        node_worker.run_async(_backend(backend))
     except Exception as e:
         result.problems.append(f"{backend} sandboxes are not available: {e}")
     try:
