@@ -42,7 +42,8 @@ per event loop in ``--raw-loops`` (default asyncio, and uvloop when installed), 
 loop; their passes alternate round by round (``--raw-rounds``), figures are medians.
 ``raw_gateway_<loop>_server_cpu_ms_per_request`` is the gateway's CPU per request and
 ``raw_gateway_<loop>_ceiling_rps`` (1000 ÷ it) what its one event loop serves on a core of its
-own. ``--ceiling-only`` runs only these passes.
+own; ``--raw-no-store-too`` adds the same gateway storing nothing (``raw_gateway_no_store_*``).
+``--ceiling-only`` runs only these passes.
 
     python benchmarks/gateway.py [--requests 1000] [--concurrency 32] [--no-store] [--postgres]
                                  [--loop asyncio|uvloop] [--floor] [--throughput-only]
@@ -50,6 +51,7 @@ own. ``--ceiling-only`` runs only these passes.
                                  [--switch-interval MS] [--ceiling-only] [--no-raw]
                                  [--raw-loops asyncio,uvloop] [--raw-requests N]
                                  [--raw-rounds 3] [--raw-clients 1] [--raw-connections 32]
+                                 [--raw-no-store-too]
 """
 
 from __future__ import annotations
@@ -432,13 +434,15 @@ def _median(xs: list[float]) -> float:
 
 def raw_ceiling(ctx: Any, q: Any, raw_port: int, raw_pid: int, loops: list[str], n: int,
                 rounds: int, clients: int, conns: int, store: bool,
-                floor: bool) -> dict[str, Any]:
+                floor: bool, no_store_too: bool = False) -> dict[str, Any]:
     """The gateway's own ceiling: the raw load (``gateway_load``: keep-alive sockets, a
     prebuilt request, ``clients`` processes of ``conns`` connections) against a gateway whose
     model is the raw upstream, for each event loop in ``loops``, with (``floor``) a bare aiohttp
     hello server and a bare aiohttp proxy to the raw upstream on the same loop; their passes
     alternate round by round, figures are medians over ``rounds``. Each gateway stores every
-    call (``store``) and the count stored is checked against the count served."""
+    call (``store``) and the count stored is checked against the count served;
+    ``no_store_too`` adds, on the first loop, the same gateway storing nothing
+    (``raw_gateway_no_store_*``: what durability costs per request)."""
     from gateway_load import RawLoad
 
     body = json.dumps(BODY).encode()
@@ -451,18 +455,24 @@ def raw_ceiling(ctx: Any, q: Any, raw_port: int, raw_pid: int, loops: list[str],
     try:
         loads[("direct", "-")] = (RawLoad(ctx, raw_port, path, "direct", body, clients, conns),
                                   {"upstream": raw_pid})
-        for loop in loops:
+        gateways = [("gateway", loop, store) for loop in loops]
+        if no_store_too:
+            gateways.insert(1, ("gateway_no_store", loops[0], False))
+        for target, loop, stored in gateways:
             d = tempfile.TemporaryDirectory(prefix="agentmeter-bench-")
             dirs.append(d)
             gw = ctx.Process(target=_serve_gateway, daemon=True, args=(
-                q, raw_port, d.name if store else None, conns * clients, ctl, loop, False,
+                q, raw_port, d.name if stored else None, conns * clients, ctl, loop, False,
                 None, raw_port))
             gw.start()
             procs.append(gw)
             port, _, _, _, token, gw_pid = q.get(timeout=60)
-            stores[loop] = d.name
-            loads[("gateway", loop)] = (RawLoad(ctx, port, path, token, body, clients, conns),
-                                        {"server": gw_pid, "upstream": raw_pid})
+            if stored:
+                stores[loop] = d.name
+            loads[(target, loop)] = (RawLoad(ctx, port, path, token, body, clients, conns),
+                                     {"server": gw_pid, "upstream": raw_pid})
+            if target != "gateway":
+                continue
             for kind in ("hello", "proxy_raw") if floor else ():
                 fp = ctx.Process(target=_serve_floor, args=(q, kind, raw_port, loop), daemon=True)
                 fp.start()
@@ -479,14 +489,15 @@ def raw_ceiling(ctx: Any, q: Any, raw_port: int, raw_pid: int, loops: list[str],
         out: dict[str, Any] = {"raw_requests": n, "raw_rounds": rounds, "raw_clients": clients,
                                "raw_connections": conns * clients}
         for (target, loop), runs in got.items():
-            name = "raw_direct" if target == "direct" else f"raw_{target}_{loop}"
+            name = "raw_direct" if target == "direct" else (
+                "raw_gateway_no_store" if target == "gateway_no_store" else f"raw_{target}_{loop}")
             out[f"{name}_rps"] = round(_median([r["rps"] for r in runs]), 1)
             for who in ("server", "upstream", "client"):
                 if f"{who}_cpu_ms" in runs[0]:
                     out[f"{name}_{who}_cpu_ms_per_request"] = round(
                         _median([r[f"{who}_cpu_ms"] for r in runs]), 4)
             out[f"{name}_errors"] = int(sum(r["errors"] for r in runs))
-            if target == "gateway":  # one event loop: its ceiling on a core of its own
+            if target.startswith("gateway"):  # one event loop: its ceiling on a core alone
                 out[f"{name}_ceiling_rps"] = round(
                     1000 / out[f"{name}_server_cpu_ms_per_request"], 1)
         for p in procs:
@@ -552,6 +563,8 @@ def main() -> None:
                     help="only the raw-load passes (the gateway's own ceiling), no aiohttp "
                          "client, no latency pairs")
     ap.add_argument("--no-raw", action="store_true", help="no raw-load passes")
+    ap.add_argument("--raw-no-store-too", action="store_true",
+                    help="raw-load passes also against the gateway storing nothing (first loop)")
     args = ap.parse_args()
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
@@ -573,7 +586,7 @@ def main() -> None:
             raw = raw_ceiling(ctx, q, raw_port, raw_up.pid or 0, loops,
                               args.raw_requests or args.requests * 3, args.raw_rounds,
                               args.raw_clients, args.raw_connections, not args.no_store,
-                              args.floor)
+                              args.floor, args.raw_no_store_too)
         finally:
             if args.ceiling_only:
                 raw_up.terminate()
