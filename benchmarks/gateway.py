@@ -27,12 +27,31 @@ gateway, ``interleaved_gateway_added_p50_ms``, so the two compare in one run;
 and one with ``--no-store``: ``interleaved_{thread_commits,no_store}_gateway_*``). Every
 throughput pass also reports the load generator's and the upstream's CPU per request:
 ``machine_ceiling_rps`` is what the three processes' CPU per request leaves of this machine's
-cores. ``--loop uvloop`` runs the gateway (and the floor servers) on uvloop, if installed.
+cores. ``--loop uvloop`` runs the gateway (and the floor servers) on uvloop, if installed;
+``--compare-loops`` adds the same gateway on the other loop to the interleaved latency pairs.
+
+The aiohttp load generator above costs more CPU per request than a bare aiohttp server, and the
+scripted upstream about as much: on 2 cores they, not the gateway, bound its throughput. The
+raw-load passes (``raw_*``; ``gateway_load``) measure the gateway's own ceiling instead: a load
+of raw keep-alive sockets sending one prebuilt request (``--raw-clients`` processes of
+``--raw-connections`` each; ≈ 0.06–0.08 ms of CPU per request) against a gateway whose model is
+a raw-socket upstream answering one prebuilt Chat Completions reply with usage (≈ 0.05 ms), every
+call stored as in a run (``raw_gateway_*_stored_calls`` against ``*_served_calls``). One gateway
+per event loop in ``--raw-loops`` (default asyncio, and uvloop when installed), and with
+``--floor`` a bare aiohttp hello server and a bare aiohttp proxy to the raw upstream on each
+loop; their passes alternate round by round (``--raw-rounds``), figures are medians.
+``raw_gateway_<loop>_server_cpu_ms_per_request`` is the gateway's CPU per request and
+``raw_gateway_<loop>_ceiling_rps`` (1000 ÷ it) what its one event loop serves on a core of its
+own; ``--raw-no-store-too`` adds the same gateway storing nothing (``raw_gateway_no_store_*``).
+``--ceiling-only`` runs only these passes.
 
     python benchmarks/gateway.py [--requests 1000] [--concurrency 32] [--no-store] [--postgres]
                                  [--loop asyncio|uvloop] [--floor] [--throughput-only]
-                                 [--thread-commits] [--compare-commits]
-                                 [--switch-interval MS]
+                                 [--thread-commits] [--compare-commits] [--compare-loops]
+                                 [--switch-interval MS] [--ceiling-only] [--no-raw]
+                                 [--raw-loops asyncio,uvloop] [--raw-requests N]
+                                 [--raw-rounds 3] [--raw-clients 1] [--raw-connections 32]
+                                 [--raw-no-store-too]
 """
 
 from __future__ import annotations
@@ -49,6 +68,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from gateway_load import serve_raw_upstream
 
 # the source tree's agentmeter, not an installed one (the spawned processes inherit the path)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
@@ -93,7 +113,7 @@ def _serve_upstream(q: Any) -> None:
 
 def _serve_gateway(q: Any, upstream_port: int, store_dir: str | None, conc: int,
                    ctl: Any, loop: str = "asyncio", thread_commits: bool = False,
-                   switch_ms: float | None = None) -> None:
+                   switch_ms: float | None = None, raw_port: int = 0) -> None:
     from agentmeter.gateway import Gateway, ModelRegistry, UpstreamModel
     from agentmeter.gateway.bounds import GatewayLimits
     from agentmeter.gateway.metering import StoreSink
@@ -114,7 +134,9 @@ def _serve_gateway(q: Any, upstream_port: int, store_dir: str | None, conc: int,
             name="bench/up", base_url=f"http://127.0.0.1:{upstream_port}/v1", wire_api="chat",
             price_key="scripted/bench"), "bench/gemini": UpstreamModel(
             name="bench/gemini", base_url=f"http://127.0.0.1:{upstream_port}/v1beta",
-            wire_api="gemini", price_key="scripted/bench")})
+            wire_api="gemini", price_key="scripted/bench"), "bench/raw": UpstreamModel(
+            name="bench/raw", base_url=f"http://127.0.0.1:{raw_port}/v1", wire_api="chat",
+            price_key="scripted/bench")})
         # a trial's requests in flight are bounded (16 by default): the load's are allowed
         gw = Gateway(models, PriceBook(), limits=GatewayLimits(max_in_flight=max(16, conc)))
         if thread_commits:  # every call to the writer thread, a lone one too (before 11-29)
@@ -122,7 +144,8 @@ def _serve_gateway(q: Any, upstream_port: int, store_dir: str | None, conc: int,
         await gw.start(host="127.0.0.1", port=0)
         q.put((gw.port, gw.open_trial("bench", "bench/up", sink=sink),
                gw.open_trial("bench-inproc", "scripted/explorer-1000", sink=sink),
-               gw.open_trial("bench-gemini", "bench/gemini", sink=sink)))
+               gw.open_trial("bench-gemini", "bench/gemini", sink=sink),
+               gw.open_trial("bench-raw", "bench/raw", sink=sink), os.getpid()))
         while True:  # each message asks for the writer's (batches, calls, on the loop) so far
             await asyncio.to_thread(ctl.get)
             q.put((*gw.commits, gw._writer.on_loop))
@@ -405,6 +428,101 @@ def pg_store_cost() -> dict[str, float]:
         return store_cost(url, prefix="pg_store")
 
 
+def _median(xs: list[float]) -> float:
+    return sorted(xs)[len(xs) // 2]
+
+
+def raw_ceiling(ctx: Any, q: Any, raw_port: int, raw_pid: int, loops: list[str], n: int,
+                rounds: int, clients: int, conns: int, store: bool,
+                floor: bool, no_store_too: bool = False) -> dict[str, Any]:
+    """The gateway's own ceiling: the raw load (``gateway_load``: keep-alive sockets, a
+    prebuilt request, ``clients`` processes of ``conns`` connections) against a gateway whose
+    model is the raw upstream, for each event loop in ``loops``, with (``floor``) a bare aiohttp
+    hello server and a bare aiohttp proxy to the raw upstream on the same loop; their passes
+    alternate round by round, figures are medians over ``rounds``. Each gateway stores every
+    call (``store``) and the count stored is checked against the count served;
+    ``no_store_too`` adds, on the first loop, the same gateway storing nothing
+    (``raw_gateway_no_store_*``: what durability costs per request)."""
+    from gateway_load import RawLoad
+
+    body = json.dumps(BODY).encode()
+    path = "/v1/chat/completions"
+    dirs: list[tempfile.TemporaryDirectory[str]] = []
+    procs: list[Any] = []
+    loads: dict[tuple[str, str], tuple[RawLoad, dict[str, int]]] = {}
+    stores: dict[str, str] = {}
+    ctl = ctx.Queue()
+    try:
+        loads[("direct", "-")] = (RawLoad(ctx, raw_port, path, "direct", body, clients, conns),
+                                  {"upstream": raw_pid})
+        gateways = [("gateway", loop, store) for loop in loops]
+        if no_store_too:
+            gateways.insert(1, ("gateway_no_store", loops[0], False))
+        for target, loop, stored in gateways:
+            d = tempfile.TemporaryDirectory(prefix="agentmeter-bench-")
+            dirs.append(d)
+            gw = ctx.Process(target=_serve_gateway, daemon=True, args=(
+                q, raw_port, d.name if stored else None, conns * clients, ctl, loop, False,
+                None, raw_port))
+            gw.start()
+            procs.append(gw)
+            port, _, _, _, token, gw_pid = q.get(timeout=60)
+            if stored:
+                stores[loop] = d.name
+            loads[(target, loop)] = (RawLoad(ctx, port, path, token, body, clients, conns),
+                                     {"server": gw_pid, "upstream": raw_pid})
+            if target != "gateway":
+                continue
+            for kind in ("hello", "proxy_raw") if floor else ():
+                fp = ctx.Process(target=_serve_floor, args=(q, kind, raw_port, loop), daemon=True)
+                fp.start()
+                procs.append(fp)
+                fport = q.get(timeout=60)
+                loads[(kind, loop)] = (RawLoad(ctx, fport, path, "x", body, clients, conns),
+                                       {"server": fp.pid or 0, "upstream": raw_pid})
+        for load, pids in loads.values():  # warm-up: connections, caches, the store's file
+            load.run(max(n // 4, clients * conns), pids)
+        got: dict[tuple[str, str], list[dict[str, float]]] = {k: [] for k in loads}
+        for _ in range(rounds):
+            for key, (load, pids) in loads.items():
+                got[key].append(load.run(n, pids))
+        out: dict[str, Any] = {"raw_requests": n, "raw_rounds": rounds, "raw_clients": clients,
+                               "raw_connections": conns * clients}
+        for (target, loop), runs in got.items():
+            name = "raw_direct" if target == "direct" else (
+                "raw_gateway_no_store" if target == "gateway_no_store" else f"raw_{target}_{loop}")
+            out[f"{name}_rps"] = round(_median([r["rps"] for r in runs]), 1)
+            for who in ("server", "upstream", "client"):
+                if f"{who}_cpu_ms" in runs[0]:
+                    out[f"{name}_{who}_cpu_ms_per_request"] = round(
+                        _median([r[f"{who}_cpu_ms"] for r in runs]), 4)
+            out[f"{name}_errors"] = int(sum(r["errors"] for r in runs))
+            if target.startswith("gateway"):  # one event loop: its ceiling on a core alone
+                out[f"{name}_ceiling_rps"] = round(
+                    1000 / out[f"{name}_server_cpu_ms_per_request"], 1)
+        for p in procs:
+            p.terminate()
+            p.join(5)
+        if store:
+            from agentmeter.store.db import Store
+
+            served = max(n // 4, clients * conns) // clients * clients + rounds * (
+                n // clients * clients)
+            for loop, where in stores.items():
+                with Store.open(where) as st:
+                    out[f"raw_gateway_{loop}_stored_calls"] = len(st.model_calls("bench"))
+                out[f"raw_gateway_{loop}_served_calls"] = served
+        return out
+    finally:
+        for load, _ in loads.values():
+            load.close()
+        for p in procs:
+            p.terminate()
+            p.join(5)
+        for d in dirs:
+            d.cleanup()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=1000)
@@ -423,35 +541,88 @@ def main() -> None:
                     help="also a gateway with --thread-commits and one with --no-store, their "
                          "added latency interleaved pair by pair with this one's (and "
                          "--floor's proxy's)")
+    ap.add_argument("--compare-loops", action="store_true",
+                    help="also the gateway on the other event loop (uvloop if --loop asyncio), "
+                         "its added latency interleaved pair by pair with this one's: "
+                         "interleaved_{uvloop,asyncio}_gateway_*")
     ap.add_argument("--switch-interval", type=float, metavar="MS",
                     help="the gateway process's sys.setswitchinterval, in ms (Python's "
                          "default: 5)")
     ap.add_argument("--throughput-only", action="store_true",
                     help="no latency pairs: the throughput passes only (their figures 0)")
+    ap.add_argument("--raw-loops", default=None,
+                    help="event loops of the raw-load passes, comma-separated (default: "
+                         "asyncio, and uvloop when installed)")
+    ap.add_argument("--raw-requests", type=int, default=None,
+                    help="requests per raw-load pass (default: --requests x 3)")
+    ap.add_argument("--raw-rounds", type=int, default=3)
+    ap.add_argument("--raw-clients", type=int, default=1, help="raw load processes")
+    ap.add_argument("--raw-connections", type=int, default=32,
+                    help="keep-alive connections per raw load process")
+    ap.add_argument("--ceiling-only", action="store_true",
+                    help="only the raw-load passes (the gateway's own ceiling), no aiohttp "
+                         "client, no latency pairs")
+    ap.add_argument("--no-raw", action="store_true", help="no raw-load passes")
+    ap.add_argument("--raw-no-store-too", action="store_true",
+                    help="raw-load passes also against the gateway storing nothing (first loop)")
     args = ap.parse_args()
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    raw_up = ctx.Process(target=serve_raw_upstream, args=(q,), daemon=True)
+    raw_up.start()
+    raw_port = q.get(timeout=30)
+    raw: dict[str, Any] = {}
+    if not args.no_raw:
+        if args.raw_loops is not None:
+            loops = args.raw_loops.split(",")
+        else:
+            loops = ["asyncio"]
+            try:
+                import uvloop  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
+                loops.append("uvloop")
+            except ImportError:
+                pass
+        try:
+            raw = raw_ceiling(ctx, q, raw_port, raw_up.pid or 0, loops,
+                              args.raw_requests or args.requests * 3, args.raw_rounds,
+                              args.raw_clients, args.raw_connections, not args.no_store,
+                              args.floor, args.raw_no_store_too)
+        finally:
+            if args.ceiling_only:
+                raw_up.terminate()
+        if args.ceiling_only:
+            print(json.dumps({"benchmark": "gateway_ceiling", "cpus": os.cpu_count(),
+                              "python": sys.version.split()[0], "calls_stored": not args.no_store,
+                              **raw, "targets": {"gateway_rps": 5000}}))
+            return
     tmp = tempfile.TemporaryDirectory(prefix="agentmeter-bench-")
     store_dir = None if args.no_store else tmp.name
-    ctx = mp.get_context("spawn")
-    q, ctl = ctx.Queue(), ctx.Queue()
+    ctl = ctx.Queue()
     upstream = ctx.Process(target=_serve_upstream, args=(q,), daemon=True)
     upstream.start()
     up_port = q.get(timeout=30)
     gateway = ctx.Process(target=_serve_gateway,
                           args=(q, up_port, store_dir, args.concurrency, ctl, args.loop,
-                                args.thread_commits, args.switch_interval),
+                                args.thread_commits, args.switch_interval, raw_port),
                           daemon=True)
     gateway.start()
-    gw_port, token, inproc, gemini = q.get(timeout=30)
-    procs = [gateway, upstream]
+    gw_port, token, inproc, gemini, _, _ = q.get(timeout=30)
+    procs = [gateway, upstream, raw_up]
     others: dict[str, tuple[int, str]] = {}
     ctls = []
     tdir = tempfile.TemporaryDirectory(prefix="agentmeter-bench-")
-    for name, where, thread in (("thread_commits", tdir.name, True), ("no_store", None, False)
-                                ) if args.compare_commits else ():
+    udir = tempfile.TemporaryDirectory(prefix="agentmeter-bench-")
+    other_loop = "uvloop" if args.loop == "asyncio" else "asyncio"
+    compared = [("thread_commits", tdir.name, True, args.loop),
+                ("no_store", None, False, args.loop)] if args.compare_commits else []
+    if args.compare_loops:  # the same gateway (storing every call) on the other event loop
+        compared.append((other_loop, None if args.no_store else udir.name, False, other_loop))
+    for name, where, thread, other_loop in compared:
         other_ctl = ctx.Queue()  # kept: a queue collected before the child starts is gone
         ctls.append(other_ctl)
         other = ctx.Process(target=_serve_gateway, args=(
-            q, up_port, where, args.concurrency, other_ctl, args.loop, thread), daemon=True)
+            q, up_port, where, args.concurrency, other_ctl, other_loop, thread, None, raw_port),
+            daemon=True)
         other.start()
         procs.append(other)
         port, tok, *_ = q.get(timeout=30)
@@ -482,7 +653,9 @@ def main() -> None:
             p.join(5)
         tmp.cleanup()
         tdir.cleanup()
+        udir.cleanup()
     result["gateway_switch_interval_ms"] = args.switch_interval or 5.0
+    result.update(raw)
     result.update(store_cost())
     if args.postgres:
         result.update(pg_store_cost())

@@ -322,6 +322,8 @@ def test_hosted_fields_per_api(api: WireApi, body: dict[str, Any], field: str | 
      "image.source.url"),
     ({"contents": [{"parts": [{"file_data": {"file_uri": "https://youtube.com/watch?v=x"}}]}]},
      "fileData.fileUri"),
+    ({"contents": [{"parts": [{"text": "see"}, {"fileData": {  # no "type" in Gemini's parts
+        "fileUri": "https://youtube.com/watch?v=x"}}]}]}, "fileData.fileUri"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {
         "url": "data:image/png;base64,AAAA"}}, {"type": "image", "source": {
             "type": "base64", "data": "AAAA"}}]}],

@@ -117,16 +117,25 @@ def remote_input(body: dict[str, Any]) -> str | None:
     do not bound (a YouTube ``fileUri`` is ~1M input tokens in 60 bytes); ``data:`` URLs and
     inline bytes are the request's own."""
     stack: list[Any] = [body]
-    while stack:
-        node = stack.pop()
+    pop, push = stack.pop, stack.append
+    while stack:  # every request walks this: plain loops, ``_remote`` only where it can find
+        node = pop()  # something (a part with a type, or Gemini's file data)
         if isinstance(node, dict):
-            found = _remote(node)
-            if found is not None:
-                return found
-            stack.extend(v for v in node.values() if isinstance(v, dict | list))
+            if "type" in node or "fileData" in node or "file_data" in node:
+                found = _remote(node)
+                if found is not None:
+                    return found
+            for v in node.values():
+                if isinstance(v, _NESTED):
+                    push(v)
         elif isinstance(node, list):
-            stack.extend(v for v in node if isinstance(v, dict | list))
+            for v in node:
+                if isinstance(v, _NESTED):
+                    push(v)
     return None
+
+
+_NESTED = (dict, list)
 
 
 def refusal(field: str) -> str:
