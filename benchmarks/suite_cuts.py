@@ -33,8 +33,6 @@ CUTS: dict[str, tuple[str, list[str], list[str]]] = {
                         ["test_oracle_source_passes_and_empty_workspace_builds_nothing"],
                         ["test_oracle_source_passes_and_empty_workspace_builds_nothing"]),
     "run_lock": ("test_run_lock.py", [""], [""]),
-    "agents_cli_docker": ("test_agents_cli.py", ["test_cli_on_the_docker_backend"],
-                          ["test_cli_on_the_docker_backend"]),
 }
 
 
