@@ -148,11 +148,12 @@ TEST_COST: dict[str, float] = {
     "test_gateway_persistence.py::test_sigkill_mid_trial_keeps_served_calls_and_resume_counts_them_once": 30,
     "test_gateway.py::test_gateway_serve_meters_any_client": 28,
     # the Ray cluster (one for the module) and PostgreSQL
-    "test_ray_cluster.py::test_the_driver_killed_mid_run_then_resume_counts_everything_once": 60,  # *
-    "test_ray_cluster.py::test_a_worker_node_killed_mid_run_loses_and_double_counts_nothing": 50,  # *
-    "test_ray_cluster.py::test_a_grid_across_the_workers_gives_the_local_results_table": 45,  # *
-    "test_ray_cluster.py::test_a_node_without_the_sandbox_tools_is_named_before_anything_is_written": 35,  # *
-    "test_ray_cluster.py::test_the_nodes_register_with_their_slots": 30,  # *
+    "test_ray_cluster.py::test_the_driver_killed_mid_run_then_resume_counts_everything_once": 101,
+    "test_ray_cluster.py::test_a_grid_across_the_workers_gives_the_local_results_table": 50,
+    "test_ray_cluster.py::test_a_worker_node_killed_mid_run_loses_and_double_counts_nothing": 39,
+    "test_ray_cluster.py::test_a_node_without_the_sandbox_tools_is_named_before_anything_is_written": 30,
+    "test_ray_cluster.py::test_the_nodes_register_with_their_slots": 28,
+    "test_ray_cluster.py::test_no_cluster_or_a_sqlite_store_is_refused_before_anything_is_written": 16,
 }
 DEFAULT_COST = 0.5
 #: seconds of whole files run as one unit (not in PER_TEST_FILES) whose many short tests add up
