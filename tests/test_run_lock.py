@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 from polling import eventually
 from taskgen import make_task
+from typer.testing import CliRunner, Result
 
+from agentmeter.cli import app
 from agentmeter.records import TrialStatus
 from agentmeter.runner.lock import RunLock, RunLockedError
 from agentmeter.store.db import Store
@@ -21,6 +23,12 @@ from agentmeter.store.db import Store
 def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "agentmeter.cli", *args], capture_output=True,
                           text=True, timeout=timeout)
+
+
+def _cli_here(*args: str) -> Result:
+    """The same CLI in this process (typer's runner): a refusal is decided before any work, and
+    a Python start per call took longer than that (seconds each on a loaded machine)."""
+    return CliRunner().invoke(app, list(args))
 
 
 def test_lock_refuses_a_second_holder_and_names_the_first(tmp_path: Path) -> None:
@@ -73,9 +81,9 @@ def test_concurrent_resume_of_a_live_run_is_refused(tmp_path: Path) -> None:
                            for t in st.trials("r"))
         assert eventually(slow_running, timeout=240), "the slow trial never showed as running"
         for args in (["resume", "r"], ["run", "-s", str(suite), "-a", "oracle", "--run-id", "r"]):
-            r = _cli(*args, "--store", str(runs))
-            assert r.returncode == 2, r.stdout + r.stderr
-            assert f"run 'r' is already running (pid {first.pid} on" in r.stderr
+            res = _cli_here(*args, "--store", str(runs))
+            assert res.exit_code == 2, res.output
+            assert f"run 'r' is already running (pid {first.pid} on" in " ".join(res.stderr.split())
         with Store.open(runs) as st:  # the live run's try was not closed or duplicated
             slow = [t for t in st.trials("r") if t.task_id == "slow"]
         assert [(t.try_number, t.status) for t in slow] == [(0, TrialStatus.RUNNING)]
@@ -102,11 +110,10 @@ def test_concurrent_resume_of_a_live_run_is_refused(tmp_path: Path) -> None:
 ])
 def test_bad_run_options_write_nothing(tmp_path: Path, args: list[str], message: str) -> None:
     runs = tmp_path / "runs"
-    r = _cli("run", "-s", "starter", "-t", "log-level-counts", "--store", str(runs), *args,
-             timeout=120)
-    assert r.returncode == 2, r.stdout + r.stderr
-    assert message in " ".join(r.stderr.split())
-    assert "Traceback" not in r.stderr and "pydantic" not in r.stderr
+    res = _cli_here("run", "-s", "starter", "-t", "log-level-counts", "--store", str(runs), *args)
+    assert res.exit_code == 2, res.output  # an exception escaping the CLI would be exit code 1
+    assert message in " ".join(res.stderr.split())
+    assert "Traceback" not in res.output and "pydantic" not in res.output
     assert not runs.exists()
     assert not (tmp_path / "x").exists()
 
