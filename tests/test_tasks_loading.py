@@ -156,6 +156,48 @@ def test_a_task_directory_linked_out_of_the_task_is_refused(tmp_path: Path, rel:
     assert "a symbolic link leading out of the task" in problems_text(exc)
 
 
+def plant_long_chain(directory: Path, name: str, then: str) -> None:
+    """``directory/name``: a link through a chain of links that only the kernel follows to the
+    end: 16 nested 247-character directories make Python 3.11's non-strict realpath overflow
+    PATH_MAX and go on lexically (CVE-2025-4517's trick). It leads to ``directory/then``
+    (``then`` may start with ``..``)."""
+    comp, steps = "d" * 247, "abcdefghijklmnop"
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for step in steps:
+            os.mkdir(comp, dir_fd=fd)
+            os.symlink(comp, step, dir_fd=fd)
+            inner = os.open(comp, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        os.symlink("../" * len(steps), "l" * 254, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.symlink("/".join(steps) + "/" + "l" * 254 + "/" + then, directory / name)
+
+
+def test_a_link_chain_past_path_max_does_not_pass_for_inside(tmp_path: Path) -> None:
+    """Security review 3: ``Path.resolve()`` said a chain of links past PATH_MAX stayed in the
+    task while the kernel followed it out: ``instruction.md`` read a host file for the agent,
+    gitfetch's tree check passed it."""
+    from agentmeter.paths import realpath
+    from agentmeter.tasks.gitfetch import FetchError, check_task_tree
+
+    (tmp_path / "host-secret").write_text("HOST-SECRET-1234\n")
+    task_dir = copy_task(HARBOR, tmp_path)
+    (task_dir / "instruction.md").unlink()
+    plant_long_chain(task_dir, "instruction.md", "../host-secret")
+    link = task_dir / "instruction.md"
+    assert link.read_text() == "HOST-SECRET-1234\n"  # the kernel's answer
+    assert realpath(link) is None
+    with pytest.raises(TaskError) as exc:
+        load_task(task_dir)
+    assert "a symbolic link leading out of the task" in problems_text(exc)
+    assert "HOST-SECRET" not in problems_text(exc)
+    with pytest.raises(FetchError, match="leading out of the task"):
+        check_task_tree(task_dir)
+
+
 def test_a_terminal_bench_task_yaml_linked_out_is_not_read(tmp_path: Path) -> None:
     secret = tmp_path / "host-secret"
     secret.write_text("instruction: HOST-SECRET-1234\n")

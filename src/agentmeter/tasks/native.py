@@ -32,9 +32,9 @@ starts, naming this file and key.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from agentmeter.paths import realpath, within
 from agentmeter.tasks.compose import read_compose
 from agentmeter.tasks.errors import TaskError, TaskProblem
 from agentmeter.tasks.models import (
@@ -140,11 +140,11 @@ def link_out(path: Path, root: Path) -> TaskProblem | None:
     links for tasks it fetches; this covers a task directory given as is."""
     if not (path.is_symlink() or path.exists()):
         return None
-    target = Path(os.path.realpath(path))
-    top = Path(os.path.realpath(root))
-    if target == top or top in target.parents:
+    if within(path, root):
         return None
-    return TaskProblem(path, f"a symbolic link leading out of the task (to {target}): not read")
+    target = realpath(path)
+    where = "to a path longer than the system allows" if target is None else f"to {target}"
+    return TaskProblem(path, f"a symbolic link leading out of the task ({where}): not read")
 
 
 def instruction_problems(instruction_file: Path,
