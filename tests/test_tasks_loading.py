@@ -156,13 +156,17 @@ def test_a_task_directory_linked_out_of_the_task_is_refused(tmp_path: Path, rel:
     assert "a symbolic link leading out of the task" in problems_text(exc)
 
 
-def plant_long_chain(directory: Path, name: str, then: str) -> None:
-    """``directory/name``: a link through a chain of links that only the kernel follows to the
-    end: 16 nested 247-character directories make Python 3.11's non-strict realpath overflow
-    PATH_MAX and go on lexically (CVE-2025-4517's trick). It leads to ``directory/then``
-    (``then`` may start with ``..``)."""
-    comp, steps = "d" * 247, "abcdefghijklmnop"
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+def plant_long_chain(task_dir: Path, name: str, secret: Path) -> None:
+    """``task_dir/name``: a link the kernel follows to ``secret`` while Python 3.11's
+    non-strict realpath says it stays in the task (CVE-2025-4517's trick). Beside the task:
+    ``chain/`` nests 16 directories of 247 characters (``a``..``p`` link each level to the
+    next) and a link ``LLL`` at the bottom; realpath's path passes PATH_MAX at ``LLL``, so it
+    takes ``LLL`` for a plain name and pops the ``..`` that follow lexically, landing in the
+    task; the kernel follows ``LLL`` into ``evil/e/e/...`` and the same ``..`` land in
+    ``evil/``, whose ``<task>/instruction.real`` links to ``secret``."""
+    base, steps, comp, pops = task_dir.parent, "abcdefghijklmnop", "d" * 247, 18
+    (base / "chain").mkdir()
+    fd = os.open(base / "chain", os.O_RDONLY | os.O_DIRECTORY)
     try:
         for step in steps:
             os.mkdir(comp, dir_fd=fd)
@@ -170,23 +174,28 @@ def plant_long_chain(directory: Path, name: str, then: str) -> None:
             inner = os.open(comp, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
             os.close(fd)
             fd = inner
-        os.symlink("../" * len(steps), "l" * 254, dir_fd=fd)
+        os.symlink("../" * (len(steps) + 1) + "evil/" + "e/" * pops, "L" * 254, dir_fd=fd)
     finally:
         os.close(fd)
-    os.symlink("/".join(steps) + "/" + "l" * 254 + "/" + then, directory / name)
+    (base / "evil" / Path(*["e"] * pops)).mkdir(parents=True)
+    (base / "evil" / task_dir.name).mkdir()
+    (base / "evil" / task_dir.name / "instruction.real").symlink_to(secret)
+    os.symlink("../chain/" + "/".join(steps) + "/" + "L" * 254 + "/" + "../" * pops
+               + task_dir.name + "/instruction.real", task_dir / name)
 
 
 def test_a_link_chain_past_path_max_does_not_pass_for_inside(tmp_path: Path) -> None:
     """Security review 3: ``Path.resolve()`` said a chain of links past PATH_MAX stayed in the
-    task while the kernel followed it out: ``instruction.md`` read a host file for the agent,
-    gitfetch's tree check passed it."""
+    task while the kernel followed it out: ``instruction.md`` read a host file (as root) for
+    the agent; gitfetch's tree check passed it too."""
     from agentmeter.paths import realpath
     from agentmeter.tasks.gitfetch import FetchError, check_task_tree
 
-    (tmp_path / "host-secret").write_text("HOST-SECRET-1234\n")
+    secret = tmp_path / "host-secret"
+    secret.write_text("HOST-SECRET-1234\n")
     task_dir = copy_task(HARBOR, tmp_path)
     (task_dir / "instruction.md").unlink()
-    plant_long_chain(task_dir, "instruction.md", "../host-secret")
+    plant_long_chain(task_dir, "instruction.md", secret)
     link = task_dir / "instruction.md"
     assert link.read_text() == "HOST-SECRET-1234\n"  # the kernel's answer
     with pytest.raises(TaskError) as exc:
