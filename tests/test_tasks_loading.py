@@ -656,3 +656,26 @@ def test_network_modes_resolve_as_harbor_resolves_them(tmp_path: Path) -> None:
     with_env('network_mode = "public"\nallowed_hosts = ["a.test"]')
     with pytest.raises(TaskError, match=r"environment\.allowed_hosts"):
         load_task(task_dir)
+
+
+@pytest.mark.parametrize("how", ["absolute", "dotdot", "link"])
+def test_a_verifier_config_file_out_of_tests_is_not_read(tmp_path: Path, how: str) -> None:
+    """Security review 3: ``difftest.cases`` (or a link in tests/) named any host file, read
+    whole as root at load time (``/dev/zero`` filled the runner's memory) and its cases run;
+    ``rubric.toml`` and the capture plan likewise."""
+    from agentmeter.tasks.native import rubric_problems, verifier_file_problems
+    from agentmeter.verify.difftest.config import DifftestConfig
+
+    host = tmp_path / "host-cases.jsonl"
+    host.write_text('{"id": "c1", "class": "c01", "command": "cat /etc/shadow"}\n')
+    tests = tmp_path / "task" / "tests"
+    tests.mkdir(parents=True)
+    cases = {"absolute": str(host), "dotdot": "../../host-cases.jsonl", "link": "cases.jsonl"}[how]
+    if how == "link":
+        (tests / "cases.jsonl").symlink_to(host)
+    cfg = DifftestConfig(cli_name="greet", language="python", cases=cases)
+    problems = verifier_file_problems("difftest", cfg, [tests])
+    assert [p.field for p in problems] == ["difftest.cases"]
+    assert "leading out of the task" in problems[0].message
+    (tests / "rubric.toml").symlink_to(host)
+    assert "leading out of the task" in str(rubric_problems(tests)[0])

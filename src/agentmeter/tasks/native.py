@@ -171,6 +171,10 @@ def verifier_file_problems(kind: str, difftest: DifftestConfig | None,
     the scenario's shared ones), checked at load time."""
     if kind == DIFFTEST_KIND and difftest is not None:
         cases_file = tests_dirs[0] / difftest.cases
+        # read as root on the host: difftest.cases = "/dev/zero", "../../x" or a link out of
+        # tests/ named a host file (read whole; its cases run in the sandbox)
+        if (out := link_out(cases_file, tests_dirs[0])) is not None:
+            return [TaskProblem(cases_file, out.message, "difftest.cases")]
         try:
             read_cases(cases_file)
         except CasesError as e:
@@ -283,6 +287,9 @@ def service_problems(config: TaskToml, directory: Path) -> list[TaskProblem]:
 def rubric_problems(tests_dir: Path) -> list[TaskProblem]:
     """What is wrong with a rubric task's ``tests/rubric.toml`` (and capture plan), by key."""
     plan = tests_dir / CAPTURE_PLAN_JSON
+    for file in (tests_dir / RUBRIC_TOML, plan):  # read as root on the host
+        if (out := link_out(file, tests_dir)) is not None:
+            return [out]
     try:
         load_rubric(tests_dir / RUBRIC_TOML, plan if plan.is_file() else None)
     except RubricError as e:
