@@ -294,6 +294,16 @@ async def test_refusals_beyond_the_cap_are_answered_not_recorded(
         assert len(meter.calls) == 2 and meter.refused == 4
     finally:
         await gw.stop()
+    # security review 3: the count reaches the trial's record (the cap hid the rest)
+    from types import SimpleNamespace
+
+    from agentmeter.runner.trial import TrialRunner
+
+    trial = SimpleNamespace(rec=SimpleNamespace(extra={}, try_number=0), _late=frozenset(),
+                            ctx=SimpleNamespace(run_id="r", store=SimpleNamespace(
+                                add_model_calls=lambda *a, **k: None)))
+    TrialRunner._apply_meter(trial, meter)  # type: ignore[arg-type]
+    assert trial.rec.extra["requests_refused"] == 4
 
 
 @pytest.mark.parametrize(("api", "body", "field"), [
