@@ -28,6 +28,7 @@ from agentmeter.report.html.page import main_content, render_page
 from agentmeter.report.html.trials import trial_detail, trial_page
 from agentmeter.report.viewer import pages
 from agentmeter.store import browse
+from agentmeter.store.artifacts import artifact_file
 from agentmeter.store.browse import TrialQuery
 from agentmeter.store.db import Store, StoreError
 
@@ -198,9 +199,8 @@ class Viewer:
         rel = browse.artifact_relpath(self.store, run_id, trial_id, try_number, name)
         if rel is None or self.store.runs_dir is None:
             return None
-        base = self.store.run_dir(run_id).resolve()
-        path = (base / rel).resolve()
-        return path if path.is_relative_to(base) and path.is_file() else None
+        path = artifact_file(self.store.run_dir(run_id), rel)
+        return path if path is not None and path.is_file() else None
 
     async def artifact(self, request: web.Request) -> web.FileResponse:
         q = request.query
