@@ -264,6 +264,16 @@ def test_viewer_json_endpoints(tmp_path: Path) -> None:
             assert get(viewer.url + escape)[0] == 404
             code, body = get(f"{viewer.url}/report?run=grid&fragment=main")
             assert code == 200 and b"<html" not in body and b'id="leaderboard"' in body
+            # security review 3: a page whose name was rebound to 127.0.0.1 reads nothing
+            port = viewer.url.rsplit(":", 1)[1]
+            for host, want in ((f"attacker.example:{port}", 421), (f"localhost:{port}", 200)):
+                req = urllib.request.Request(f"{viewer.url}/api/trials?run=grid",
+                                             headers={"Host": host})
+                try:
+                    with urllib.request.urlopen(req) as r:
+                        assert (r.status, host) == (want, host)
+                except urllib.error.HTTPError as e:
+                    assert (e.code, host) == (want, host)
         finally:
             viewer.stop()
 
