@@ -679,3 +679,22 @@ def test_a_verifier_config_file_out_of_tests_is_not_read(tmp_path: Path, how: st
     assert "leading out of the task" in problems[0].message
     (tests / "rubric.toml").symlink_to(host)
     assert "leading out of the task" in str(rubric_problems(tests)[0])
+
+
+def test_a_copy_source_through_a_path_max_chain_is_refused(tmp_path: Path) -> None:
+    """Security review 3: COPY sources are confined to the build context by resolve(), which
+    a chain of links past PATH_MAX fooled (the runner copies as root into the agent's image)."""
+    from agentmeter.sandbox.dockerfile import DockerStep
+    from agentmeter.sandbox.layer_steps import copy_sources
+    from agentmeter.sandbox.spec import LayerBuildError, LayerSpec
+
+    secret = tmp_path / "host-secret"
+    secret.write_text("HOST-SECRET-1234\n")
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    plant_long_chain(ctx, "leak", secret)
+    assert (ctx / "leak").read_text() == "HOST-SECRET-1234\n"
+    layer = LayerSpec(kind="dockerfile", source="", context=ctx)
+    with pytest.raises(LayerBuildError, match="outside the build context"):
+        copy_sources(DockerStep(kind="COPY", line=1, text="COPY leak /x", args=("leak", "/x")),
+                     layer)
