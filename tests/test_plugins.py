@@ -302,5 +302,12 @@ def test_a_task_kind_is_not_imported_from_the_current_directory(
     with pytest.raises(PluginError, match="current directory"):
         make_verifier("amsec3_evil:V")
     assert not (tmp_path / "RAN").exists()
+    site = tmp_path / ".venv" / "site-packages"  # installed below the directory: allowed
+    site.mkdir(parents=True)
+    (site / "amsec3_ok.py").write_text("class V:\n    def verify(self): ...\n")
+    sys.path.append(str(site))
+    monkeypatch.delitem(sys.modules, "amsec3_ok", raising=False)
+    assert "current directory" not in (kind_problem("amsec3_ok:V") or "")
+    sys.modules.pop("amsec3_ok", None)
     assert load_import_path("amsec3_evil:V", "agent").__name__ == "V"
     sys.modules.pop("amsec3_evil", None)

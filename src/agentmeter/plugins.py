@@ -78,14 +78,15 @@ def load_import_path(target: str, what: str, *, cwd: bool = True) -> Any:
 
 
 def _from_cwd(module_name: str) -> str | None:
-    """Where ``module_name``'s top-level package would be imported from, when that lies in the
-    current directory and the user did not put it on ``PYTHONPATH``: a task from a checked-out
-    repository saying ``kind = "evil:V"`` imported ``./evil.py`` (run as the runner, root) when
-    agentmeter ran from the repository (``python -m`` searches the current directory first).
+    """Where ``module_name``'s top-level package would be imported from, when that is the
+    current directory itself (sys.path's implicit ``''`` or the appended cwd) and the user did
+    not put it on ``PYTHONPATH``: a task from a checked-out repository saying
+    ``kind = "evil:V"`` imported ``./evil.py`` (run as the runner, root) when agentmeter ran
+    from the repository. A package installed below it (a project's ``.venv``) is not refused.
     Finding a top-level module runs none of its code."""
     import importlib.util
 
-    from agentmeter.paths import within
+    from agentmeter.paths import realpath
 
     top = module_name.split(".")[0]
     if top in sys.modules:
@@ -96,11 +97,12 @@ def _from_cwd(module_name: str) -> str | None:
         return None
     if spec is None:
         return None
-    here = os.getcwd()
-    chosen = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    for place in (spec.origin, *(spec.submodule_search_locations or ())):
-        if (place and os.path.isabs(place) and within(place, here)
-                and not any(within(place, p) for p in chosen)):
+    places: list[str | None] = [*(spec.submodule_search_locations or ())] or [spec.origin]
+    here = realpath(os.getcwd())
+    chosen = {realpath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    for place in places:
+        if (place and os.path.isabs(place) and here not in chosen
+                and realpath(os.path.dirname(place)) == here):
             return str(place)
     return None
 
