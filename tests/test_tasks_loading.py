@@ -698,3 +698,24 @@ def test_a_copy_source_through_a_path_max_chain_is_refused(tmp_path: Path) -> No
     with pytest.raises(LayerBuildError, match="outside the build context"):
         copy_sources(DockerStep(kind="COPY", line=1, text="COPY leak /x", args=("leak", "/x")),
                      layer)
+
+
+@pytest.mark.parametrize("rel", ["steps/identify/workdir", "steps/identify/tests", "tests"])
+def test_a_scenario_directory_linked_out_of_the_task_is_refused(tmp_path: Path, rel: str) -> None:
+    """Security review 3: a multi-step task's step ``workdir/`` (copied into the agent's
+    directory), a step's ``tests/`` or the shared ``tests/`` linked to a host directory copied
+    that directory into the sandbox (review 2 covered single-step tasks only)."""
+    from agentmeter.tasks.scenario import load_scenario
+    from agentmeter.tasks.suite import BUILTIN_SUITES_DIR
+
+    host = tmp_path / "host-dir"
+    host.mkdir()
+    (host / "id_rsa").write_text("HOST-SECRET-1234\n")
+    task_dir = tmp_path / "company-research"
+    shutil.copytree(BUILTIN_SUITES_DIR / "agency" / "company-research", task_dir)
+    if (task_dir / rel).exists():
+        shutil.rmtree(task_dir / rel)
+    (task_dir / rel).symlink_to(host)
+    with pytest.raises(TaskError) as exc:
+        load_scenario(task_dir)
+    assert "a symbolic link leading out of the task" in problems_text(exc)
