@@ -207,6 +207,19 @@ def test_a_link_chain_past_path_max_does_not_pass_for_inside(tmp_path: Path) -> 
     assert realpath(link) is None
 
 
+@pytest.mark.parametrize("rel", ["tests", "run-tests.sh"])
+def test_a_terminal_bench_staged_file_linked_out_is_refused(tmp_path: Path, rel: str) -> None:
+    """Security review 3: a Terminal-Bench task's tests/ linked to a host directory was copied
+    into the sandbox (its verifier has the internet by default)."""
+    task_dir = copy_task(TB, tmp_path)
+    outside = tmp_path / "host-thing"
+    shutil.move(task_dir / rel, outside)
+    (task_dir / rel).symlink_to(outside)
+    with pytest.raises(TaskError) as exc:
+        load_task(task_dir)
+    assert "a symbolic link leading out of the task" in problems_text(exc)
+
+
 def test_a_terminal_bench_task_yaml_linked_out_is_not_read(tmp_path: Path) -> None:
     secret = tmp_path / "host-secret"
     secret.write_text("instruction: HOST-SECRET-1234\n")

@@ -234,6 +234,9 @@ def load_terminal_bench_task(directory: Path) -> Task:
         problems.append(TaskProblem(tests_dir, "missing: the task has no tests directory"))
 
     solution_sh = directory / "solution.sh"
+    for staged in (run_tests, tests_dir, solution_sh):  # copied into a sandbox as root
+        if (out := link_out(staged, directory)) is not None:
+            problems.append(out)
     if not solution_sh.is_file() and (directory / "solution.yaml").is_file():
         problems.append(TaskProblem(directory / "solution.yaml",
                                     "command-list solutions are not supported; "
