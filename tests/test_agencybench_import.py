@@ -316,6 +316,16 @@ def test_links_in_a_hostile_checkout_bring_no_host_file(tmp_path: Path) -> None:
     os.symlink(tmp_path / "description.json", scen / "description.json")
     with pytest.raises(ImportFormatError, match="symbolic link"):
         import_agencybench(src, tmp_path / "out2")
+    # security review 3: the asset directory itself a link (os.walk lists a linked top)
+    from agentmeter.importers.agencybench import _copy_tree
+
+    (tmp_path / "hostdir").mkdir()
+    (tmp_path / "hostdir" / "id_rsa").write_text("host secret\n")
+    os.symlink(tmp_path / "hostdir", tmp_path / "desktop")
+    notes: list[str] = []
+    assert _copy_tree(tmp_path / "desktop", tmp_path / "out3", notes) == 0
+    assert not (tmp_path / "out3" / "id_rsa").exists()
+    assert any("desktop: a symbolic link" in n for n in notes)
 
 
 def test_an_existing_destination_is_refused_untouched(tmp_path: Path) -> None:

@@ -84,7 +84,10 @@ def test_a_release_without_sdist_gets_its_reference_from_its_wheel(tmp_path: Pat
         z.writestr("moo-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: moo\n"
                    "Version: 1.0\nRequires-Dist: rich\nRequires-Dist: pytest ; extra == 'test'\n")
         z.writestr("moo-1.0.dist-info/entry_points.txt", "[console_scripts]\nmoo = moo.main:cli\n")
+        # security review 3: an absolute member name (dest / "/x" is "/x") wrote any host path
+        z.writestr(str(tmp_path / "outside.txt"), "written by the wheel\n")
     ref = reference_from_wheel(wheel, task, "moo")
+    assert not (tmp_path / "outside.txt").exists()
     assert (ref / "moo" / "main.py").is_file() and (ref / "moo" / "data" / "cows.txt").is_file()
     assert not list(ref.glob("*.dist-info"))
     meta = tomllib.loads((ref / "pyproject.toml").read_text())

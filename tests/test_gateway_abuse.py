@@ -272,6 +272,15 @@ async def test_hosted_tools_and_stored_inputs_are_refused_or_dropped(
         assert status == 200
         status, _ = await _post(gw, allowed, {"messages": leak, "max_tokens": 5})
         assert status == 200
+        # review 3: with the internet but a token or USD budget, remote media are refused
+        # (their input tokens, a YouTube fileUri's ~1M, are not bounded by the reservation)
+        budgeted = gw.open_trial("t4", "up/m", hosted_tools=True, budget=Budget(max_tokens=10**6))
+        seen = len(rec.seen)
+        status, answer = await _post(gw, budgeted, {"messages": leak, "max_tokens": 5})
+        assert status == 400 and "token or USD budget" in answer["error"]["message"]
+        assert len(rec.seen) == seen
+        status, _ = await _post(gw, budgeted, {"messages": inline, "max_tokens": 5})
+        assert status == 200
     finally:
         await gw.stop()
 
@@ -294,6 +303,16 @@ async def test_refusals_beyond_the_cap_are_answered_not_recorded(
         assert len(meter.calls) == 2 and meter.refused == 4
     finally:
         await gw.stop()
+    # security review 3: the count reaches the trial's record (the cap hid the rest)
+    from types import SimpleNamespace
+
+    from agentmeter.runner.trial import TrialRunner
+
+    trial = SimpleNamespace(rec=SimpleNamespace(extra={}, try_number=0), _late=frozenset(),
+                            ctx=SimpleNamespace(run_id="r", store=SimpleNamespace(
+                                add_model_calls=lambda *a, **k: None)))
+    TrialRunner._apply_meter(trial, meter)  # type: ignore[arg-type]
+    assert trial.rec.extra["requests_refused"] == 4
 
 
 @pytest.mark.parametrize(("api", "body", "field"), [

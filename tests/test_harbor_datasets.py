@@ -64,6 +64,7 @@ class Served:
                 _task("missing-commit", url, "0" * 40, "hello-workdir"),
                 _task("unreachable", "http://127.0.0.1:9/nothing.git", self.commit, "a"),
                 _task("missing-path", url, self.commit, "tasks/nope"),
+                _task("local", f"file://{self.repo}", self.commit, "tasks/hello-world"),
             ]},
         ]
 
@@ -139,7 +140,7 @@ def test_hostile_registry_entries(served: tuple[Served, str], cache: Path) -> No
     suite = load_dataset("hostile@1.0", f"{base}/registry.json")
     assert suite.task_ids == ["hello-workdir"]
     reasons = [k.reason for k in suite.skipped]
-    assert len(reasons) == 8 and all(r.startswith("dataset hostile@1.0: task ") for r in reasons)
+    assert len(reasons) == 9 and all(r.startswith("dataset hostile@1.0: task ") for r in reasons)
     text = "\n".join(reasons)
     assert "task traversal: path '../outside' refused: it leaves the repository" in text
     assert "task ext: git_url 'ext::sh" in text and "refused: only http, https, git, file" in text
@@ -151,6 +152,8 @@ def test_hostile_registry_entries(served: tuple[Served, str], cache: Path) -> No
            "fetched from http://127.0.0.1:" in text
     assert "task unreachable: repository http://127.0.0.1:9/nothing.git cannot be reached" in text
     assert "task missing-path: path 'tasks/nope': no such directory at that commit" in text
+    # review 3: a registry from the network names no repository of this host
+    assert "task local: git_url 'file://" in text and "a local repository" in text
     assert not (s.root / "pwned").exists() and not (s.root / "pwned" / "x").exists()
     # nothing refused was cached
     assert len(list((cache / "tasks").iterdir())) == 1

@@ -171,3 +171,17 @@ def test_malformed_tables_name_row_and_column(tmp_path: Path) -> None:
         Mapping.load(m)
     code, _, err = cli("import", str(tmp_path / "nothing-here"), "--store", str(tmp_path))
     assert code == 2 and "no such file or directory" in err
+
+
+def test_json_nested_too_deep_is_a_format_error(tmp_path: Path) -> None:
+    """Security review 3: results from elsewhere (or a judge's reply) nested deeper than json
+    takes raised RecursionError: a traceback instead of a message (a harness error for the
+    differential test's judge)."""
+    from agentmeter.importers.common import ImportFormatError, read_json
+    from agentmeter.verify.difftest.judging import parse_reply
+
+    deep = '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    (tmp_path / "result.json").write_text(deep)
+    with pytest.raises(ImportFormatError, match="nested too deep"):
+        read_json(tmp_path / "result.json")
+    assert parse_reply('{"equivalent": true, "x": ' + deep + "}") is None

@@ -279,3 +279,35 @@ def test_an_import_path_finds_the_current_directory_last(plugin_dir: Path, tmp_p
         assert agent.name == "hello-py" and sys.path[-1] == str(tmp_path)
     finally:
         sys.modules.pop("here_plugin", None)
+
+
+def test_a_task_kind_is_not_imported_from_the_current_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Security review 3: a task from a checked-out repository saying ``kind = "evil:V"``
+    imported ``./evil.py`` (its code run as the runner, root) when agentmeter ran from the
+    repository: ``python -m`` searches the current directory first, the console script after
+    everything. The user's own import paths (``-a module:Class``) still find it."""
+    from agentmeter.plugins import load_import_path
+    from agentmeter.verify.registry import kind_problem, make_verifier
+
+    (tmp_path / "amsec3_evil.py").write_text(
+        "import pathlib\npathlib.Path(__file__).with_name('RAN').write_text('x')\n"
+        "class V:\n    pass\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.setattr(sys, "path", ["", *sys.path])
+    monkeypatch.delitem(sys.modules, "amsec3_evil", raising=False)
+    problem = kind_problem("amsec3_evil:V")
+    assert problem is not None and "current directory" in problem
+    with pytest.raises(PluginError, match="current directory"):
+        make_verifier("amsec3_evil:V")
+    assert not (tmp_path / "RAN").exists()
+    site = tmp_path / ".venv" / "site-packages"  # installed below the directory: allowed
+    site.mkdir(parents=True)
+    (site / "amsec3_ok.py").write_text("class V:\n    def verify(self): ...\n")
+    sys.path.append(str(site))
+    monkeypatch.delitem(sys.modules, "amsec3_ok", raising=False)
+    assert "current directory" not in (kind_problem("amsec3_ok:V") or "")
+    sys.modules.pop("amsec3_ok", None)
+    assert load_import_path("amsec3_evil:V", "agent").__name__ == "V"
+    sys.modules.pop("amsec3_evil", None)

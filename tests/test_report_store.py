@@ -264,6 +264,16 @@ def test_viewer_json_endpoints(tmp_path: Path) -> None:
             assert get(viewer.url + escape)[0] == 404
             code, body = get(f"{viewer.url}/report?run=grid&fragment=main")
             assert code == 200 and b"<html" not in body and b'id="leaderboard"' in body
+            # security review 3: a page whose name was rebound to 127.0.0.1 reads nothing
+            port = viewer.url.rsplit(":", 1)[1]
+            for host, want in ((f"attacker.example:{port}", 421), (f"localhost:{port}", 200)):
+                req = urllib.request.Request(f"{viewer.url}/api/trials?run=grid",
+                                             headers={"Host": host})
+                try:
+                    with urllib.request.urlopen(req) as r:
+                        assert (r.status, host) == (want, host)
+                except urllib.error.HTTPError as e:
+                    assert (e.code, host) == (want, host)
         finally:
             viewer.stop()
 
@@ -296,3 +306,33 @@ def test_report_command(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "no run 'nope'" in res.output
     res = runner.invoke(app, ["report", "grid", "--store", str(tmp_path), "--sort", "x"])
     assert res.exit_code == 2
+
+
+def test_an_artifact_row_naming_a_file_outside_the_run_is_not_embedded(tmp_path: Path) -> None:
+    """Security review 3: the report and the viewer read ``run_dir / relpath`` as the store
+    says: a copied store or a run directory someone edited (an absolute or ``..`` relpath, a
+    link in the run directory) embedded any host file in the report."""
+    from agentmeter.report.html.trials import trial_detail
+    from agentmeter.report.viewer.app import artifact_link
+
+    secret = tmp_path / "host-secret.log"
+    secret.write_text("HOST-SECRET-1234\n")
+    with Store.open(tmp_path / "store") as store:
+        store.create_run(RunRecord(id="r", created_at=T0, status="finished"))
+        store.upsert_task(TaskRecord(id="t1", digest="d1"), "r")
+        cfg = config("oracle", NO_MODEL)
+        store.upsert_config(cfg, "r")
+        rec = TrialRecord(id=f"{cfg.id}:t1:0", run_id="r", config_id=cfg.id, task_id="t1",
+                          attempt=0, status=S.PASSED, passed=True, reward=1.0)
+        store.save_trial(rec)
+        run_dir = store.run_dir("r")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "linked.log").symlink_to(secret)
+        for name, rel in (("abs.log", str(secret)), ("up.log", "../../../host-secret.log"),
+                          ("linked.log", "linked.log")):
+            store.add_artifact("r", ArtifactRecord(trial_id=rec.id, name=name, kind="agent_log",
+                                                   relpath=rel, size=17))
+        detail = trial_detail(store, "r", rec.id, None, artifact_link)
+    assert detail is not None and len(detail["artifacts"]) == 3
+    assert all(a.get("missing") for a in detail["artifacts"])
+    assert "HOST-SECRET" not in json.dumps(detail)

@@ -147,3 +147,18 @@ def test_an_unbuildable_environment_is_refused_or_fails_the_run(tmp_path: Path) 
     assert final["fine"].status is TrialStatus.PASSED
     assert final["broken"].status is TrialStatus.INFRA_INVALID
     assert len([t for t in tries if t.task_id == "broken"]) == 1  # not retried
+
+
+def test_a_lock_file_that_is_a_link_is_not_followed(tmp_path: Path) -> None:
+    """Security review 3: run.lock -> a host file (a run directory someone else can write) had
+    that file truncated and overwritten by the runner."""
+    from agentmeter.runner.lock import LOCK_NAME, RunLock
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / LOCK_NAME).symlink_to(victim)
+    with pytest.raises(OSError), RunLock(run_dir, "r"):
+        pass
+    assert victim.read_text() == "precious\n"

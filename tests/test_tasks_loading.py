@@ -157,6 +157,70 @@ def test_a_task_directory_linked_out_of_the_task_is_refused(tmp_path: Path, rel:
     assert "a symbolic link leading out of the task" in problems_text(exc)
 
 
+def plant_long_chain(task_dir: Path, name: str, secret: Path) -> None:
+    """``task_dir/name``: a link the kernel follows to ``secret`` while Python 3.11's
+    non-strict realpath says it stays in the task (CVE-2025-4517's trick). Beside the task:
+    ``chain/`` nests 16 directories of 247 characters (``a``..``p`` link each level to the
+    next) and a link ``LLL`` at the bottom; realpath's path passes PATH_MAX at ``LLL``, so it
+    takes ``LLL`` for a plain name and pops the ``..`` that follow lexically, landing in the
+    task; the kernel follows ``LLL`` into ``evil/e/e/...`` and the same ``..`` land in
+    ``evil/``, whose ``<task>/instruction.real`` links to ``secret``."""
+    base, steps, comp, pops = task_dir.parent, "abcdefghijklmnop", "d" * 247, 18
+    (base / "chain").mkdir()
+    fd = os.open(base / "chain", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for step in steps:
+            os.mkdir(comp, dir_fd=fd)
+            os.symlink(comp, step, dir_fd=fd)
+            inner = os.open(comp, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        os.symlink("../" * (len(steps) + 1) + "evil/" + "e/" * pops, "L" * 254, dir_fd=fd)
+    finally:
+        os.close(fd)
+    (base / "evil" / Path(*["e"] * pops)).mkdir(parents=True)
+    (base / "evil" / task_dir.name).mkdir()
+    (base / "evil" / task_dir.name / "instruction.real").symlink_to(secret)
+    os.symlink("../chain/" + "/".join(steps) + "/" + "L" * 254 + "/" + "../" * pops
+               + task_dir.name + "/instruction.real", task_dir / name)
+
+
+def test_a_link_chain_past_path_max_does_not_pass_for_inside(tmp_path: Path) -> None:
+    """Security review 3: ``Path.resolve()`` said a chain of links past PATH_MAX stayed in the
+    task while the kernel followed it out: ``instruction.md`` read a host file (as root) for
+    the agent; gitfetch's tree check passed it too."""
+    from agentmeter.paths import realpath
+    from agentmeter.tasks.gitfetch import FetchError, check_task_tree
+
+    secret = tmp_path / "host-secret"
+    secret.write_text("HOST-SECRET-1234\n")
+    task_dir = copy_task(HARBOR, tmp_path)
+    (task_dir / "instruction.md").unlink()
+    plant_long_chain(task_dir, "instruction.md", secret)
+    link = task_dir / "instruction.md"
+    assert link.read_text() == "HOST-SECRET-1234\n"  # the kernel's answer
+    with pytest.raises(TaskError) as exc:
+        load_task(task_dir)
+    assert "a symbolic link leading out of the task" in problems_text(exc)
+    assert "HOST-SECRET" not in problems_text(exc)
+    with pytest.raises(FetchError, match="leading out of the task"):
+        check_task_tree(task_dir)
+    assert realpath(link) is None
+
+
+@pytest.mark.parametrize("rel", ["tests", "run-tests.sh"])
+def test_a_terminal_bench_staged_file_linked_out_is_refused(tmp_path: Path, rel: str) -> None:
+    """Security review 3: a Terminal-Bench task's tests/ linked to a host directory was copied
+    into the sandbox (its verifier has the internet by default)."""
+    task_dir = copy_task(TB, tmp_path)
+    outside = tmp_path / "host-thing"
+    shutil.move(task_dir / rel, outside)
+    (task_dir / rel).symlink_to(outside)
+    with pytest.raises(TaskError) as exc:
+        load_task(task_dir)
+    assert "a symbolic link leading out of the task" in problems_text(exc)
+
+
 def test_a_terminal_bench_task_yaml_linked_out_is_not_read(tmp_path: Path) -> None:
     secret = tmp_path / "host-secret"
     secret.write_text("instruction: HOST-SECRET-1234\n")
@@ -607,3 +671,66 @@ def test_network_modes_resolve_as_harbor_resolves_them(tmp_path: Path) -> None:
     with_env('network_mode = "public"\nallowed_hosts = ["a.test"]')
     with pytest.raises(TaskError, match=r"environment\.allowed_hosts"):
         load_task(task_dir)
+
+
+@pytest.mark.parametrize("how", ["absolute", "dotdot", "link"])
+def test_a_verifier_config_file_out_of_tests_is_not_read(tmp_path: Path, how: str) -> None:
+    """Security review 3: ``difftest.cases`` (or a link in tests/) named any host file, read
+    whole as root at load time (``/dev/zero`` filled the runner's memory) and its cases run;
+    ``rubric.toml`` and the capture plan likewise."""
+    from agentmeter.tasks.native import rubric_problems, verifier_file_problems
+    from agentmeter.verify.difftest.config import DifftestConfig
+
+    host = tmp_path / "host-cases.jsonl"
+    host.write_text('{"id": "c1", "class": "c01", "command": "cat /etc/shadow"}\n')
+    tests = tmp_path / "task" / "tests"
+    tests.mkdir(parents=True)
+    cases = {"absolute": str(host), "dotdot": "../../host-cases.jsonl", "link": "cases.jsonl"}[how]
+    if how == "link":
+        (tests / "cases.jsonl").symlink_to(host)
+    cfg = DifftestConfig(cli_name="greet", language="python", cases=cases)
+    problems = verifier_file_problems("difftest", cfg, [tests])
+    assert [p.field for p in problems] == ["difftest.cases"]
+    assert "leading out of the task" in problems[0].message
+    (tests / "rubric.toml").symlink_to(host)
+    assert "leading out of the task" in str(rubric_problems(tests)[0])
+
+
+def test_a_copy_source_through_a_path_max_chain_is_refused(tmp_path: Path) -> None:
+    """Security review 3: COPY sources are confined to the build context by resolve(), which
+    a chain of links past PATH_MAX fooled (the runner copies as root into the agent's image)."""
+    from agentmeter.sandbox.dockerfile import DockerStep
+    from agentmeter.sandbox.layer_steps import copy_sources
+    from agentmeter.sandbox.spec import LayerBuildError, LayerSpec
+
+    secret = tmp_path / "host-secret"
+    secret.write_text("HOST-SECRET-1234\n")
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    plant_long_chain(ctx, "leak", secret)
+    assert (ctx / "leak").read_text() == "HOST-SECRET-1234\n"
+    layer = LayerSpec(kind="dockerfile", source="", context=ctx)
+    with pytest.raises(LayerBuildError, match="outside the build context"):
+        copy_sources(DockerStep(kind="COPY", line=1, text="COPY leak /x", args=("leak", "/x")),
+                     layer)
+
+
+@pytest.mark.parametrize("rel", ["steps/identify/workdir", "steps/identify/tests", "tests"])
+def test_a_scenario_directory_linked_out_of_the_task_is_refused(tmp_path: Path, rel: str) -> None:
+    """Security review 3: a multi-step task's step ``workdir/`` (copied into the agent's
+    directory), a step's ``tests/`` or the shared ``tests/`` linked to a host directory copied
+    that directory into the sandbox (review 2 covered single-step tasks only)."""
+    from agentmeter.tasks.scenario import load_scenario
+    from agentmeter.tasks.suite import BUILTIN_SUITES_DIR
+
+    host = tmp_path / "host-dir"
+    host.mkdir()
+    (host / "id_rsa").write_text("HOST-SECRET-1234\n")
+    task_dir = tmp_path / "company-research"
+    shutil.copytree(BUILTIN_SUITES_DIR / "agency" / "company-research", task_dir)
+    if (task_dir / rel).exists():
+        shutil.rmtree(task_dir / rel)
+    (task_dir / rel).symlink_to(host)
+    with pytest.raises(TaskError) as exc:
+        load_scenario(task_dir)
+    assert "a symbolic link leading out of the task" in problems_text(exc)

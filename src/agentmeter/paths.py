@@ -36,3 +36,25 @@ def write_atomic(path: Path, data: bytes | str, *, dir_mode: int = 0o777) -> Non
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def realpath(path: str | os.PathLike[str]) -> Path | None:
+    """``path`` with every symbolic link followed, or None when that cannot be known. Python
+    3.11's ``os.path.realpath`` / ``Path.resolve()`` (non-strict) take a component they cannot
+    ``lstat`` (``ENAMETOOLONG`` once the path passes PATH_MAX, ``ELOOP``) for a plain name and
+    go on lexically: a chain of links (CVE-2025-4517's trick) then "resolves" inside a
+    directory while the kernel follows it out. Here such an error means "unknown" (a caller
+    confining a path refuses it); a missing component resolves as far as it exists, as the
+    non-strict form does (the kernel stops there too)."""
+    try:
+        return Path(os.path.realpath(path, strict=True))
+    except (FileNotFoundError, NotADirectoryError):
+        return Path(os.path.realpath(path))
+    except OSError:
+        return None
+
+
+def within(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> bool:
+    """``path`` (links followed, :func:`realpath`) is ``root`` or lies below it."""
+    target, top = realpath(path), realpath(root)
+    return target is not None and top is not None and (target == top or top in target.parents)

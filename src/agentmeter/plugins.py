@@ -46,13 +46,19 @@ def is_import_path(name: str) -> bool:
     return _IMPORT_PATH.match(name) is not None
 
 
-def load_import_path(target: str, what: str) -> Any:
-    """The object at ``package.module:attr``; ``what`` names the registry for messages."""
+def load_import_path(target: str, what: str, *, cwd: bool = True) -> Any:
+    """The object at ``package.module:attr``; ``what`` names the registry for messages.
+    ``cwd=False`` (a name a task gave, not the user): never imported from the current
+    directory (see :func:`_from_cwd`)."""
     module_name, _, attr = target.partition(":")
     where = f"{what} {target!r}"
     if not is_import_path(target):
         raise PluginError(f"{where}: not an import path (use package.module:Name)")
-    _search_cwd_last()
+    if cwd:
+        _search_cwd_last()
+    elif (found := _from_cwd(module_name)) is not None:
+        raise PluginError(f"{where}: a task names a module of the current directory ({found}): "
+                          "not imported (install it, or put its directory on PYTHONPATH)")
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
@@ -69,6 +75,36 @@ def load_import_path(target: str, what: str) -> Any:
             raise PluginError(f"{where}: module {module_name!r} has no attribute {attr!r}")
         obj = getattr(obj, part)
     return obj
+
+
+def _from_cwd(module_name: str) -> str | None:
+    """Where ``module_name``'s top-level package would be imported from, when that is the
+    current directory itself (sys.path's implicit ``''`` or the appended cwd) and the user did
+    not put it on ``PYTHONPATH``: a task from a checked-out repository saying
+    ``kind = "evil:V"`` imported ``./evil.py`` (run as the runner, root) when agentmeter ran
+    from the repository. A package installed below it (a project's ``.venv``) is not refused.
+    Finding a top-level module runs none of its code."""
+    import importlib.util
+
+    from agentmeter.paths import realpath
+
+    top = module_name.split(".")[0]
+    if top in sys.modules:
+        return None
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    places: list[str | None] = [*(spec.submodule_search_locations or ())] or [spec.origin]
+    here = realpath(os.getcwd())
+    chosen = {realpath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    for place in places:
+        if (place and os.path.isabs(place) and here not in chosen
+                and realpath(os.path.dirname(place)) == here):
+            return str(place)
+    return None
 
 
 def _search_cwd_last() -> None:
@@ -149,31 +185,33 @@ def load_entry_point(kind: str, name: str) -> Any | None:
         raise PluginError(f"{where}: loading failed: {type(e).__name__}: {e}") from None
 
 
-def lookup(kind: str, name: str) -> Any | None:
-    """A plug-in's object by import path or entry point name; None when ``name`` is neither."""
+def lookup(kind: str, name: str, *, cwd: bool = True) -> Any | None:
+    """A plug-in's object by import path or entry point name; None when ``name`` is neither.
+    ``cwd=False``: a name from a task (:func:`load_import_path`)."""
     if is_import_path(name):
-        return load_import_path(name, kind)
+        return load_import_path(name, kind, cwd=cwd)
     return load_entry_point(kind, name)
 
 
-def exists(kind: str, name: str) -> bool:
+def exists(kind: str, name: str, *, cwd: bool = True) -> bool:
     """Whether ``name`` names a plug-in, without importing an entry point's code (an import
     path is imported: that is the only way to know it is there)."""
     if is_import_path(name):
-        load_import_path(name, kind)
+        load_import_path(name, kind, cwd=cwd)
         return True
     return name in entry_point_names(kind)
 
 
 def name_problem(kind: str, name: str, builtin: Collection[str],
-                 known: Callable[[], Iterable[str]], form: str) -> str | None:
+                 known: Callable[[], Iterable[str]], form: str, *, cwd: bool = True
+                 ) -> str | None:
     """Why ``name`` names no built-in ``kind`` and no plug-in of it (None: it does), e.g.
     ``unknown verifier kind 'x' (known: a, b; or package.module:Class)``; ``form`` is how an
     import path of that kind is written; ``known`` lists every name (called for the message)."""
     if name in builtin:
         return None
     try:
-        if exists(kind, name):
+        if exists(kind, name, cwd=cwd):
             return None
     except PluginError as e:
         return str(e)

@@ -42,6 +42,7 @@ from agentmeter.records import (
     TokenUsage,
     TrialRecord,
 )
+from agentmeter.store.artifacts import artifact_file
 from agentmeter.store.db import Store
 from agentmeter.tasks.errors import TaskError
 from agentmeter.tasks.models import task_digest
@@ -273,14 +274,17 @@ def trajectory(store: Store, run: RunRecord, trial: TrialRecord, config: ConfigR
     b, notes = _StepBuilder(), []
     version = config.agent.version if config else None
     source: ArtifactRecord | None = arts.get(NATIVE_TRANSCRIPT) or arts.get(CLI_TRAJECTORY)
-    if source is not None and source.name == NATIVE_TRANSCRIPT:
-        _native_steps(store.run_dir(run.id) / source.relpath, b)
+    path = None if source is None else artifact_file(store.run_dir(run.id), source.relpath)
+    if source is not None and path is None:
+        raise ImportFormatError(f"{source.relpath}: not inside the run's directory")
+    if source is not None and path is not None and source.name == NATIVE_TRANSCRIPT:
+        _native_steps(path, b)
     else:
         text, note = instructions.get(task)
         b.user(text or "", timestamp=trial.started_at.isoformat() if trial.started_at else None)
         notes += [note] if note else []
-        if source is not None:
-            cli = _cli_steps(store.run_dir(run.id) / source.relpath, b)
+        if path is not None:
+            cli = _cli_steps(path, b)
             version = version or (cli["version"] if isinstance(cli.get("version"), str) else None)
         else:
             notes.append("no transcript: the agent uses no model or none was kept; only the "

@@ -138,6 +138,12 @@ def remote_input(body: dict[str, Any]) -> str | None:
 _NESTED = (dict, list)
 
 
+def budget_refusal(field: str) -> str:
+    return (f"agentmeter refused the request: its field {field!r} names input the provider "
+            "fetches (a URL or a stored file), whose tokens the request's size does not bound; "
+            "this trial has a token or USD budget, which such input could overrun")
+
+
 def refusal(field: str) -> str:
     return (f"agentmeter refused the request: its field {field!r} asks the provider for a "
             "hosted feature (stored input or files, a URL the provider fetches, a background "

@@ -389,6 +389,10 @@ class Gateway:
                 hosted.hosted_field(client_api, body) or hosted.remote_input(body))
             if asked is not None:
                 return await refuse_request(call, env, hosted.refusal(asked), asked)
+            b = trial.budget  # with the internet: remote media, unbounded by the reservation
+            if trial.hosted_allowed and (b.max_tokens is not None or b.max_usd is not None) and (
+                    fetched := hosted.remote_input(body)) is not None:
+                return await refuse_request(call, env, hosted.budget_refusal(fetched), fetched)
             want = worst_case(call, self.prices)
             try:
                 reason = await trial.reserve(want)

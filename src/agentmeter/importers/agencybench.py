@@ -273,8 +273,11 @@ def dockerfile(sc: Scenario) -> str:
 def _copy_tree(src: Path, dst: Path, notes: list[str]) -> int:
     """Copy ``src`` into ``dst`` skipping dot-paths and __pycache__; the number of files. A
     symbolic link is not copied (noted): in a hostile checkout it would bring a host file's
-    content into the task."""
+    content into the task; so would ``src`` itself (os.walk lists a linked top)."""
     n = 0
+    if src.is_symlink():
+        notes.append(f"{src}: a symbolic link, not copied")
+        return n
     for dirpath, dirnames, filenames in os.walk(src):
         links = [d for d in dirnames if (Path(dirpath) / d).is_symlink()]
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__"

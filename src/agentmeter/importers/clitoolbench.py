@@ -66,6 +66,8 @@ def _load(path: Path, what: str) -> Any:
         raise ImportFormatError(f"{path}: cannot read {what}: {e}") from None
     except json.JSONDecodeError as e:
         raise ImportFormatError(f"{path}: not JSON: {e.msg} (line {e.lineno})") from None
+    except RecursionError:
+        raise ImportFormatError(f"{path}: JSON nested too deep to read") from None
 
 
 def read_categories(path: Path) -> dict[str, str]:

@@ -202,6 +202,8 @@ def read_json(path: Path) -> dict[str, Any]:
         raise ImportFormatError(f"{path}: cannot read: {e}") from None
     except json.JSONDecodeError as e:
         raise ImportFormatError(f"{path}: not JSON: {e.msg} (line {e.lineno})") from None
+    except RecursionError:  # results from elsewhere: a traceback for a nesting json cannot take
+        raise ImportFormatError(f"{path}: JSON nested too deep to read") from None
     if not isinstance(data, dict):
         raise ImportFormatError(f"{path}: expected a JSON object")
     return data

@@ -78,6 +78,8 @@ def read_rows(path: Path) -> tuple[list[str], Iterator[tuple[int, dict[str, Any]
                     obj = json.loads(line)
                 except json.JSONDecodeError as e:
                     raise ImportFormatError(f"{path}: row {n}: not JSON: {e.msg}") from None
+                except RecursionError:
+                    raise ImportFormatError(f"{path}: row {n}: JSON nested too deep") from None
                 if not isinstance(obj, dict):
                     raise ImportFormatError(f"{path}: row {n}: expected a JSON object")
                 rows.append((n, obj))

@@ -354,6 +354,8 @@ class TrialRunner(TrialVerification):
 
     def _apply_meter(self, meter: TrialMeter) -> None:
         rec = self.rec
+        if meter.refused:  # beyond calls.MAX_RECORDED_REFUSALS they are counted, not recorded
+            rec.extra["requests_refused"] = meter.refused
         if not meter.calls and not meter.calls_in_flight:  # no call started: zero is known
             rec.usage = TokenUsage(input=0, output=0, cache_creation=0, cache_read=0, reasoning=0)
             rec.cost_usd = 0.0

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agentmeter.paths import within
 from agentmeter.sandbox import accounts, droppings
 from agentmeter.sandbox.buildcopy import copy_step
 from agentmeter.sandbox.dockerfile import DEFAULT_SHELL, DockerStep
@@ -84,7 +85,7 @@ def copy_sources(st: DockerStep, layer: LayerSpec) -> list[Path]:
             else [str(ctx / pattern)]
         for m in matches:
             p = Path(m).resolve()
-            if p != ctx and ctx not in p.parents:
+            if (p != ctx and ctx not in p.parents) or not within(m, ctx):
                 raise LayerBuildError(f"{layer.origin}:{st.line}: COPY source {pattern} is outside "
                                       "the build context")
             if not p.exists():

@@ -30,3 +30,14 @@ def run_dir(runs_dir: Path, run_id: str) -> Path:
 
 def trial_dir(runs_dir: Path, run_id: str, trial_id: str, try_number: int = 0) -> Path:
     return run_dir(runs_dir, run_id) / "trials" / safe_trial_name(trial_id, try_number)
+
+
+def artifact_file(run_dir: Path, relpath: str) -> Path | None:
+    """``run_dir / relpath`` when it lies inside the run directory (links followed), else None:
+    a store or run directory from elsewhere (a copied database, a run directory someone
+    edited) may name any host file by an absolute or ``..`` relpath or a link, which a report
+    would embed."""
+    from agentmeter.paths import within
+
+    path = run_dir / relpath
+    return path if within(path, run_dir) else None

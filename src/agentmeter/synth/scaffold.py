@@ -204,7 +204,8 @@ def reference_from_wheel(wheel: Path, task: Path, command: str) -> Path:
                  if f"{info}/entry_points.txt" in names else "")
         for n in names:
             top = n.split("/", 1)[0]
-            if top == info or top.endswith(".data") or n.endswith("/") or ".." in n.split("/"):
+            if (top == info or top.endswith(".data") or n.endswith("/") or n.startswith("/")
+                    or ".." in n.split("/")):  # an absolute name: dest / n is that path
                 continue
             target = dest / n
             target.parent.mkdir(parents=True, exist_ok=True)

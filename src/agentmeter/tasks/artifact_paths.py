@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
+from agentmeter.paths import within
+
 
 def destination_problem(destination: str) -> str | None:
     """Why ``destination`` cannot be an artifact's destination, or None when it can."""
@@ -31,6 +33,6 @@ def inside(root: Path, destination: str) -> Path | None:
     path = root / destination
     top = root.resolve()
     resolved = path.resolve()
-    if resolved == top or not resolved.is_relative_to(top):
+    if resolved == top or not resolved.is_relative_to(top) or not within(path, top):
         return None
     return path

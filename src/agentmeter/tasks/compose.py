@@ -24,6 +24,7 @@ import shlex
 from pathlib import Path
 from typing import Any, cast
 
+from agentmeter.paths import within
 from agentmeter.tasks.errors import TaskError, TaskProblem
 from agentmeter.tasks.models import DependsCondition, Healthcheck, Sidecar
 
@@ -135,12 +136,14 @@ def _sidecar(name: str, svc: dict[str, Any], file: Path, notes: list[str]) -> Si
         if not isinstance(build, dict):
             raise ValueError("build: expected a path or a mapping")
         task_dir = file.parent.parent.resolve()
-        context = (file.parent / str(build.get("context", "."))).resolve()
-        if not context.is_relative_to(task_dir):
+        raw_context = file.parent / str(build.get("context", "."))
+        context = raw_context.resolve()
+        if not context.is_relative_to(task_dir) or not within(raw_context, task_dir):
             raise ValueError(f"build.context: {context} lies outside the task")
         # the runner reads it as root: an absolute path, '..' or a link must stay in the task
-        dockerfile = (context / str(build.get("dockerfile", "Dockerfile"))).resolve()
-        if not dockerfile.is_relative_to(task_dir):
+        raw_dockerfile = context / str(build.get("dockerfile", "Dockerfile"))
+        dockerfile = raw_dockerfile.resolve()
+        if not dockerfile.is_relative_to(task_dir) or not within(raw_dockerfile, task_dir):
             raise ValueError(f"build.dockerfile: {dockerfile} lies outside the task")
         if not dockerfile.is_file():
             raise ValueError(f"build: no Dockerfile at {dockerfile}")

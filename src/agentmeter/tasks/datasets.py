@@ -174,6 +174,11 @@ def load_dataset(ref: str, registry: str | None = None, strict: bool = False,
     for entry in spec.tasks:
         label = f"dataset {spec.ref}: task {entry.name}"
         try:
+            if _is_url(source) and (entry.git_url or "").lower().startswith("file:"):
+                # a registry from the network names no repository of this host (a private
+                # checkout's task-shaped directory would be copied into the agent's sandbox)
+                raise FetchError(f"git_url {entry.git_url!r} refused: a local repository, named "
+                                 "by a registry read from the network")
             directory = fetch_task(entry, cache)
         except (FetchError, OSError) as e:
             problem = TaskProblem(where, f"task {entry.name}: {e}")

@@ -32,7 +32,7 @@ from pathlib import Path, PurePosixPath
 from pydantic import BaseModel, ConfigDict
 
 from agentmeter.notices import notice
-from agentmeter.paths import write_atomic
+from agentmeter.paths import realpath, within, write_atomic
 from agentmeter.tasks.suite import TASK_ID_PATTERN
 
 #: the schemes a registry's ``git_url`` may use (git's ``ext::``, ``fd::``, ssh and local paths not)
@@ -115,7 +115,7 @@ def check_checked_out(checkout: Path, parts: tuple[str, ...]) -> Path:
                              "repository")
     if not current.is_dir():
         raise FetchError(f"path {'/'.join(parts)!r}: no such directory at that commit")
-    if not _inside(current.resolve(), checkout.resolve()):
+    if not within(current, checkout):
         raise FetchError(f"path {'/'.join(parts)!r} refused: it leaves the checkout")
     return current
 
@@ -129,8 +129,8 @@ def check_task_tree(task_dir: Path) -> None:
             p = Path(dirpath) / name
             rel = p.relative_to(task_dir)
             if p.is_symlink():
-                target = Path(os.path.realpath(p))
-                if not _inside(target, root):
+                target = realpath(p)
+                if target is None or not _inside(target, root):
                     raise FetchError(f"{rel}: a symlink leading out of the task "
                                      f"({os.readlink(p)!r})")
                 continue

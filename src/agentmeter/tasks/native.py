@@ -33,9 +33,9 @@ starts, naming this file and key.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from agentmeter.paths import realpath, within
 from agentmeter.tasks.compose import read_compose
 from agentmeter.tasks.errors import TaskError, TaskProblem
 from agentmeter.tasks.models import (
@@ -156,11 +156,11 @@ def link_out(path: Path, root: Path) -> TaskProblem | None:
     links for tasks it fetches; this covers a task directory given as is."""
     if not (path.is_symlink() or path.exists()):
         return None
-    target = Path(os.path.realpath(path))
-    top = Path(os.path.realpath(root))
-    if target == top or top in target.parents:
+    if within(path, root):
         return None
-    return TaskProblem(path, f"a symbolic link leading out of the task (to {target}): not read")
+    target = realpath(path)
+    where = "to a path longer than the system allows" if target is None else f"to {target}"
+    return TaskProblem(path, f"a symbolic link leading out of the task ({where}): not read")
 
 
 def instruction_problems(instruction_file: Path,
@@ -187,6 +187,10 @@ def verifier_file_problems(kind: str, difftest: DifftestConfig | None,
     the scenario's shared ones), checked at load time."""
     if kind == DIFFTEST_KIND and difftest is not None:
         cases_file = tests_dirs[0] / difftest.cases
+        # read as root on the host: difftest.cases = "/dev/zero", "../../x" or a link out of
+        # tests/ named a host file (read whole; its cases run in the sandbox)
+        if (out := link_out(cases_file, tests_dirs[0])) is not None:
+            return [TaskProblem(cases_file, out.message, "difftest.cases")]
         try:
             read_cases(cases_file)
         except CasesError as e:
@@ -299,6 +303,9 @@ def service_problems(config: TaskToml, directory: Path) -> list[TaskProblem]:
 def rubric_problems(tests_dir: Path) -> list[TaskProblem]:
     """What is wrong with a rubric task's ``tests/rubric.toml`` (and capture plan), by key."""
     plan = tests_dir / CAPTURE_PLAN_JSON
+    for file in (tests_dir / RUBRIC_TOML, plan):  # read as root on the host
+        if (out := link_out(file, tests_dir)) is not None:
+            return [out]
     try:
         load_rubric(tests_dir / RUBRIC_TOML, plan if plan.is_file() else None)
     except RubricError as e:

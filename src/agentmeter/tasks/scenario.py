@@ -37,6 +37,7 @@ from agentmeter.tasks.native import (
     build_task,
     environment_files,
     instruction_problems,
+    link_out,
     verifier_file_problems,
 )
 from agentmeter.tasks.phases import step_separate, verifier_network, verifier_network_stated
@@ -58,10 +59,14 @@ def load_scenario(directory: Path) -> list[Task]:
     """The steps of a multi-step task directory, in order. Raises TaskError listing every
     problem (of the scenario and of all its steps)."""
     directory = directory.resolve()
+    if (out := link_out(directory / TASK_TOML, directory)) is not None:
+        raise TaskError([out])
     config = read_task_toml(directory / TASK_TOML)
     if not config.steps:
         raise TaskError.single(directory / TASK_TOML, "not a multi-step task", "steps")
-    problems: list[TaskProblem] = []
+    problems: list[TaskProblem] = [out for read in (directory / "tests",
+                                                    directory / "tests" / "Dockerfile")
+                                   if (out := link_out(read, directory)) is not None]
     dockerfile, setup_script = environment_files(directory, config, problems)
     sidecars = read_compose(directory / "environment")[0]
     if sidecars:  # runner/scenario.py runs one sandbox through every step
@@ -125,6 +130,12 @@ def _load_step(directory: Path, config: TaskToml, step: StepEntry, index: int,
     instruction, problems = instruction_problems(step_dir / INSTRUCTION_MD, directory)
     kind = step.verifier.kind or config.verifier.kind
     shared_tests = directory / "tests"
+    # copied into a sandbox as root or as the agent (workdir/ seeds the agent's directory): a
+    # link to a host directory would copy it there (security review 3)
+    for read in (step_dir, step_dir / "tests", step_dir / "tests" / "Dockerfile",
+                 step_dir / "solution", step_dir / "workdir"):
+        if (out := link_out(read, directory)) is not None:
+            problems.append(out)
     problems += verifier_file_problems(kind, None, [step_dir / "tests", shared_tests])
     solution_dir = step_dir / "solution"
     has_solution = (solution_dir / "solve.sh").is_file()

@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from agentmeter.paths import within
 from agentmeter.tasks.errors import TaskError, TaskProblem, problems_from_validation
 from agentmeter.tasks.models import (
     SOLUTION_MOUNT,
@@ -175,7 +176,8 @@ def read_compose(directory: Path) -> _ComposeEnvironment:
     task_dir = directory.resolve()
     dockerfile = (context / dockerfile_name).resolve()
     for key, path in (("context", context), ("dockerfile", dockerfile)):
-        if build is not None and not path.is_relative_to(task_dir):
+        # within(): a chain of links past PATH_MAX fools resolve() (paths.realpath)
+        if build is not None and not (path.is_relative_to(task_dir) and within(path, task_dir)):
             raise TaskError.single(file, f"build {key} {path} lies outside the task",
                                    f"services.{name}.build")
     image = service.get("image")
@@ -232,6 +234,9 @@ def load_terminal_bench_task(directory: Path) -> Task:
         problems.append(TaskProblem(tests_dir, "missing: the task has no tests directory"))
 
     solution_sh = directory / "solution.sh"
+    for staged in (run_tests, tests_dir, solution_sh):  # copied into a sandbox as root
+        if (out := link_out(staged, directory)) is not None:
+            problems.append(out)
     if not solution_sh.is_file() and (directory / "solution.yaml").is_file():
         problems.append(TaskProblem(directory / "solution.yaml",
                                     "command-list solutions are not supported; "

@@ -64,7 +64,7 @@ def kind_problem(kind: str) -> str | None:
     """Why ``kind`` names no verifier kind (None: it does). A plug-in entry point is not
     imported; an import path is (the only way to know it is there)."""
     return plugins.name_problem("verifier kind", kind, _FACTORIES, verifier_kinds,
-                                "package.module:Class")
+                                "package.module:Class", cwd=False)
 
 
 def default_pass_threshold(kind: str) -> float | None:
@@ -73,7 +73,7 @@ def default_pass_threshold(kind: str) -> float | None:
     if kind in _FACTORIES:
         return None
     try:
-        target = plugins.lookup("verifier kind", kind)
+        target = plugins.lookup("verifier kind", kind, cwd=False)
     except plugins.PluginError:
         return None
     value = getattr(target, "default_pass_threshold", None)
@@ -84,7 +84,7 @@ def make_verifier(kind: str) -> Verifier:
     factory = _FACTORIES.get(kind)
     if factory is not None:
         return factory()
-    target = plugins.lookup("verifier kind", kind)
+    target = plugins.lookup("verifier kind", kind, cwd=False)  # a task's name
     if target is None:
         raise UnknownVerifierError(
             f"unknown verifier kind {kind!r} (known: {', '.join(verifier_kinds())})")

@@ -24,6 +24,7 @@ from agentmeter.report.html.collect import ConfigView
 from agentmeter.report.html.difftest import judge_summary
 from agentmeter.report.html.fmt import NA, esc, num, pct, sort_key
 from agentmeter.report.html.sections import config_cell
+from agentmeter.store.artifacts import artifact_file
 from agentmeter.store.browse import ArtifactRow
 
 RUBRIC_ARTIFACT = "rubric.json"
@@ -242,8 +243,10 @@ def drill(extra: Mapping[str, Any], reward: float | None, artifacts: Sequence[Ar
         rub = None
         for name in (f"rounds/{rnd}/{RUBRIC_ARTIFACT}",
                      *((RUBRIC_ARTIFACT,) if rnd == n_rounds else ())):
-            if name in rel and run_dir is not None:
-                rub, problem = _read_rubric(run_dir / rel[name])
+            path = (artifact_file(run_dir, rel[name])
+                    if name in rel and run_dir is not None else None)
+            if path is not None:
+                rub, problem = _read_rubric(path)
                 if problem:
                     problems.append(problem)
                 if rub is not None:

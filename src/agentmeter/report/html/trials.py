@@ -19,6 +19,7 @@ from typing import Any
 from agentmeter.records import USAGE_COLUMNS
 from agentmeter.report.html import agency, difftest
 from agentmeter.store import browse
+from agentmeter.store.artifacts import artifact_file
 from agentmeter.store.browse import ArtifactRow, CallRow, TrialDetail, TrialQuery, TrialRow
 from agentmeter.store.db import Store
 
@@ -115,7 +116,7 @@ def artifact_entries(rows: Sequence[ArtifactRow], run_dir: Path | None, run_id: 
     out = []
     for r in sorted(rows, key=lambda r: (order.get(r.kind, 99), r.name)):
         entry: dict[str, Any] = {"name": r.name, "kind": r.kind, "size": r.size}
-        path = run_dir / r.relpath if run_dir is not None else None
+        path = artifact_file(run_dir, r.relpath) if run_dir is not None else None
         try:
             st = path.stat() if path is not None else None
         except OSError:
@@ -166,8 +167,8 @@ def difftest_html(d: TrialDetail, run_dir: Path | None, budget: TextBudget) -> s
         a = names.get(name)
         if a is None or run_dir is None:
             return None
-        p = run_dir / a.relpath
-        return p if p.is_file() else None
+        p = artifact_file(run_dir, a.relpath)
+        return p if p is not None and p.is_file() else None
 
     allowed = difftest.Budget(remaining=max(0, min(budget.remaining, budget.difftest_trial)),
                               per_stream=budget.difftest_stream)

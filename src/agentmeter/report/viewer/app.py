@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from agentmeter.report.html import difftest, report_title
 from agentmeter.report.html.collect import ReportData, collect
@@ -28,6 +29,7 @@ from agentmeter.report.html.page import main_content, render_page
 from agentmeter.report.html.trials import trial_detail, trial_page
 from agentmeter.report.viewer import pages
 from agentmeter.store import browse
+from agentmeter.store.artifacts import artifact_file
 from agentmeter.store.browse import TrialQuery
 from agentmeter.store.db import Store, StoreError
 
@@ -51,21 +53,46 @@ def _int(request: web.Request, name: str, default: int, lo: int = 0,
     return max(lo, value if hi is None else min(hi, value))
 
 
+#: the Host names a viewer bound to a loopback address answers to
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
+def _loopback(host: str) -> bool:
+    return host in LOOPBACK_HOSTS or host.startswith("127.") or host.endswith(".localhost")
+
+
+def host_guard(bound: str) -> Middleware:
+    """A middleware refusing a request whose Host header names another site, while the viewer
+    listens on a loopback address: a web page the user visits can point its own name at
+    127.0.0.1 (DNS rebinding) and would then read the store through the viewer as a page of
+    its own origin."""
+
+    @web.middleware
+    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if _loopback(bound) and not _loopback((request.url.host or "").strip("[]").lower()):
+            raise web.HTTPMisdirectedRequest(text="this viewer answers to localhost only")
+        return await handler(request)
+
+    return guard
+
+
 def artifact_link(run_id: str, trial_id: str, try_number: int, name: str, path: Path) -> str:
     return "/artifact?" + urlencode({"run": run_id, "trial": trial_id, "try": try_number,
                                      "name": name})
 
 
 class Viewer:
-    def __init__(self, store: Store, interval_ms: int = 2000, cache_size: int = 8) -> None:
+    def __init__(self, store: Store, interval_ms: int = 2000, cache_size: int = 8,
+                 host: str = "127.0.0.1") -> None:
         self.store = store
+        self.host = host
         self.interval_ms = interval_ms
         self._cache: OrderedDict[tuple[tuple[str, ...], str], ReportData] = OrderedDict()
         self._cache_size = cache_size
         self._lock = asyncio.Lock()
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(middlewares=[host_guard(self.host)])
         app.add_routes([web.get("/", self.index), web.get("/report", self.report),
                         web.get("/api/runs", self.api_runs),
                         web.get("/api/fingerprint", self.api_fingerprint),
@@ -198,9 +225,8 @@ class Viewer:
         rel = browse.artifact_relpath(self.store, run_id, trial_id, try_number, name)
         if rel is None or self.store.runs_dir is None:
             return None
-        base = self.store.run_dir(run_id).resolve()
-        path = (base / rel).resolve()
-        return path if path.is_relative_to(base) and path.is_file() else None
+        path = artifact_file(self.store.run_dir(run_id), rel)
+        return path if path is not None and path.is_file() else None
 
     async def artifact(self, request: web.Request) -> web.FileResponse:
         q = request.query
@@ -250,14 +276,14 @@ def start_in_thread(store: Store, host: str = "127.0.0.1", port: int = 0,
     thread = threading.Thread(target=loop.run_forever, name="agentmeter-viewer", daemon=True)
     thread.start()
     runner, url = asyncio.run_coroutine_threadsafe(
-        _start(Viewer(store, interval_ms), host, port), loop).result(30)
+        _start(Viewer(store, interval_ms, host=host), host, port), loop).result(30)
     return RunningViewer(url, loop, runner, thread)
 
 
 async def serve(store: Store, host: str = "127.0.0.1", port: int = 8765,
                 announce: Callable[[str], None] = print) -> None:
     """Serve until cancelled (Ctrl-C)."""
-    runner, url = await _start(Viewer(store), host, port)
+    runner, url = await _start(Viewer(store, host=host), host, port)
     announce(url)
     try:
         await asyncio.Event().wait()

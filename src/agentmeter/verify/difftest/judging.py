@@ -77,7 +77,7 @@ def parse_reply(text: str) -> tuple[bool, str] | None:
         return None
     try:
         obj = json.loads(m.group(0))
-    except ValueError:
+    except (ValueError, RecursionError):  # nested too deep for json: unusable, asked again
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("equivalent"), bool):
         return None
