@@ -26,7 +26,7 @@ def asset(name: str) -> str:
 
 def _script_json(value: Any) -> str:
     """JSON safe inside a <script> element."""
-    return json.dumps(value, separators=(",", ":")).replace("</", "<\\/")
+    return json.dumps(value, separators=(",", ":")).replace("<", "\\u003c")
 
 
 def _finite(value: Any) -> Any:

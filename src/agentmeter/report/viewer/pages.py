@@ -66,7 +66,7 @@ def runs_page(rows: list[RunRow], total: int, offset: int, limit: int, store_whe
 def json_str(value: str) -> str:
     import json
 
-    return json.dumps(value).replace("</", "<\\/")
+    return json.dumps(value).replace("<", "\\u003c")
 
 
 def pager_html(total: int, offset: int, limit: int, href: object, what: str) -> str:
