@@ -6,18 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import os
-import secrets
 import socket
 import subprocess
-import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from outside_net import outside_service
 
 from agentmeter.sandbox.docker import DockerBackend
-from agentmeter.sandbox.hosttools import ensure_tools
 from agentmeter.sandbox.local import LocalBackend
 from agentmeter.sandbox.pasta import DNS_FORWARD, resolv_conf
 from agentmeter.sandbox.protocol import Sandbox
@@ -103,35 +101,11 @@ async def test_local_full_network_cannot_reach_host_loopback(
 def outside_world() -> Iterator[tuple[str, int]]:
     """A stand-in for the internet: a network namespace behind a veth pair, with a TCP service.
     The host routes to it; nothing else on this machine is in it."""
-    ensure_tools({"ip": "iproute2"}, "the network tests")  # before any sandbox installed it
-    name = f"amtest-{secrets.token_hex(3)}"
-    octet = 16 + secrets.randbelow(200)
-    host_ip, far_ip = f"10.231.{octet}.1", f"10.231.{octet}.2"
-    steps = [["ip", "netns", "add", name],
-             ["ip", "link", "add", f"{name}-h", "type", "veth", "peer", "name", f"{name}-f"],
-             ["ip", "link", "set", f"{name}-f", "netns", name],
-             ["ip", "addr", "add", f"{host_ip}/30", "dev", f"{name}-h"],
-             ["ip", "link", "set", f"{name}-h", "up"],
-             ["ip", "-n", name, "addr", "add", f"{far_ip}/30", "dev", f"{name}-f"],
-             ["ip", "-n", name, "link", "set", f"{name}-f", "up"],
-             ["ip", "-n", name, "link", "set", "lo", "up"]]
-    server: subprocess.Popen[str] | None = None
-    try:
-        for step in steps:
-            subprocess.run(step, check=True, capture_output=True)
-        code = ("import socket,sys\ns=socket.socket();s.bind((sys.argv[1],0));s.listen()\n"
-                "print(s.getsockname()[1],flush=True)\n"
-                "while True:\n c,_=s.accept();c.sendall(b'hello from outside');c.close()\n")
-        server = subprocess.Popen(["ip", "netns", "exec", name, sys.executable, "-c", code, far_ip],
-                                  stdout=subprocess.PIPE, text=True)
-        assert server.stdout is not None
-        yield far_ip, int(server.stdout.readline())
-    finally:
-        if server is not None:
-            server.kill()
-            server.wait()
-        subprocess.run(["ip", "link", "del", f"{name}-h"], capture_output=True)
-        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    code = ("import socket,sys\ns=socket.socket();s.bind((sys.argv[1],0));s.listen()\n"
+            "print(s.getsockname()[1],flush=True)\n"
+            "while True:\n c,_=s.accept();c.sendall(b'hello from outside');c.close()\n")
+    with outside_service(code, "amtest", 231) as (_, far_ip, port):
+        yield far_ip, port
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="creating a network namespace needs root")

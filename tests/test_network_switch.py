@@ -9,15 +9,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import secrets
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from docker_fixtures import docker_backend_fixture, docker_daemon_fixture  # noqa: F401
+from outside_net import outside_service
 from taskgen import make_task
 
 from agentmeter.records import TrialStatus
@@ -81,34 +79,12 @@ async def test_a_new_policy_ends_the_tunnels_of_the_old(tmp_path: Path, echo: in
 def outside_echo() -> Iterator[tuple[str, str, int]]:
     """A stand-in for the internet (a network namespace behind a veth pair) with an echo
     service: (the host's address on the pair, the service's address, its port)."""
-    name = f"amsw-{secrets.token_hex(3)}"
-    octet = 16 + secrets.randbelow(200)
-    host_ip, far_ip = f"10.232.{octet}.1", f"10.232.{octet}.2"
-    steps = [["ip", "netns", "add", name],
-             ["ip", "link", "add", f"{name}-h", "type", "veth", "peer", "name", f"{name}-f"],
-             ["ip", "link", "set", f"{name}-f", "netns", name],
-             ["ip", "addr", "add", f"{host_ip}/30", "dev", f"{name}-h"],
-             ["ip", "link", "set", f"{name}-h", "up"],
-             ["ip", "-n", name, "addr", "add", f"{far_ip}/30", "dev", f"{name}-f"],
-             ["ip", "-n", name, "link", "set", f"{name}-f", "up"]]
     code = ("import socket,sys,threading\ns=socket.socket();s.bind((sys.argv[1],0));s.listen()\n"
             "print(s.getsockname()[1],flush=True)\n"
             "def echo(c):\n while d:=c.recv(1024): c.sendall(d)\n"
             "while True: threading.Thread(target=echo,args=(s.accept()[0],),daemon=True).start()\n")
-    server: subprocess.Popen[str] | None = None
-    try:
-        for step in steps:
-            subprocess.run(step, check=True, capture_output=True)
-        server = subprocess.Popen(["ip", "netns", "exec", name, sys.executable, "-c", code, far_ip],
-                                  stdout=subprocess.PIPE, text=True)
-        assert server.stdout is not None
-        yield host_ip, far_ip, int(server.stdout.readline())
-    finally:
-        if server is not None:
-            server.kill()
-            server.wait()
-        subprocess.run(["ip", "link", "del", f"{name}-h"], capture_output=True)
-        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    with outside_service(code, "amsw", 232) as where:
+        yield where
 
 
 #: a process of the earlier phase: one connection, a line through it every 0.1 s, each echo logged
