@@ -13,8 +13,9 @@ network afterwards.
   stopped for a phase without public network (its tap device, routes and host-side sockets go
   with it: the namespace has only its loopback, checked) and started again, and the namespace
   fenced off the host again (netsetup.fence_host), for a public one; on the docker backend the
-  container's ``bridge`` network, disconnected and connected again (``docker network
-  disconnect/connect``; the fence's rules belong to the namespace and stay).
+  container's interfaces, taken down from the host (its root has no CAP_NET_ADMIN over them)
+  and brought up again with their gateway routes (``docker network connect`` cannot add them
+  to a fenced namespace; the fence's rules belong to the namespace and stay).
 
 A sandbox may not widen past the network it was started with (``spec.network``: the widest of
 its phases). A backend whose sandboxes have no ``set_network`` method cannot switch:
