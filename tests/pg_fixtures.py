@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from proclife import end
 
 from agentmeter.sandbox.hosttools import ensure_tools
 from agentmeter.sandbox.spec import SandboxError
@@ -103,11 +104,6 @@ def postgres_server() -> Iterator[str]:
                 time.sleep(0.1)
         yield url
     finally:
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        end(server)
         log.close()
         shutil.rmtree(root, ignore_errors=True)

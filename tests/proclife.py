@@ -4,6 +4,8 @@ suite starts many thousands of processes, so pids are reused within a run)."""
 
 from __future__ import annotations
 
+import subprocess
+
 from agentmeter.procinfo import start_time
 
 
@@ -22,3 +24,14 @@ def running(pid: int, started: str) -> bool:
     except OSError:
         return False
     return len(fields) > 19 and fields[19] == started and fields[0] != "Z"
+
+
+def end(proc: subprocess.Popen[bytes] | subprocess.Popen[str], grace: float = 30.0) -> None:
+    """End a server a fixture started: SIGTERM, then SIGKILL if it has not exited after
+    ``grace`` seconds; reaped either way."""
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

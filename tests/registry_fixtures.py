@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from proclife import end
 
 from agentmeter.sandbox.hosttools import ensure_tools
 from agentmeter.sandbox.spec import SandboxError
@@ -98,12 +99,7 @@ def registry_fixture() -> Iterator[str]:
         yield f"127.0.0.1:{port}"
     finally:
         if server is not None:
-            server.terminate()
-            try:
-                server.wait(30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+            end(server)
         log.close()
         shutil.rmtree(root, ignore_errors=True)
 
