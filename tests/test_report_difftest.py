@@ -171,6 +171,24 @@ def test_malformed_lines_are_skipped_with_a_note(trial: Trial, tmp_path: Path) -
         shutil.copyfile(saved, trial.cases)
 
 
+def test_a_side_that_did_not_run_says_so() -> None:
+    """A case of a candidate that did not build ran on neither side (the engine runs no oracle
+    case then): its panes say "not run" and why, never "exit None" or "(empty)" output."""
+    from agentmeter.records import CaseOutcome
+    from agentmeter.report.html.difftest import Budget, case_body
+
+    c = CaseOutcome(id="c001", cls="greet hello <name>", key="c01", command="greet hello ada",
+                    status="not_built")
+    body = case_body(c, Budget(remaining=10_000, per_stream=1000)) or ""
+    assert body.count("not run: the candidate did not build") == 2, body
+    assert "None" not in body and "(empty)" not in body
+    ran = c.model_copy(update={"status": "valid", "oracle_exit": 0, "candidate_exit": 1,
+                               "oracle_stdout": "Hello, ada!"})
+    body = case_body(ran, Budget(remaining=10_000, per_stream=1000)) or ""
+    assert "oracle stdout (exit 0)" in body and "candidate stdout (exit 1)" in body
+    assert "(empty)" in body and "not run" not in body  # the candidate ran and printed nothing
+
+
 @contextmanager
 def _many_cases(trial: Trial, n: int = 800) -> Iterator[None]:
     """The trial's cases artifact replaced by ``n`` cases with 4000-character outputs."""

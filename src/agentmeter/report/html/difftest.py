@@ -209,8 +209,16 @@ def _macro(rewards: Mapping[str, float], keys: list[str], level: str) -> str:
     return _rate(sum(vals) / len(vals)) if vals else NA
 
 
-def _pane(title: str, text: str, shown: str) -> str:
-    if not text:
+#: why a side has no run to show, by case status
+NOT_RUN = {"not_built": "not run: the candidate did not build",
+           "not_run": "not run: the engine did not reach this case",
+           "framework_error": "no result: a framework error (below)"}
+
+
+def _pane(title: str, text: str, shown: str, not_run: str | None = None) -> str:
+    if not_run is not None:
+        body = f'<p class="na">{esc(not_run)}</p>'
+    elif not text:
         body = '<p class="na">(empty)</p>'
     else:
         body = f"<pre>{esc(shown)}</pre>" + (
@@ -236,8 +244,12 @@ def case_body(c: CaseOutcome, budget: Budget) -> str | None:
     if need > budget.remaining:
         return None
     budget.remaining -= need
-    panes = (_pane(f"oracle stdout (exit {c.oracle_exit})", c.oracle_stdout, shown[0])
-             + _pane(f"candidate stdout (exit {c.candidate_exit})", c.candidate_stdout, shown[1]))
+    panes = "".join(
+        _pane(f"{side} stdout" + ("" if code is None else f" (exit {code})"), text, part,
+              None if code is not None else NOT_RUN.get(c.status, "not run"))
+        for side, code, text, part in (("oracle", c.oracle_exit, c.oracle_stdout, shown[0]),
+                                       ("candidate", c.candidate_exit, c.candidate_stdout,
+                                        shown[1])))
     more = [f"<p><b>class</b> <code>{esc(c.cls)}</code></p>"]
     if c.error:
         more.append(f'<p class="err"><b>error</b> {esc(c.error)}</p>')
