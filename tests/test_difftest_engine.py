@@ -94,11 +94,15 @@ async def _run(tmp_path: Path, suite: Path, agent: str, backend: str = "local",
     return {t.task_id: t for t in store.latest_completed_trials(rid)}
 
 
-def _case_rows(t: TrialRecord, store: Path) -> list[dict[str, object]]:
-    files = [f for f in store.rglob("difftest_cases.jsonl") if t.id.replace(":", "_") in str(f)
-             or t.id in str(f)]
+def _artifact(t: TrialRecord, store: Path, name: str) -> Path:
+    files = [f for f in store.rglob(name) if t.id.replace(":", "_") in str(f) or t.id in str(f)]
     assert len(files) == 1, files
-    return [json.loads(line) for line in files[0].read_text().splitlines()]
+    return files[0]
+
+
+def _case_rows(t: TrialRecord, store: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in
+            _artifact(t, store, "difftest_cases.jsonl").read_text().splitlines()]
 
 
 async def test_oracle_source_passes_and_empty_workspace_builds_nothing(tmp_path: Path) -> None:
@@ -124,6 +128,8 @@ async def test_oracle_source_passes_and_empty_workspace_builds_nothing(tmp_path:
         # source fails them as the oracle does; what the agent wrote (RQ4)
         assert (r["negative_cases"], r["negative_exit_agree"]) == (2.0, 1.0)
         assert ok.extra["structure"]["files"] >= 2 and ok.extra["structure"]["loc"] > 0
+        log = _artifact(ok, tmp_path / "store", "verifier.log").read_text()
+        assert "engine: 14 cases; runs: oracle 14, candidate 14\n" in log, log
     # an empty workspace installs nothing, so no command resolves under either name: the
     # renamed task would repeat this trial
     (empty,) = (await _run(tmp_path, suite, "nop", task_ids=["greet"])).values()
@@ -133,6 +139,14 @@ async def test_oracle_source_passes_and_empty_workspace_builds_nothing(tmp_path:
     r = empty.rewards
     assert (r["cases_framework_error"], r["cases_not_built"]) == (0.0, 14.0)
     assert "the candidate did not build" in (empty.error or "")
+    # and the oracle ran no case for it (nothing it printed could count): the engine's count
+    # of runs in the verifier's log, no oracle result, no oracle time
+    log = _artifact(empty, tmp_path / "store", "verifier.log").read_text()
+    assert "engine: 14 cases; runs: oracle 0, candidate 0 (the candidate did not" in log, log
+    rows = _case_rows(empty, tmp_path / "store")
+    assert len(rows) == 14 and all(row["status"] == "not_built" and row["oracle_exit"] is None
+                                   for row in rows)
+    assert "oracle_ms_per_cmd" not in r
 
 
 async def _hostile(tmp_path: Path, backend: str) -> None:

@@ -21,7 +21,9 @@ CONFIG is a ``DifftestConfig`` as JSON plus ``workspace`` (the agent's repositor
    ``STREAM_CAP`` bytes; file side effects are the regular files added, deleted or modified
    under /test_data and HOME (and the working directory), by SHA-256 of their content;
 3. writes ``DIR/build.json`` and one JSON line per case to ``DIR/cases.jsonl`` as it goes, then
-   ``DIR/done.json``. Nothing is compared here: the harness compares on the host.
+   ``DIR/done.json`` and a line on stdout with the runs per side. When the candidate did not
+   build, no case runs on either side (not the oracle's either: nothing it prints could count).
+   Nothing is compared here: the harness compares on the host.
 
 Exit status: 0 done; 2 bad arguments or configuration; 3 the oracle is not installed.
 """
@@ -457,6 +459,7 @@ def main(argv: list[str]) -> int:
         fresh_dir(s.home, s.uid)
         fresh_dir(s.tmp, s.uid)
     old = cfg.get("oracle_command") or cfg["cli_name"]
+    runs = {"oracle": 0, "candidate": 0}  # commands run per side (the verifier's log shows it)
     with open(f"{args.out}/cases.jsonl", "w", encoding="utf-8") as out:
         for case in cases:
             record: dict[str, Any] = {"id": case["id"], "class": case["class"], "status": "ok"}
@@ -464,6 +467,7 @@ def main(argv: list[str]) -> int:
             for s in sides:
                 command = case["command"] if s is oracle else rename_command(
                     case["command"], old, cfg["cli_name"])
+                runs[s.name] += 1
                 try:
                     r = run_case(case, s, cfg, command)
                 except (OSError, ValueError) as e:
@@ -483,7 +487,10 @@ def main(argv: list[str]) -> int:
         purge_scratch(s.uid)
     shutil.rmtree(TEST_DATA, ignore_errors=True)
     with open(f"{args.out}/done.json", "w", encoding="utf-8") as f:
-        json.dump({"cases": len(cases)}, f)
+        json.dump({"cases": len(cases), "runs": runs}, f)
+    print(f"engine: {len(cases)} cases; runs: oracle {runs['oracle']}, candidate "
+          f"{runs['candidate']}" + ("" if build["build"] else
+                                    " (the candidate did not build: no case runs)"))
     return 0
 
 
