@@ -36,9 +36,15 @@ def test_difftest_run_compares_a_repository_with_the_oracle(tmp_path: Path) -> N
     with Store.open(tmp_path / "store") as st:
         (cfg,) = st.run_configs(out["run_id"])
     assert cfg.label == "candidate candidate"  # the user's candidate, not `oracle`
-    text = runner.invoke(app, ["difftest", "run", str(task), "--candidate", str(candidate),
+    # the text table, of a candidate that builds nothing (no case runs: the cheaper trial)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    text = runner.invoke(app, ["difftest", "run", str(task), "--candidate", str(empty),
                                "--store", str(tmp_path / "store")])
-    assert text.exit_code == 0 and "greet hello <name> --shout" in text.output, text.output
+    out = " ".join(text.output.split())
+    assert text.exit_code == 0 and "greet hello <name> --shout" in out, text.output
+    assert "build FAILED" in out and "the candidate did not build" in out
+    assert "none is a framework error" in out
 
 
 def test_difftest_run_refuses_what_it_cannot_compare(tmp_path: Path) -> None:
