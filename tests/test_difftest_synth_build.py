@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from agentmeter.cli import app
 from agentmeter.synth.build import SynthRecord, render_instruction, synthesize
 from agentmeter.synth.prompt import PromptInput, Sample, render
 from agentmeter.verify.difftest.config import read_cases
@@ -93,7 +96,23 @@ def make_task(root: Path, schema: dict[str, Any] | None = SCHEMA) -> Path:
     return d
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
+@dataclass
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def cli(*args: str) -> Ran:
+    """``agentmeter difftest synth ARGS`` in this process (typer's runner: a Python start per
+    call cost seconds on a loaded machine); the model-assisted test runs the real process."""
+    res = CliRunner().invoke(app, ["difftest", "synth", *args])
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        raise res.exception
+    return Ran(res.exit_code, res.stdout, res.stderr)
+
+
+def cli_process(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "agentmeter.cli", "difftest", "synth", *args],
                           capture_output=True, text=True, timeout=600)
 
@@ -233,7 +252,7 @@ def test_model_assisted_synthesis_through_the_gateway(tmp_path: Path) -> None:
     the task's schema.json) is asked through the metering gateway; a class the oracle never
     runs is sent back as feedback until the refinement limit, then dropped by the filter."""
     d = make_task(tmp_path)
-    res = cli(str(d), "--model", "scripted/schema-from-file", "--max-refinements", "1",
+    res = cli_process(str(d), "--model", "scripted/schema-from-file", "--max-refinements", "1",
               "--seed", "1", "--per-class", "6")
     assert res.returncode == 0, res.stderr + res.stdout
     assert "auxiliary model scripted/schema-from-file: 2 rounds, 2 calls" in res.stdout
@@ -247,5 +266,5 @@ def test_model_assisted_synthesis_through_the_gateway(tmp_path: Path) -> None:
     assert "tally broken <x>" in rec.invalid_classes
     assert {c.cls for c in read_cases(d / "tests" / "cases.jsonl")} == {
         "tally words <file>", "tally words <file> --min <n>"}
-    bad = cli(str(d), "--model", "scripted/nonsense")
+    bad = cli_process(str(d), "--model", "scripted/nonsense")
     assert bad.returncode != 0 and "--model" in (bad.stdout + bad.stderr)
