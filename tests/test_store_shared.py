@@ -9,13 +9,16 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from pg_fixtures import pg_url_fixture, postgres_url_fixture  # noqa: F401
+from typer.testing import CliRunner
 
+from agentmeter.cli import app
 from agentmeter.records import RunRecord
 from agentmeter.runner.lock import RunLockedError, run_lock
 from agentmeter.runner.session import RunRequest
@@ -78,10 +81,7 @@ def test_cli_refuses_a_second_runner_on_another_machine(pg_url: str, tmp_path: P
         st.create_run(RunRecord(id="r", settings={"request": request.model_dump()}))
     holder = _holder(pg_url, tmp_path / "machine-a")
     try:
-        env = {**os.environ, "AGENTMETER_DATABASE_URL": pg_url}
-        r = subprocess.run([sys.executable, "-m", "agentmeter.cli", "resume", "r", "--store",
-                            str(tmp_path / "machine-b")], capture_output=True, text=True,
-                           env=env, timeout=300)
+        r = _cli_here(pg_url, "resume", "r", "--store", str(tmp_path / "machine-b"))
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
@@ -93,10 +93,26 @@ def test_cli_refuses_a_second_runner_on_another_machine(pg_url: str, tmp_path: P
         assert st.require_run("r").status == "running"
 
 
-def _cli_runs(url: str, store_dir: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "AGENTMETER_DATABASE_URL": url}
-    return subprocess.run([sys.executable, "-m", "agentmeter.cli", "runs", "--store",
-                           str(store_dir)], capture_output=True, text=True, env=env, timeout=120)
+@dataclass
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _cli_here(url: str, *args: str) -> Ran:
+    """The CLI with the store's URL, in this process (typer's runner: a refusal is decided
+    before any work, and a Python start per call took seconds on a loaded machine); an
+    exception escaping the CLI is put in stderr as a traceback would be."""
+    res = CliRunner().invoke(app, list(args), env={"AGENTMETER_DATABASE_URL": url})
+    err = res.stderr
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        err += "Traceback (escaped the CLI): " + repr(res.exception)
+    return Ran(res.exit_code, res.stdout, err)
+
+
+def _cli_runs(url: str, store_dir: Path) -> Ran:
+    return _cli_here(url, "runs", "--store", str(store_dir))
 
 
 def test_unreachable_store_is_one_line(tmp_path: Path) -> None:
