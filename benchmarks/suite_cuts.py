@@ -5,6 +5,7 @@ cgroup-v1 ``cpuacct`` hierarchy is writable (root): the sandboxes' CPU too, but 
 containers' (dockerd's); else the CPU of the pytest process and the children it waited for.
 Prints a human summary, then a final JSON line.
 Usage: python benchmarks/suite_cuts.py [--base 44335a5] [--rounds 2] [--only runner,run_lock]
+(a cut in BASE_OF compares with its own base commit instead of --base)
 """
 
 from __future__ import annotations
@@ -33,7 +34,25 @@ CUTS: dict[str, tuple[str, list[str], list[str]]] = {
                         ["test_oracle_source_passes_and_empty_workspace_builds_nothing"],
                         ["test_oracle_source_passes_and_empty_workspace_builds_nothing"]),
     "run_lock": ("test_run_lock.py", [""], [""]),
+    # 2026-11-29, later (base c10a0fd: BASE_OF)
+    "difftest_cli": ("test_difftest_cli.py",
+                     ["test_difftest_run_compares_a_repository_with_the_oracle"],
+                     ["test_difftest_run_compares_a_repository_with_the_oracle"]),
+    "synth_build": ("test_difftest_synth_build.py",
+                    ["test_cli_without_oracle_is_seeded_atomic_and_reports_bad_schema",
+                     "test_cli_replays_a_start_py", "test_from_help_drafts_the_schema_in_the_sandbox"],
+                    ["test_cli_without_oracle_is_seeded_atomic_and_reports_bad_schema",
+                     "test_cli_replays_a_start_py", "test_from_help_drafts_the_schema_in_the_sandbox"]),
+    "store_shared": ("test_store_shared.py", [""], [""]),
+    "agencybench_import": ("test_agencybench_import.py",
+                           ["test_cli_imports_and_reports_counts",
+                            "test_cli_malformed_file_is_one_line"],
+                           ["test_cli_imports_and_reports_counts",
+                            "test_cli_malformed_file_is_one_line"]),
 }
+#: a cut whose A side is another commit than --base
+BASE_OF = {"difftest_cli": "c10a0fd", "synth_build": "c10a0fd", "store_shared": "c10a0fd",
+           "agencybench_import": "c10a0fd"}
 
 
 def _node_ids(path: str, names: list[str]) -> list[str]:
@@ -88,7 +107,8 @@ def main() -> None:
         for name in names:
             file, _, _ = CUTS[name]
             copy = ROOT / "tests" / f"test_zzab_{file.removeprefix('test_')}"
-            text = subprocess.run(["git", "show", f"{args.base}:tests/{file}"], cwd=ROOT,
+            base = BASE_OF.get(name, args.base)
+            text = subprocess.run(["git", "show", f"{base}:tests/{file}"], cwd=ROOT,
                                   capture_output=True, text=True, check=True).stdout
             copy.write_text(text)
             copies.append(copy)
