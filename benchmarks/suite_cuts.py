@@ -49,10 +49,13 @@ CUTS: dict[str, tuple[str, list[str], list[str]]] = {
                             "test_cli_malformed_file_is_one_line"],
                            ["test_cli_imports_and_reports_counts",
                             "test_cli_malformed_file_is_one_line"]),
+    "run_lock_unbuildable": ("test_run_lock.py",
+                             ["test_an_unbuildable_environment_is_refused_or_fails_the_run"],
+                             ["test_an_unbuildable_environment_is_refused_or_fails_the_run"]),
 }
 #: a cut whose A side is another commit than --base
 BASE_OF = {"difftest_cli": "c10a0fd", "synth_build": "c10a0fd", "store_shared": "c10a0fd",
-           "agencybench_import": "c10a0fd"}
+           "agencybench_import": "c10a0fd", "run_lock_unbuildable": "c10a0fd"}
 
 
 def _node_ids(path: str, names: list[str]) -> list[str]:

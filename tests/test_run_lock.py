@@ -126,10 +126,10 @@ def test_an_unbuildable_environment_is_refused_or_fails_the_run(tmp_path: Path) 
     make_task(suite, "odd", dockerfile="FROM debian:trixie\nHEALTHCHECK CMD true\n"
                                         "ADD https://example.org/tool.tgz /opt/\n")
     runs = tmp_path / "runs"
-    r = _cli("run", "-s", str(suite), "-a", "oracle", "--store", str(runs))
-    assert r.returncode == 2
+    refused = _cli_here("run", "-s", str(suite), "-a", "oracle", "--store", str(runs))
+    assert refused.exit_code == 2, refused.output
     assert "odd/environment/Dockerfile:3: ADD from a URL (https://example.org/tool.tgz) is not " \
-        "supported by the local backend" in " ".join(r.stderr.split())
+        "supported by the local backend" in " ".join(refused.stderr.split())
     assert not runs.exists()
 
     suite2 = tmp_path / "suite2"
