@@ -137,6 +137,7 @@ def main() -> None:
                          "all_ok": all(r["ok"] for runs in sides.values() for r in runs)}
         print(f"{name}: A {med['A']} B {med['B']}")
     print(json.dumps({"benchmark": "suite_cuts", "base": args.base, "rounds": args.rounds,
+                      "base_of": {n: BASE_OF.get(n, args.base) for n in names},
                       "cuts": summary}))
 
 
