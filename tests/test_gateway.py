@@ -193,6 +193,20 @@ async def test_key_injected_upstream_token_never_forwarded(gateway: Gateway, ups
     assert call.model == request_body(api, False)["model"]
 
 
+def test_forwarded_headers_only_the_listed_ones() -> None:
+    from aiohttp.test_utils import make_mocked_request
+    from multidict import CIMultiDict
+
+    from agentmeter.gateway.calls import forwarded_headers
+
+    request = make_mocked_request("POST", "/v1/messages", headers=CIMultiDict([
+        ("Authorization", "Bearer am-token"), ("X-Api-Key", "am-token"), ("Cookie", "c=1"),
+        ("Anthropic-Beta", "tools-1"), ("User-Agent", "first"), ("user-agent", "last"),
+        ("anthropic-version", "2023-06-01")]))
+    assert forwarded_headers(request) == {"anthropic-beta": "tools-1", "user-agent": "last",
+                                          "anthropic-version": "2023-06-01"}
+
+
 @pytest.mark.parametrize("api", APIS)
 async def test_unknown_token_gets_401_in_api_shape(gateway: Gateway, api: str) -> None:
     gateway.open_trial("t", "test/up")

@@ -33,7 +33,7 @@ from agentmeter.gateway.clientstream import ClientStream, _restream, _stream
 from agentmeter.gateway.errors import error_bytes, gemini_budget_bytes
 from agentmeter.gateway.metering import REQUEST_REFUSED
 from agentmeter.gateway.sse import loads_object
-from agentmeter.gateway.upstream import UpstreamReply, UpstreamRequest
+from agentmeter.gateway.upstream import FORWARDED_HEADERS, UpstreamReply, UpstreamRequest
 
 #: refused requests recorded per trial (``refuse_request``); the rest are only counted
 MAX_RECORDED_REFUSALS = 1000
@@ -87,7 +87,7 @@ async def forward(request: web.Request, call: Call, env: CallEnv) -> web.StreamR
     call.trial.running.add(call.seq)  # started: its trial's totals wait for it (n/a until then)
     if env.bodies_dir is not None:
         call.out_log = []
-    headers = {k.lower(): v for k, v in request.headers.items()}
+    headers = forwarded_headers(request)
     req = UpstreamRequest(call.upstream_api, sent, call.stream and not restream, headers,
                           cache_key=call.trial.trial_id,
                           solution_script=call.trial.scripted.solution_script)
@@ -133,6 +133,17 @@ async def forward(request: web.Request, call: Call, env: CallEnv) -> web.StreamR
             await finish_call(call, env)
         _write_bodies(call, env, sent)
     return response
+
+
+def forwarded_headers(request: web.Request) -> dict[str, str]:
+    """The client's headers the upstream may see (``FORWARDED_HEADERS``, lower-case names; of a
+    repeated header its last value), looked up by name rather than copying every header."""
+    headers: dict[str, str] = {}
+    for name in FORWARDED_HEADERS:
+        values = request.headers.getall(name, None)
+        if values:
+            headers[name] = values[-1]
+    return headers
 
 
 def whole_then_stream(call: Call) -> bool:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import aiohttp
+from yarl import URL
 
 from agentmeter.gateway.errors import error_bytes
 from agentmeter.gateway.registry import UpstreamModel
@@ -144,6 +145,16 @@ class HttpUpstream:
         self.model, self.key, self.session, self.retry = model, key, session, retry
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=retry.connect_timeout,
                                               sock_read=retry.read_timeout)
+        self._urls: dict[tuple[WireApi, bool], URL] = {}  # parsed once, not per request
+
+    def _url(self, req: UpstreamRequest) -> URL:
+        key = (req.api, req.api == "gemini" and req.stream)
+        url = self._urls.get(key)
+        if url is None:
+            path = GEMINI_STREAM_PATH if key[1] else API_PATHS[req.api]
+            url = self._urls[key] = URL(self.model.base_url.rstrip("/") + path.replace(
+                "{model}", self.model.model_id))
+        return url
 
     def _headers(self, req: UpstreamRequest) -> dict[str, str]:
         headers = {"Content-Type": "application/json",
@@ -163,8 +174,7 @@ class HttpUpstream:
         return headers
 
     async def send(self, req: UpstreamRequest) -> UpstreamReply:
-        path = GEMINI_STREAM_PATH if req.api == "gemini" and req.stream else API_PATHS[req.api]
-        url = self.model.base_url.rstrip("/") + path.replace("{model}", self.model.model_id)
+        url = self._url(req)
         data = json.dumps(req.body).encode()
         headers = self._headers(req)
         timeout = self._timeout
@@ -177,7 +187,7 @@ class HttpUpstream:
                 resp = await self.session.post(url, data=data, headers=headers, timeout=timeout)
             except (TimeoutError, aiohttp.ClientError, OSError) as e:
                 if read_timed_out(e):
-                    return _unanswered(req, url, e, attempt + 1)
+                    return _unanswered(req, str(url), e, attempt + 1)
                 problem = f"cannot reach {url}: {type(e).__name__}: {e}"
                 last = None
             else:
@@ -207,7 +217,7 @@ class HttpUpstream:
                     except (TimeoutError, aiohttp.ClientError) as e:
                         resp.release()
                         if read_timed_out(e):
-                            return _unanswered(req, url, e, attempt + 1)
+                            return _unanswered(req, str(url), e, attempt + 1)
                         problem = f"upstream body lost: {type(e).__name__}: {e}"
                         last = None
                         if attempt + 1 < attempts:

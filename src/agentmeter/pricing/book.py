@@ -141,6 +141,8 @@ class PriceBook:
         amount = formula(quote.rates, usage)
         if amount is None:
             return None
+        if quote.usd_per_unit == 1.0:  # prices in USD (the gateway prices every call)
+            return float(amount)
         return float(amount * Decimal(str(quote.usd_per_unit)))
 
     def cost_usd(self, price_key: str | None, usage: TokenUsage) -> float | None:

@@ -70,8 +70,8 @@ def _eq2(rates: ModelRates, usage: TokenUsage, p_create: Decimal, p_hit: Decimal
 
 
 def _nothing(usage: TokenUsage) -> bool:
-    return all(v is None for v in (usage.input, usage.output, usage.cache_creation,
-                                   usage.cache_read))
+    return usage.input is None and usage.output is None and usage.cache_creation is None \
+        and usage.cache_read is None
 
 
 def cost(rates: ModelRates, usage: TokenUsage) -> Decimal | None:
