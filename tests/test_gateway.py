@@ -460,10 +460,12 @@ async def test_streams_pass_through_chunk_by_chunk(monkeypatch: pytest.MonkeyPat
 def test_gateway_serve_meters_any_client(tmp_path: Path) -> None:
     """``agentmeter gateway serve`` on its own: a client pointed at the printed URL and token is
     metered; each call is appended to --out as it happens; Ctrl-C prints the totals."""
+    import json
     import re
     import signal
     import subprocess
     import sys
+    import urllib.request
 
     from openai import OpenAI
     from polling import eventually
@@ -476,7 +478,7 @@ def test_gateway_serve_meters_any_client(tmp_path: Path) -> None:
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stderr is not None
-        banner = "".join(proc.stderr.readline() for _ in range(2))
+        banner = "".join(proc.stderr.readline() for _ in range(4))
         m = re.search(r"base URL (http://127\.0\.0\.1:\d+/v1)\s+API key (\S+)", banner)
         assert m, banner
         reply = OpenAI(base_url=m[1], api_key=m[2]).chat.completions.create(
@@ -487,6 +489,16 @@ def test_gateway_serve_meters_any_client(tmp_path: Path) -> None:
         assert row.status_code == 200 and row.scripted
         assert (row.usage.input, row.usage.output) == (reply.usage.prompt_tokens,
                                                        reply.usage.completion_tokens)
+        # the Gemini API at the printed Gemini base URL, as the banner says
+        g = re.search(r"Gemini-style clients:\s+base URL (\S+)\s+API key (\S+)", banner)
+        assert g and g[2] == m[2], banner
+        req = urllib.request.Request(
+            g[1] + "/v1beta/models/anything:generateContent", headers={
+                "x-goog-api-key": g[2], "Content-Type": "application/json"},
+            data=json.dumps({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}).encode())
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req) as r:
+            assert json.load(r)["usageMetadata"]["totalTokenCount"] > 0
+        assert eventually(lambda: out.read_text().count("\n") == 2)
         bad = OpenAI(base_url=m[1], api_key="am-wrong", max_retries=0)
         with pytest.raises(Exception, match="401"):
             bad.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}])
@@ -494,4 +506,4 @@ def test_gateway_serve_meters_any_client(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGINT)
         _, rest = proc.communicate(timeout=30)
     assert proc.returncode == 0, rest
-    assert f"1 calls; tokens in={row.usage.input} out={row.usage.output}" in rest
+    assert "2 calls; tokens in=" in rest

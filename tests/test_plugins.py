@@ -311,3 +311,23 @@ def test_a_task_kind_is_not_imported_from_the_current_directory(
     sys.modules.pop("amsec3_ok", None)
     assert load_import_path("amsec3_evil:V", "agent").__name__ == "V"
     sys.modules.pop("amsec3_evil", None)
+
+
+def test_a_task_kind_in_the_current_directory_is_named_as_such(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The console script (no current directory on sys.path, as ``agentmeter run`` has it):
+    a task's kind whose module sits in the current directory is not imported, and the error
+    says why and what to do, not only that the module is not on the Python path."""
+    from agentmeter.verify.registry import kind_problem
+
+    (tmp_path / "amsec3_here.py").write_text(
+        "import pathlib\npathlib.Path(__file__).with_name('RAN').write_text('x')\n"
+        "class V:\n    pass\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "amsec3_here", raising=False)
+    problem = kind_problem("amsec3_here:V")
+    assert problem is not None and "never imported from the current directory" in problem, problem
+    assert not (tmp_path / "RAN").exists()
+    assert "current directory" not in (kind_problem("amsec3_nowhere:V") or "")

@@ -63,7 +63,13 @@ def load_import_path(target: str, what: str, *, cwd: bool = True) -> Any:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
         if e.name is not None and module_name.startswith(e.name):
-            raise PluginError(f"{where}: no module named {e.name!r} on the Python path") from None
+            # the console script has no current directory on sys.path: a task's module there
+            # is not found rather than refused, so say why (docs/plugins.md)
+            hint = ("" if cwd or not _in_cwd(module_name) else
+                    " (a task's kind is never imported from the current directory: install it, "
+                    "or put its directory on PYTHONPATH)")
+            raise PluginError(f"{where}: no module named {e.name!r} on the Python path{hint}") \
+                from None
         raise PluginError(f"{where}: importing {module_name!r} failed: "
                           f"{type(e).__name__}: {e}") from None
     except Exception as e:  # the plug-in's own code failed: say so, no traceback
@@ -105,6 +111,12 @@ def _from_cwd(module_name: str) -> str | None:
                 and realpath(os.path.dirname(place)) == here):
             return str(place)
     return None
+
+
+def _in_cwd(module_name: str) -> bool:
+    """Whether the current directory holds ``module_name``'s top-level module or package."""
+    top = os.path.join(os.getcwd(), module_name.split(".")[0])
+    return os.path.isfile(top + ".py") or os.path.isdir(top)
 
 
 def _search_cwd_last() -> None:

@@ -21,7 +21,7 @@ def gateway_serve(
     max_usd: float | None = None, max_tokens: int | None = None, max_calls: int | None = None,
     out: Annotated[Path | None, typer.Option(help="append every call as JSON lines")] = None,
 ) -> None:
-    """Meter any agent: serves Chat Completions, Responses and Messages on HOST:PORT."""
+    """Meter any agent: serves Chat Completions, Responses, Messages and Gemini on HOST:PORT."""
     import asyncio
     import signal
 
@@ -44,6 +44,7 @@ def gateway_serve(
         err.print(f"gateway for [bold]{model}[/bold] on {url}  (Ctrl-C to stop)")
         err.print(f"  OpenAI-style clients:    base URL {url}/v1   API key {token}")
         err.print(f"  Anthropic-style clients: base URL {url}      API key {token}")
+        err.print(f"  Gemini-style clients:    base URL {url}      API key {token}")
 
     async def main() -> None:
         stop = asyncio.Event()
