@@ -311,9 +311,14 @@ async def _run_on_loop_disk(storage: dockerdisk.DaemonStorage, name: str, args: 
     if res.returncode != 0:
         image.unlink(missing_ok=True)
         return res
+    volumes: list[Path] = []  # the image's VOLUMEs: on the capped filesystem too
     try:
         layer = storage.layer_dir(res.stdout.decode().strip())
         await asyncio.to_thread(dockerdisk.mount_over, layer, image)
+        mounts = json.loads((await docker("inspect", "-f", "{{json .Mounts}}", name)).stdout
+                            or b"[]") or []
+        volumes = [Path(m["Source"]) for m in mounts if m.get("Type") == "volume"]
+        await asyncio.to_thread(dockerdisk.volumes_onto, layer, volumes)
         started = await docker("start", name, check=False)
         if started.returncode != 0:
             return started
@@ -321,8 +326,10 @@ async def _run_on_loop_disk(storage: dockerdisk.DaemonStorage, name: str, args: 
             raise SandboxError("docker disk cap: the daemon did not use the size-limited layer "
                                "(is it in another mount namespace?)")
     except BaseException:
-        await docker("rm", "-f", name, check=False)  # unmounts everything under the layer
+        await asyncio.to_thread(dockerdisk.release_volumes, volumes)
+        await docker("rm", "-f", "-v", name, check=False)  # unmounts everything under the layer
         raise
     finally:
         image.unlink(missing_ok=True)
+    await asyncio.to_thread(dockerdisk.release_volumes, volumes)
     return res
