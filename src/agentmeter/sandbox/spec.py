@@ -23,6 +23,14 @@ LayerNetwork = Literal["none", "full"]
 
 #: The unprivileged account agent processes run as inside a sandbox.
 AGENT_USER = "agent"
+#: the PATH the harness's own commands inside a sandbox are looked up on, never the image's:
+#: a directory the agent can write first on that (a venv in its workdir) would give root the
+#: agent's ``sh``, ``mkdir``, ``python3`` (security review 4)
+HARNESS_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: the environment of those commands: HARNESS_PATH, no start-up file or preload of the image's
+HARNESS_ENV = {"PATH": HARNESS_PATH, "BASH_ENV": "", "ENV": "", "LD_PRELOAD": ""}
+#: HARNESS_ENV as ``docker exec`` options
+HARNESS_ENV_ARGS = tuple(a for k, v in HARNESS_ENV.items() for a in ("-e", f"{k}={v}"))
 AGENT_UID = 1000
 AGENT_GID = 1000
 #: ``SandboxSpec.agent_user``: the image's final ``USER`` (root when it sets none), as Harbor

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from agentmeter.sandbox.accounts import SANDBOX_ACCOUNT, Account, account_of
 from agentmeter.sandbox.output import strip_ansi
 from agentmeter.sandbox.protocol import Sandbox
-from agentmeter.sandbox.spec import ExecResult, SandboxError
+from agentmeter.sandbox.spec import HARNESS_ENV, HARNESS_PATH, ExecResult, SandboxError
 from agentmeter.verify.mounts import TESTS_MOUNT as TESTS_MOUNT
 from agentmeter.verify.protocol import Verdict, VerifierArtifact, VerifierContext
 
@@ -49,12 +49,6 @@ VERIFIER_LOGS_DIR = "/logs/verifier"
 STAGE_DIR = "/.agentmeter-verifier"
 #: the tool a test script runs agent-written code with (its path is in the test's $AS_AGENT)
 AS_AGENT = f"{STAGE_DIR}/as-agent"
-
-#: the PATH the harness's own steps as root look programs up in (never the image's: a directory
-#: the agent can write first on it, a venv in its workdir, would give them its programs)
-HARNESS_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-#: the environment of those steps: HARNESS_PATH, and no start-up file or preload of the image's
-HARNESS_ENV = {"PATH": HARNESS_PATH, "BASH_ENV": "", "ENV": "", "LD_PRELOAD": ""}
 
 AS_AGENT_SCRIPT = r"""#!/bin/sh
 # as-agent (agentmeter's verifier tool; docs/verifiers.md)
@@ -106,6 +100,13 @@ chmod go-w /logs {VERIFIER_LOGS_DIR}
 #: shell it runs in, and the one ``bash /tests/test.sh`` names) looked up on HARNESS_PATH first
 _TEST_LAUNCH = (f'img=$PATH; PATH={HARNESS_PATH}; b=$(command -v bash) || b=bash; PATH=$img; '
                 'exec "$b" -c \'case $0 in /*) hash -p "$0" bash;; esac; eval "$1"\' "$b" "$1"')
+
+def harness_program(prog: str, *args: str) -> list[str]:
+    """An argv running ``prog`` (as root, say) looked up on HARNESS_PATH, not on the image's PATH
+    (which it still gets: an interpreter's own programs keep the image's)."""
+    return ["/bin/sh", "-c", f'p=$PATH; PATH={HARNESS_PATH}; x=$(command -v "$0") || exit 127; '
+            'PATH=$p; exec "$x" "$@"', prog, *args]
+
 
 #: exit status of the verification's first step when the tests were never staged
 _NOT_STAGED = 75
