@@ -95,6 +95,8 @@ async def test_as_agent_cannot_reach_reward_tests_or_test_script(tmp_path: Path)
         test="#!/bin/bash\n/bin/mkdir -p /logs/verifier\n"  # nothing looked up on PATH
              "if [ -f /app/done ]; then echo 1 > /logs/verifier/reward.txt; "
              "else echo 0 > /logs/verifier/reward.txt; fi\n\"$AS_AGENT\" /bin/true\n")
+    with open(suite / "venv-path" / "task.toml", "a") as f:  # a collect hook, as root
+        f.write('[[verifier.collect]]\ncommand = "/bin/true"\n')
     trials = await _trials(tmp_path, suite)
     assert trials["as-agent"].status is TrialStatus.PASSED, trials["as-agent"].error
     venv = trials["venv-path"]

@@ -36,7 +36,13 @@ from typing import TYPE_CHECKING, NamedTuple
 from agentmeter.sandbox.accounts import SANDBOX_ACCOUNT, Account, account_of
 from agentmeter.sandbox.output import strip_ansi
 from agentmeter.sandbox.protocol import Sandbox
-from agentmeter.sandbox.spec import HARNESS_ENV, HARNESS_PATH, ExecResult, SandboxError
+from agentmeter.sandbox.spec import (
+    HARNESS_ENV,
+    HARNESS_PATH,
+    ExecResult,
+    SandboxError,
+    harness_bash,
+)
 from agentmeter.verify.mounts import TESTS_MOUNT as TESTS_MOUNT
 from agentmeter.verify.protocol import Verdict, VerifierArtifact, VerifierContext
 
@@ -95,11 +101,6 @@ mkdir -p {VERIFIER_LOGS_DIR}
 chown 0:0 /logs {VERIFIER_LOGS_DIR}
 chmod go-w /logs {VERIFIER_LOGS_DIR}
 """
-
-#: runs the test command (``$1``) as ``bash -c`` would, with the image's PATH, but ``bash`` (the
-#: shell it runs in, and the one ``bash /tests/test.sh`` names) looked up on HARNESS_PATH first
-_TEST_LAUNCH = (f'img=$PATH; PATH={HARNESS_PATH}; b=$(command -v bash) || b=bash; PATH=$img; '
-                'exec "$b" -c \'case $0 in /*) hash -p "$0" bash;; esac; eval "$1"\' "$b" "$1"')
 
 def harness_program(prog: str, *args: str) -> list[str]:
     """An argv running ``prog`` (as root, say) looked up on HARNESS_PATH, not on the image's PATH
@@ -207,7 +208,7 @@ async def run_test_command(task: Task, sandbox: Sandbox, ctx: VerifierContext, *
     ``prepare`` is a kind's extra shell step, run as root after ``/logs/verifier`` is emptied.
     """
     await unstage_verifier(task, sandbox, prepare)
-    r = await sandbox.exec(["/bin/sh", "-c", _TEST_LAUNCH, "sh", task.test_command],
+    r = await sandbox.exec(harness_bash(task.test_command),
                            user=task.verifier_user, timeout=ctx.timeout_s,
                            env={**(env or {}), **task.verifier_env, "TEST_DIR": TESTS_MOUNT,
                                 "AS_AGENT": AS_AGENT})
