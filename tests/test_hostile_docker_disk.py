@@ -22,6 +22,7 @@ from agentmeter.sandbox.docker import DockerBackend
 from agentmeter.sandbox.spec import (
     DEFAULT_DISK_ENV,
     DEFAULT_DISK_MB,
+    LayerSpec,
     Limits,
     SandboxError,
     SandboxSpec,
@@ -145,3 +146,22 @@ async def test_an_agent_cannot_write_past_storage_mb_on_docker(
     finally:
         await sb.stop()
     assert _mount_of(layer) is None and _loop_file(dev) is None  # docker rm unmounted it
+
+
+@pytest.mark.docker
+@needs_root
+async def test_an_image_volume_is_under_the_cap_too(docker_backend: DockerBackend) -> None:
+    """An image's ``VOLUME`` is an anonymous docker volume (``<data-root>/volumes``), outside the
+    container's layer: 200 MB were written into it with a cap of 64 (security review 4). It is
+    now on the layer's capped filesystem (the image's files in it: /tmp/sec4/vol.py)."""
+    layer = LayerSpec(kind="dockerfile", origin="tasks/vol/Dockerfile",
+                      source="FROM debian:13\nVOLUME /data\n")  # no RUN: a cheap build
+    spec = SandboxSpec(layers=(layer,), limits=Limits(disk_mb=64))
+    await docker_backend.prepare(spec)
+    sb = await docker_backend.start(spec)
+    try:
+        r = await sb.exec("dd if=/dev/zero of=/data/fill bs=1M count=200 2>&1; du -sm /data/fill",
+                          user="root", timeout=120)
+        assert "No space left" in r.stdout and int(r.stdout.split()[-2]) <= 64, r.stdout + r.stderr
+    finally:
+        await sb.stop()

@@ -266,7 +266,8 @@ def test_viewer_json_endpoints(tmp_path: Path) -> None:
             assert code == 200 and b"<html" not in body and b'id="leaderboard"' in body
             # security review 3: a page whose name was rebound to 127.0.0.1 reads nothing
             port = viewer.url.rsplit(":", 1)[1]
-            for host, want in ((f"attacker.example:{port}", 421), (f"localhost:{port}", 200)):
+            for host, want in ((f"attacker.example:{port}", 421), (f"localhost:{port}", 200),
+                               (f"127.attacker.example:{port}", 421)):  # review 4
                 req = urllib.request.Request(f"{viewer.url}/api/trials?run=grid",
                                              headers={"Host": host})
                 try:

@@ -69,11 +69,40 @@ fi
 """
 
 
+#: planted by the agent as programs on the image's PATH: run as root, it forges a pass
+FORGER = """#!/bin/sh
+if [ "$(/usr/bin/id -u)" = 0 ]; then  # the tests in place, or still staged
+  for t in /tests/test.sh /.agentmeter-verifier/tests/test.sh; do
+    [ -f "$t" ] && printf '#!/bin/sh\\necho 1 > /logs/verifier/reward.txt\\n' > "$t"
+  done
+fi
+[ "$(/usr/bin/id -u)" = 0 ] && [ -d /logs/verifier ] && echo 1 > /logs/verifier/reward.txt
+exec /usr/bin/$(/usr/bin/basename "$0") "$@"
+"""
+PLANTED = ("bash", "sh", "id", "mkdir", "rm", "mv", "chown", "setpriv", "env", "unshare")
+
+
 async def test_as_agent_cannot_reach_reward_tests_or_test_script(tmp_path: Path) -> None:
     suite = tmp_path / "suite"
     make_task(suite, "as-agent", test=AS_AGENT_TEST)
-    trial = (await _trials(tmp_path, suite))["as-agent"]
-    assert trial.status is TrialStatus.PASSED, trial.error
+    # security review 4: an image whose PATH starts in the agent's workdir (a venv, as uv
+    # images have it): the agent plants programs there; the harness's own steps as root
+    # (placing /tests, the test's bash, $AS_AGENT) ran them: a careful test was forged
+    plant = "mkdir -p /app/.venv/bin\ncat > /app/.venv/bin/forger <<'EOF'\n" + FORGER + "EOF\n" \
+        + "chmod 755 /app/.venv/bin/forger\n" \
+        + "".join(f"ln -s forger /app/.venv/bin/{n}\n" for n in PLANTED)
+    make_task(suite, "venv-path", solve=plant, dockerfile=(
+        "FROM debian:trixie\nWORKDIR /app\n"
+        "ENV PATH=/app/.venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"),
+        test="#!/bin/bash\n/bin/mkdir -p /logs/verifier\n"  # nothing looked up on PATH
+             "if [ -f /app/done ]; then echo 1 > /logs/verifier/reward.txt; "
+             "else echo 0 > /logs/verifier/reward.txt; fi\n\"$AS_AGENT\" /bin/true\n")
+    with open(suite / "venv-path" / "task.toml", "a") as f:  # a collect hook, as root
+        f.write('[[verifier.collect]]\ncommand = "/bin/true"\n')
+    trials = await _trials(tmp_path, suite)
+    assert trials["as-agent"].status is TrialStatus.PASSED, trials["as-agent"].error
+    venv = trials["venv-path"]
+    assert (venv.status, venv.reward) == (TrialStatus.FAILED, 0.0), venv.error
 
 
 def test_pytest_cut_short_is_no_pass() -> None:

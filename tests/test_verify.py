@@ -27,6 +27,10 @@ def test_registry_names_the_built_in_kinds() -> None:
     (b"inf", None, (None, {}, f"{REWARD_TXT} is not finite")),
     (None, b"[1, 2]", (None, {}, f"{REWARD_JSON} is not an object of numbers")),
     (None, b"{}", (None, {}, f"{REWARD_JSON} is empty")),
+    # non-finite: NaN/Infinity (json takes them), strings float() takes, a mean that overflows
+    *((None, js, (None, {}, f"{REWARD_JSON} holds a number that is not finite"))
+      for js in (b'{"reward": NaN}', b'{"reward": "inf"}', b'{"a": 1e308, "b": 1e308}')),
+    (None, b"[" * 100_000, (None, {}, f"{REWARD_JSON} is not an object of numbers")),
     (None, None, (None, {}, f"the verifier wrote neither {REWARD_TXT} nor {REWARD_JSON}")),
 ])
 def test_reward_files(txt: bytes | None, js: bytes | None,

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agentmeter.sandbox.protocol import Sandbox
-from agentmeter.sandbox.spec import ExecResult, LayerBuildError, SandboxError
+from agentmeter.sandbox.spec import ExecResult, LayerBuildError, SandboxError, harness_bash
 from agentmeter.tasks.models import CollectHook, Healthcheck, Task
 
 if TYPE_CHECKING:
@@ -113,7 +113,9 @@ async def collect(sandbox: Sandbox, hooks: tuple[CollectHook, ...],
             problems.append(f"{hook.command}: service {hook.service!r} is not running")
             continue
         try:
-            res = await box.exec(hook.command, user=hook.user, timeout=hook.timeout_s)
+            # after the agent: bash not from an image PATH the agent may have written
+            res = await box.exec(harness_bash(hook.command), user=hook.user,
+                                 timeout=hook.timeout_s)
         except SandboxError as e:
             problems.append(f"{hook.command}: {e}")
             continue

@@ -39,7 +39,14 @@ from agentmeter.runner.tasksandbox import sandbox_spec, staged_early
 from agentmeter.runner.trial import INTERRUPTED, TrialContext, TrialRunner
 from agentmeter.runner.verification import InfraError
 from agentmeter.sandbox.protocol import Sandbox
-from agentmeter.sandbox.spec import AGENT_GID, AGENT_UID, AGENT_USER, ExecResult, SandboxError
+from agentmeter.sandbox.spec import (
+    AGENT_GID,
+    AGENT_UID,
+    AGENT_USER,
+    HARNESS_ENV,
+    ExecResult,
+    SandboxError,
+)
 from agentmeter.tasks.models import Task
 from agentmeter.verify.command import TESTS_MOUNT
 from agentmeter.verify.protocol import Verdict, VerificationError
@@ -175,7 +182,8 @@ class StepRunner(TrialRunner):
 
     async def _restage(self, sandbox: Sandbox) -> None:
         """Before another round: the verification's files out of sight again, staged anew."""
-        r = await sandbox.exec(["rm", "-rf", "--", TESTS_MOUNT], user="root", cwd="/")
+        r = await sandbox.exec(["rm", "-rf", "--", TESTS_MOUNT], user="root", cwd="/",
+                               env=HARNESS_ENV)
         if r.exit_code != 0:
             raise InfraError(f"clearing {TESTS_MOUNT}: {r.stderr.strip()[-300:]}")
         if staged_early(self.task):  # else uploaded at verification (runner/verification.py)

@@ -208,7 +208,7 @@ class DockerBackend:
         if spec.network == "full" and (refusal := bridge_refusal()):
             raise SandboxError(refusal)
         for attempt in (1, 2):
-            res = await self._run(name, args, lim.disk_mb)
+            res = await self._run(name, args, lim.disk_mb, bool(image.volumes))
             if res.returncode == 0:
                 break
             await docker("rm", "-f", name, check=False)
@@ -239,7 +239,8 @@ class DockerBackend:
                 raise
         return box
 
-    async def _run(self, name: str, args: list[str], disk_mb: int | None) -> DockerOutput:
+    async def _run(self, name: str, args: list[str], disk_mb: int | None,
+                   volumes: bool = False) -> DockerOutput:
         """``docker run -d ARGS``, its disk capped by the driver's quota or a loop disk."""
         res: DockerOutput | None = None
         if disk_mb and self._disk_mode in (None, "quota"):
@@ -254,7 +255,7 @@ class DockerBackend:
                 res = None
         if res is None and disk_mb and self._disk_mode == "loop":
             assert self._storage is not None
-            res = await _run_on_loop_disk(self._storage, name, args, disk_mb)
+            res = await _run_on_loop_disk(self._storage, name, args, disk_mb, volumes)
         elif res is None:
             res = await docker("run", "-d", *args, check=False)
         return res
@@ -299,7 +300,7 @@ class DockerBackend:
 
 
 async def _run_on_loop_disk(storage: dockerdisk.DaemonStorage, name: str, args: list[str],
-                            disk_mb: int) -> DockerOutput:
+                            disk_mb: int, has_volumes: bool = False) -> DockerOutput:
     """``docker run -d ARGS`` with the container's writable layer on a loop-mounted filesystem
     of ``disk_mb`` MiB (dockerdisk.py): create, mount over its layer, start, check the daemon
     saw the mount. The filesystem is made while the daemon creates the container."""
@@ -311,9 +312,15 @@ async def _run_on_loop_disk(storage: dockerdisk.DaemonStorage, name: str, args: 
     if res.returncode != 0:
         image.unlink(missing_ok=True)
         return res
+    volumes: list[Path] = []  # the image's VOLUMEs: on the capped filesystem too
     try:
         layer = storage.layer_dir(res.stdout.decode().strip())
         await asyncio.to_thread(dockerdisk.mount_over, layer, image)
+        if has_volumes:  # the image's VOLUMEs (an inspect only for an image that has some)
+            mounts = json.loads((await docker("inspect", "-f", "{{json .Mounts}}", name)).stdout
+                                or b"[]") or []
+            volumes = [Path(m["Source"]) for m in mounts if m.get("Type") == "volume"]
+            await asyncio.to_thread(dockerdisk.volumes_onto, layer, volumes)
         started = await docker("start", name, check=False)
         if started.returncode != 0:
             return started
@@ -321,8 +328,10 @@ async def _run_on_loop_disk(storage: dockerdisk.DaemonStorage, name: str, args: 
             raise SandboxError("docker disk cap: the daemon did not use the size-limited layer "
                                "(is it in another mount namespace?)")
     except BaseException:
-        await docker("rm", "-f", name, check=False)  # unmounts everything under the layer
+        await asyncio.to_thread(dockerdisk.release_volumes, volumes)
+        await docker("rm", "-f", "-v", name, check=False)  # unmounts everything under the layer
         raise
     finally:
         image.unlink(missing_ok=True)
+    await asyncio.to_thread(dockerdisk.release_volumes, volumes)
     return res

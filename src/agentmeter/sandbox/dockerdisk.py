@@ -154,6 +154,29 @@ def mount_over(layer: Path, image: Path) -> None:
         os.rmdir(staging)
 
 
+def volumes_onto(layer: Path, sources: list[Path]) -> None:
+    """Put the container's anonymous volumes (an image's ``VOLUME``: ``sources`` are their
+    ``_data`` directories, filled from the image at ``docker create``) on the layer's capped
+    filesystem too: each is copied to ``<layer>/volumes/<i>`` and that bind-mounted over it, so
+    the daemon mounts it into the container at start (blocking). Without this an agent wrote
+    past the cap into any directory the image declares a volume (on the host's disk)."""
+    for i, src in enumerate(sources):
+        dest = layer / "volumes" / str(i)
+        dest.mkdir(parents=True)
+        st = os.lstat(src)
+        _run("cp", "-a", "--", f"{src}/.", f"{dest}/")
+        os.chown(dest, st.st_uid, st.st_gid)
+        os.chmod(dest, st.st_mode & 0o7777)
+        _run(_tool("mount"), "--bind", str(dest), str(src))
+
+
+def release_volumes(sources: list[Path]) -> None:
+    """Detach :func:`volumes_onto`'s mounts on the host side once the container runs (its own
+    mounts of them stay), so that ``docker rm -v`` removes the volumes as usual."""
+    for src in sources:
+        subprocess.run([_tool("umount"), "-l", str(src)], capture_output=True)
+
+
 def unmount(layer: Path) -> None:
     """Undo :func:`mount_over` (a container that never started; ``docker rm`` does it too)."""
     subprocess.run([_tool("umount"), "-l", str(layer)], capture_output=True)

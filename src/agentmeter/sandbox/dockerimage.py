@@ -42,6 +42,7 @@ class ImageConfig:
     workdir: str
     env: dict[str, str]
     user: str  # as written in the image ("" = root)
+    volumes: tuple[str, ...] = ()  # its VOLUMEs (anonymous volumes of each container)
 
 
 async def image_exists(tag: str) -> bool:
@@ -54,7 +55,7 @@ async def image_config(tag: str) -> ImageConfig:
     cfg = json.loads(raw or b"{}") or {}
     env = dict(e.partition("=")[::2] for e in (cfg.get("Env") or []))
     return ImageConfig(tag=tag, workdir=cfg.get("WorkingDir") or "", env=env,
-                       user=cfg.get("User") or "")
+                       user=cfg.get("User") or "", volumes=tuple(cfg.get("Volumes") or ()))
 
 
 def _unshift(ti: tarfile.TarInfo) -> tarfile.TarInfo:

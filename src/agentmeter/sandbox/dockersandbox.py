@@ -40,6 +40,7 @@ from agentmeter.sandbox.spec import (
     AGENT_UID,
     AGENT_USER,
     DEFAULT_OUTPUT_LIMIT,
+    HARNESS_ENV_ARGS,
     ExecResult,
     FsDiff,
     FsSnapshot,
@@ -163,8 +164,8 @@ class DockerSandbox(SandboxFiles):
                                              self.container_id)
         if not killed:
             for u in dict.fromkeys((run_as, "0:0")):
-                await docker("exec", "-u", u, self.id, "bash", "-c", KILL_MARKED, "kill", marker,
-                             check=False)
+                await docker("exec", "-u", u, *HARNESS_ENV_ARGS, self.id, "bash", "-c", KILL_MARKED,
+                             "kill", marker, check=False)
         try:
             await asyncio.wait_for(proc.wait(), 5)
         except TimeoutError:
@@ -243,7 +244,8 @@ class DockerSandbox(SandboxFiles):
                          user: str | None = None) -> None:
         payload = data.encode() if isinstance(data, str) else data
         owner = self._user(user or "root")
-        res = await docker("exec", "-i", "-u", "0:0", self.id, "bash", "-c", WRITE_SCRIPT, "write",
+        res = await docker("exec", "-i", "-u", "0:0", *HARNESS_ENV_ARGS, self.id, "bash", "-c",
+                           WRITE_SCRIPT, "write",
                            self._abs(path), format(mode, "o"), owner, stdin=payload, check=False)
         if res.returncode != 0:
             raise SandboxError(f"write_file {path} in {self.id}: {res.text()}")
@@ -256,7 +258,7 @@ class DockerSandbox(SandboxFiles):
             raise SandboxError(f"copy_in needs a numeric or root/agent user, not {owner!r}")
         data = await asyncio.to_thread(copy_in_archive, host_src, posixpath.basename(target),
                                        uid=int(uid), gid=int(gid), top=True)
-        res = await docker("exec", "-i", "-u", "0:0", self.id, "bash", "-c",
+        res = await docker("exec", "-i", "-u", "0:0", *HARNESS_ENV_ARGS, self.id, "bash", "-c",
                            'mkdir -p -- "$1" && exec tar -x --same-owner --numeric-owner -C "$1"',
                            "copy_in", posixpath.dirname(target), stdin=data, check=False)
         if res.returncode != 0:
@@ -300,8 +302,8 @@ class DockerSandbox(SandboxFiles):
         return diff_entries(snapshot, now, digests.get, ignore, budget.note)
 
     async def _listing(self, top: str, caps: fsnames.Caps) -> bytes:
-        res = await docker("exec", "-u", "0:0", "-w", top, self.id, "bash", "-c",
-                           find_listing_cmd(caps), check=False)
+        res = await docker("exec", "-u", "0:0", *HARNESS_ENV_ARGS, "-w", top, self.id, "bash",
+                           "-c", find_listing_cmd(caps), check=False)
         if res.returncode != 0 and not res.stdout:
             raise SandboxError(f"listing {top} in {self.id}: {res.text()}")
         return res.stdout
@@ -309,8 +311,8 @@ class DockerSandbox(SandboxFiles):
     async def _digests(self, top: str, rels: list[str]) -> dict[str, str]:
         if not rels:
             return {}
-        res = await docker("exec", "-i", "-u", "0:0", "-w", top, self.id, "bash", "-c",
-                           "xargs -0 -r sha256sum -z -- 2>/dev/null; true",
+        res = await docker("exec", "-i", "-u", "0:0", *HARNESS_ENV_ARGS, "-w", top, self.id,
+                           "bash", "-c", "xargs -0 -r sha256sum -z -- 2>/dev/null; true",
                            stdin=b"\0".join(r.encode("utf-8", "surrogateescape") for r in rels))
         out: dict[str, str] = {}
         for rec in res.stdout.split(b"\0"):

@@ -34,6 +34,7 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
@@ -390,8 +391,22 @@ class LocalLayerCache:
             return
         if independent:
             for rel in INDEPENDENT_DROPPED:
-                shutil.rmtree(tmp / "fs" / rel, ignore_errors=True)
-                with contextlib.suppress(FileNotFoundError, IsADirectoryError):
-                    (tmp / "fs" / rel).unlink()
+                _drop(tmp / "fs", rel)
         (tmp / "step.txt").write_text(f"{step.label}\nbuilt in {time.monotonic() - started:.1f}s\n")
         os.rename(tmp, final)
+
+
+def _drop(fs: Path, rel: str) -> None:
+    """Remove ``rel`` from a step's upper dir ``fs`` as host root without following a link: a
+    link on the way (``var -> /var``, which the image's programs, run as the step's root, may
+    leave) is itself removed, never followed onto the host's own directories."""
+    path = fs
+    for part in rel.split("/"):
+        path = path / part
+        if not path.is_symlink() and not path.exists():
+            return
+        if path.is_symlink() or not path.is_dir():  # a link, file or whiteout: it alone goes
+            with contextlib.suppress(OSError):
+                path.unlink()
+            return
+    shutil.rmtree(path, ignore_errors=True)

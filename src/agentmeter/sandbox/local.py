@@ -75,6 +75,7 @@ from agentmeter.sandbox.netsetup import fence_host, start_network
 from agentmeter.sandbox.pasta import start_pasta
 from agentmeter.sandbox.protocol import DEFAULT_IGNORE, OutputCallback
 from agentmeter.sandbox.spec import (
+    HARNESS_ENV,
     FsDiff,
     FsSnapshot,
     NetworkPolicy,
@@ -209,7 +210,7 @@ class LocalSandbox(ExecSandbox, SandboxFiles):
         raw = data.encode() if isinstance(data, str) else data
         # written as the user asked for, who thus owns it (no chown)
         r = await self.exec(["sh", "-c", WRITE_SCRIPT, "sh", self._abs(path), oct(mode)[2:]], stdin=raw,
-                            user=user or "root", cwd="/")
+                            user=user or "root", cwd="/", env=HARNESS_ENV)
         if r.exit_code != 0:
             raise SandboxError(f"write_file {path}: {r.stderr.strip()}")
 
@@ -222,7 +223,8 @@ class LocalSandbox(ExecSandbox, SandboxFiles):
         into = target if host_src.is_dir() else posixpath.dirname(target)
         opts = "--no-same-owner" if user != "root" else "--same-owner --numeric-owner"
         script = f'mkdir -p -- "$1" && tar -x {opts} -C "$1"'
-        r = await self.exec(["sh", "-c", script, "sh", into], stdin=data, user=user, cwd="/")
+        r = await self.exec(["sh", "-c", script, "sh", into], stdin=data, user=user, cwd="/",
+                            env=HARNESS_ENV)
         if r.exit_code != 0:
             raise SandboxError(f"copy_in {host_src} -> {dst}: {r.stderr.strip()}")
 

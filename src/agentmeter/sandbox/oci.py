@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentmeter.notices import notice
-from agentmeter.paths import cache_dir
+from agentmeter.paths import cache_dir, within
 from agentmeter.sandbox import idmap
 from agentmeter.sandbox.dockerfile import image_emulation
 from agentmeter.sandbox.hosttools import OCI_TOOLS, ensure_tools
@@ -276,7 +276,12 @@ def _config(layout: Path) -> tuple[str, dict[str, object]]:
 
 
 def _fixup(root: Path) -> None:
-    """What every sandbox root needs from the host side: /etc/hosts and a plain resolv.conf."""
+    """What every sandbox root needs from the host side: /etc/hosts and a plain resolv.conf.
+    Run as root on the image's tree: an ``etc``, ``tmp`` or ``var`` that is a link out of it
+    (``tmp -> /etc``) is refused, else the host's own would be written and made 1777."""
+    for rel in ("etc", "tmp", "var", "var/tmp"):
+        if not within(root / rel, root):
+            raise ImageUnavailable(f"the image's /{rel} is a symbolic link out of the image")
     etc = root / "etc"
     etc.mkdir(exist_ok=True)
     if not (etc / "hosts").exists() and not (etc / "hosts").is_symlink():

@@ -23,6 +23,23 @@ LayerNetwork = Literal["none", "full"]
 
 #: The unprivileged account agent processes run as inside a sandbox.
 AGENT_USER = "agent"
+#: the PATH the harness's own commands inside a sandbox are looked up on, never the image's:
+#: a directory the agent can write first on that (a venv in its workdir) would give root the
+#: agent's ``sh``, ``mkdir``, ``python3`` (security review 4)
+HARNESS_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: the environment of those commands: HARNESS_PATH, no start-up file or preload of the image's
+HARNESS_ENV = {"PATH": HARNESS_PATH, "BASH_ENV": "", "ENV": "", "LD_PRELOAD": ""}
+#: HARNESS_ENV as ``docker exec`` options
+HARNESS_ENV_ARGS = tuple(a for k, v in HARNESS_ENV.items() for a in ("-e", f"{k}={v}"))
+_BASH_LAUNCH = (f'img=$PATH; PATH={HARNESS_PATH}; b=$(command -v bash) || b=bash; PATH=$img; '
+                'exec "$b" -c \'case $0 in /*) hash -p "$0" bash;; esac; eval "$1"\' "$b" "$1"')
+
+
+def harness_bash(command: str) -> list[str]:
+    """An argv running a task's shell ``command`` as ``bash -c`` would, with the image's PATH,
+    but ``bash`` (the shell it runs in, and the one it names: ``bash /tests/test.sh``) looked up
+    on HARNESS_PATH first: for a task's commands the harness runs as root after the agent."""
+    return ["/bin/sh", "-c", _BASH_LAUNCH, "sh", command]
 AGENT_UID = 1000
 AGENT_GID = 1000
 #: ``SandboxSpec.agent_user``: the image's final ``USER`` (root when it sets none), as Harbor

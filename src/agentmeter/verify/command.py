@@ -36,7 +36,13 @@ from typing import TYPE_CHECKING, NamedTuple
 from agentmeter.sandbox.accounts import SANDBOX_ACCOUNT, Account, account_of
 from agentmeter.sandbox.output import strip_ansi
 from agentmeter.sandbox.protocol import Sandbox
-from agentmeter.sandbox.spec import ExecResult, SandboxError
+from agentmeter.sandbox.spec import (
+    HARNESS_ENV,
+    HARNESS_PATH,
+    ExecResult,
+    SandboxError,
+    harness_bash,
+)
 from agentmeter.verify.mounts import TESTS_MOUNT as TESTS_MOUNT
 from agentmeter.verify.protocol import Verdict, VerifierArtifact, VerifierContext
 
@@ -60,11 +66,13 @@ AS_AGENT_SCRIPT = r"""#!/bin/sh
 #   as-agent --own PATH...  give PATH (recursively, links not followed) to the agent's account,
 #                           for scratch files the agent's program must write.
 uid=@UID@; gid=@GID@; groups=@GROUPS@
+caller_path=$PATH  # CMD is looked up on it, as the agent; this tool's own programs are root's
+PATH=@PATH@
 if [ "${1-}" = --own ]; then shift; exec chown -R -P -h "$uid:$gid" -- "$@"; fi
 if [ $# -eq 0 ]; then echo "usage: as-agent CMD [ARG...] | as-agent --own PATH..." >&2; exit 2; fi
 export HOME=@HOME@ USER=@USER@ LOGNAME=@USER@
-if [ "$(id -u)" != 0 ]; then exec "$@"; fi  # a [verifier] user = agent: already unprivileged
-if [ "$uid" = 0 ]; then exec "$@"; fi  # the agent's account is root: as the agent ran
+if [ "$(id -u)" != 0 ]; then PATH=$caller_path; exec "$@"; fi  # [verifier] user = agent
+if [ "$uid" = 0 ]; then PATH=$caller_path; exec "$@"; fi  # the agent's account is root: as it ran
 mapped=no
 while read -r inside _outside count; do
     if [ "$uid" -ge "$inside" ] && [ "$uid" -lt $((inside + count)) ]; then mapped=yes; fi
@@ -72,11 +80,11 @@ done < /proc/self/uid_map
 if [ $mapped = no ]; then
     # a rootless local sandbox maps only root: the agent user exists in a nested namespace
     exec unshare --user --map-user="$uid" --map-group="$gid" -- \
-        setpriv --no-new-privs --inh-caps=-all --bounding-set=-all -- "$@"
+        setpriv --no-new-privs --inh-caps=-all --bounding-set=-all -- env PATH="$caller_path" "$@"
 fi
 if [ -n "$groups" ]; then groups="--groups=$groups"; else groups=--clear-groups; fi
 drop="setpriv --reuid=$uid --regid=$gid $groups --inh-caps=-all --bounding-set=-all --no-new-privs"
-$drop -- "$@"
+$drop -- env PATH="$caller_path" "$@"
 rc=$?
 $drop -- sh -c 'kill -KILL -1' 2>/dev/null
 exit $rc
@@ -93,6 +101,13 @@ mkdir -p {VERIFIER_LOGS_DIR}
 chown 0:0 /logs {VERIFIER_LOGS_DIR}
 chmod go-w /logs {VERIFIER_LOGS_DIR}
 """
+
+def harness_program(prog: str, *args: str) -> list[str]:
+    """An argv running ``prog`` (as root, say) looked up on HARNESS_PATH, not on the image's PATH
+    (which it still gets: an interpreter's own programs keep the image's)."""
+    return ["/bin/sh", "-c", f'p=$PATH; PATH={HARNESS_PATH}; x=$(command -v "$0") || exit 127; '
+            'PATH=$p; exec "$x" "$@"', prog, *args]
+
 
 #: exit status of the verification's first step when the tests were never staged
 _NOT_STAGED = 75
@@ -127,7 +142,8 @@ def as_agent_script(account: Account) -> str:
             .replace("@GID@", str(account.gid))
             .replace("@GROUPS@", shlex.quote(",".join(map(str, account.groups))))
             .replace("@USER@", shlex.quote(account.name))
-            .replace("@HOME@", shlex.quote(account.home)))
+            .replace("@HOME@", shlex.quote(account.home))
+            .replace("@PATH@", HARNESS_PATH))
 
 
 def _stage_archive(task: Task, extra: Mapping[str, bytes] | None = None,
@@ -157,7 +173,7 @@ async def stage_verifier(task: Task, sandbox: Sandbox,
     Called when the sandbox starts, before the agent runs."""
     r = await sandbox.exec(["sh", "-c", _STAGE],
                            stdin=_stage_archive(task, extra, account_of(sandbox)), user="root",
-                           cwd="/")
+                           cwd="/", env=HARNESS_ENV)
     if r.exit_code != 0:
         raise SandboxError(f"staging the verifier files: {r.stderr.strip()[-500:]}")
 
@@ -174,10 +190,10 @@ async def unstage_verifier(task: Task, sandbox: Sandbox, prepare: str | None = N
     if prepare:
         steps += f"{prepare} || true\n"
     steps += "exit 0\n"
-    r = await sandbox.exec(["sh", "-c", steps], user="root", cwd="/")
+    r = await sandbox.exec(["sh", "-c", steps], user="root", cwd="/", env=HARNESS_ENV)
     if r.exit_code == _NOT_STAGED:  # a caller that did not stage at start: stage now
         await stage_verifier(task, sandbox, extra)
-        r = await sandbox.exec(["sh", "-c", steps], user="root", cwd="/")
+        r = await sandbox.exec(["sh", "-c", steps], user="root", cwd="/", env=HARNESS_ENV)
     if r.exit_code != 0:
         raise SandboxError(f"placing the verifier files: {r.stderr.strip()[-500:]}")
 
@@ -192,7 +208,8 @@ async def run_test_command(task: Task, sandbox: Sandbox, ctx: VerifierContext, *
     ``prepare`` is a kind's extra shell step, run as root after ``/logs/verifier`` is emptied.
     """
     await unstage_verifier(task, sandbox, prepare)
-    r = await sandbox.exec(task.test_command, user=task.verifier_user, timeout=ctx.timeout_s,
+    r = await sandbox.exec(harness_bash(task.test_command),
+                           user=task.verifier_user, timeout=ctx.timeout_s,
                            env={**(env or {}), **task.verifier_env, "TEST_DIR": TESTS_MOUNT,
                                 "AS_AGENT": AS_AGENT})
     out = ctx.artifact_dir / "verifier.log"

@@ -166,7 +166,7 @@ class PytestOutputVerifier:
 
     async def verify(self, task: Task, sandbox: Sandbox, ctx: VerifierContext) -> Verdict:
         # the image's PATH (its ENV PATH), behind the harness's tools
-        image_path = (await sandbox.exec(["printenv", "PATH"], user="root",
+        image_path = (await sandbox.exec(["/bin/sh", "-c", 'printf %s "$PATH"'], user="root",
                                          timeout=30)).stdout.strip()
         run = await run_test_command(task, sandbox, ctx,
                                      env=offline_pytest.verifier_env(image_path or None),

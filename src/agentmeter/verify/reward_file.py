@@ -47,11 +47,14 @@ def parse_reward_files(reward_txt: bytes | None, reward_json: bytes | None) -> S
     if reward_json is not None:
         try:
             named = {k: float(v) for k, v in json.loads(reward_json).items()}
-        except (ValueError, AttributeError, TypeError):
+        except (ValueError, AttributeError, TypeError, RecursionError):
             return Score(None, {}, f"{REWARD_JSON} is not an object of numbers")
         if not named:
             return Score(None, {}, f"{REWARD_JSON} is empty")
-        return Score(named.get("reward", sum(named.values()) / len(named)), named, None)
+        reward = named.get("reward", sum(named.values()) / len(named))
+        if not all(map(math.isfinite, (reward, *named.values()))):  # NaN, "inf", 1e308 + 1e308
+            return Score(None, {}, f"{REWARD_JSON} holds a number that is not finite")
+        return Score(reward, named, None)
     return Score(None, {}, f"the verifier wrote neither {REWARD_TXT} nor {REWARD_JSON}")
 
 

@@ -10,6 +10,7 @@ so the server stays responsive while a runner writes.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import mimetypes
 import threading
 from collections import OrderedDict
@@ -58,7 +59,14 @@ LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 
 
 def _loopback(host: str) -> bool:
-    return host in LOOPBACK_HOSTS or host.startswith("127.") or host.endswith(".localhost")
+    """A loopback address, or a name only loopback can have (``127.evil.example`` is a name
+    its owner may point anywhere: not one)."""
+    if host in LOOPBACK_HOSTS or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def host_guard(bound: str) -> Middleware:

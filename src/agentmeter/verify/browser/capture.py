@@ -24,7 +24,7 @@ from pydantic import BaseModel
 from agentmeter.sandbox.hosttools import ensure_tools
 from agentmeter.sandbox.protocol import Sandbox
 from agentmeter.sandbox.registry import make_backend
-from agentmeter.sandbox.spec import Limits, Mount, SandboxError, SandboxSpec
+from agentmeter.sandbox.spec import HARNESS_ENV, Limits, Mount, SandboxError, SandboxSpec
 from agentmeter.verify.browser.driver import CLOSE_GRACE_S, DIAGNOSTICS
 from agentmeter.verify.browser.plan import CapturePlan
 
@@ -156,7 +156,7 @@ async def _run(sb: Sandbox, site: Path, plan: CapturePlan, out: Path, budget_s: 
     await sb.write_file(f"{ROOT}/plan.json", plan.model_dump_json())
     driver = Path(__file__).with_name("driver.py").read_text()
     await sb.write_file(f"{ROOT}/driver.py", driver)
-    mk = await sb.exec(["mkdir", "-p", OUT], user="root", cwd="/")
+    mk = await sb.exec(["mkdir", "-p", OUT], user="root", cwd="/", env=HARNESS_ENV)
     if not mk.ok:
         raise CaptureError(f"capture: mkdir {OUT} failed: {mk.stderr.strip()}")
     timings["copy_in_s"] = time.monotonic() - t0

@@ -22,6 +22,7 @@ from agentmeter.sandbox.spec import SandboxError
 from agentmeter.verify.command import (
     TESTS_MOUNT,
     VERIFIER_LOGS_DIR,
+    harness_program,
     stage_verifier,
     unstage_verifier,
 )
@@ -95,8 +96,8 @@ class DifftestVerifier:
         await unstage_verifier(task, sandbox, extra=_staged(task, sandbox))
         engine = f"{TESTS_MOUNT}/{ENGINE_DIR}"
         r = await sandbox.exec(
-            ["python3", f"{engine}/engine.py", "--config", f"{engine}/config.json",
-             "--cases", f"{TESTS_MOUNT}/{cfg.cases}", "--out", OUT_DIR],
+            harness_program("python3", f"{engine}/engine.py", "--config", f"{engine}/config.json",
+                            "--cases", f"{TESTS_MOUNT}/{cfg.cases}", "--out", OUT_DIR),
             user="root", cwd="/", timeout=ctx.timeout_s)
         log = ctx.artifact_dir / "verifier.log"
         log.write_text(f"$ difftest engine ({len(cases)} cases)\n--- exit {r.exit_code}"

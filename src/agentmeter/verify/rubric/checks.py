@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from agentmeter.sandbox.protocol import Sandbox
+from agentmeter.sandbox.spec import harness_bash
 from agentmeter.verify.rubric.config import RubricItem
 
 #: the most of one file a check or a judge reads
@@ -135,7 +136,7 @@ async def run_command(sandbox: Sandbox, item: RubricItem, *, cwd: str, user: str
                       env: dict[str, str], timeout_s: float) -> tuple[ItemVerdict, str, float]:
     """The command check's verdict, its log text and its duration."""
     assert item.command is not None
-    r = await sandbox.exec(["bash", "-c", item.command], cwd=cwd, user=user, env=env,
+    r = await sandbox.exec(harness_bash(item.command), cwd=cwd, user=user, env=env,
                            timeout=timeout_s, output_limit=OUTPUT_LIMIT)
     log = (f"$ {item.command}\n--- item {item.id}: exit {r.exit_code}"
            f"{' (timed out)' if r.timed_out else ''} in {r.duration_s:.1f}s\n"
