@@ -149,10 +149,30 @@ async def test_oracle_source_passes_and_empty_workspace_builds_nothing(tmp_path:
     assert "oracle_ms_per_cmd" not in r
 
 
+#: the agent's programs on the image's PATH and PYTHONPATH (a venv in its workdir): the engine,
+#: root after the agent, must run none of them
+PLANT = r"""
+mkdir -p /app/.venv/bin /app/.venv/lib
+for n in chown chmod; do
+printf '#!/bin/sh\necho "PLANTED $0 uid=$(/usr/bin/id -u)" >&2\nexec /usr/bin/${0##*/} "$@"\n' \
+    > /app/.venv/bin/$n
+chmod 755 /app/.venv/bin/$n; done
+echo 'import os, sys; sys.stderr.write(f"PLANTED sitecustomize uid={os.getuid()}\\n")' \
+    > /app/.venv/lib/sitecustomize.py
+"""
+
+
 async def _hostile(tmp_path: Path, backend: str) -> None:
     suite = tmp_path / "suite"
-    make_difftest_task(suite, "greet-hostile", HOSTILE, case_timeout=3.0)
+    d = make_difftest_task(suite, "greet-hostile", HOSTILE, case_timeout=3.0)
+    with open(d / "environment" / "Dockerfile", "a") as f:
+        f.write("ENV PATH=/app/.venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+                " PYTHONPATH=/app/.venv/lib\n")
+    with open(d / "solution" / "solve.sh", "a") as f:
+        f.write(PLANT)
     t = (await _run(tmp_path, suite, "oracle", backend))["greet-hostile"]
+    log = _artifact(t, tmp_path / "store", "verifier.log").read_text()
+    assert "PLANTED" not in log, log
     r = t.rewards
     assert t.status is TrialStatus.FAILED, (t.error, r)
     assert r["build"] == 1.0 and r["cases_not_run"] == 0 and r["cases_framework_error"] == 0

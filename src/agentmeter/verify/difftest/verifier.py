@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from agentmeter.records import CaseOutcome
 from agentmeter.sandbox.archive import CopyTooLarge
 from agentmeter.sandbox.protocol import Sandbox
-from agentmeter.sandbox.spec import SandboxError
+from agentmeter.sandbox.spec import HARNESS_ENV, SandboxError
 from agentmeter.verify.command import (
     TESTS_MOUNT,
     VERIFIER_LOGS_DIR,
@@ -95,10 +95,13 @@ class DifftestVerifier:
         cases = read_cases(task.tests_dir / cfg.cases)
         await unstage_verifier(task, sandbox, extra=_staged(task, sandbox))
         engine = f"{TESTS_MOUNT}/{ENGINE_DIR}"
+        # root, after the agent: no PYTHONPATH/HOME site of the image's (-I), and the programs
+        # it runs as root (chown, chmod) looked up on HARNESS_PATH, not on a PATH the agent writes
         r = await sandbox.exec(
-            harness_program("python3", f"{engine}/engine.py", "--config", f"{engine}/config.json",
-                            "--cases", f"{TESTS_MOUNT}/{cfg.cases}", "--out", OUT_DIR),
-            user="root", cwd="/", timeout=ctx.timeout_s)
+            harness_program("python3", "-I", f"{engine}/engine.py", "--config",
+                            f"{engine}/config.json", "--cases", f"{TESTS_MOUNT}/{cfg.cases}",
+                            "--out", OUT_DIR),
+            user="root", cwd="/", env=HARNESS_ENV, timeout=ctx.timeout_s)
         log = ctx.artifact_dir / "verifier.log"
         log.write_text(f"$ difftest engine ({len(cases)} cases)\n--- exit {r.exit_code}"
                        f"{' (timed out)' if r.timed_out else ''}\n--- stdout\n{r.stdout}\n"
