@@ -157,7 +157,7 @@ for n in chown chmod; do
 printf '#!/bin/sh\necho "PLANTED $0 uid=$(/usr/bin/id -u)" >&2\nexec /usr/bin/${0##*/} "$@"\n' \
     > /app/.venv/bin/$n
 chmod 755 /app/.venv/bin/$n; done
-echo 'import os, sys; sys.stderr.write(f"PLANTED sitecustomize uid={os.getuid()}\\n")' \
+echo 'import os, sys; sys.stderr.write(f"PLANTED sitecustomize uid={os.getuid()}\n")' \
     > /app/.venv/lib/sitecustomize.py
 """
 
