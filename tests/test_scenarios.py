@@ -172,6 +172,38 @@ async def test_a_hostile_step_cannot_read_or_forge_a_later_steps_verdict(tmp_pat
     assert s2.extra["feedback"] and s2.reward == 0.0
 
 
+#: step 1's agent puts bash and rm first on the image's PATH (a venv in its workdir): whoever
+#: runs them as root leaves a root-owned mark
+PLANT_ROOT_MARK = r"""
+mkdir -p /app/.venv/bin
+printf '#!/bin/sh\n[ "$(/usr/bin/id -u)" = 0 ] && echo "$0 $*" >> /app/.venv/as-root\n'\
+'exec /usr/bin/${0##*/} "$@"\n' > /app/.venv/bin/bash
+chmod 755 /app/.venv/bin/bash && ln -s bash /app/.venv/bin/rm
+"""
+
+
+async def test_a_later_steps_setup_runs_no_program_an_earlier_agent_planted(
+        tmp_path: Path) -> None:
+    d = make_scenario(tmp_path / "suite", "scn", steps=2, max_attempts=1,
+                      extra_toml="[agent]\nsandbox_account = true\n")  # uid 1000
+    (d / "environment" / "Dockerfile").write_text(  # the image of test_verifier_hardening's
+        "FROM debian:trixie\nWORKDIR /app\n"
+        "ENV PATH=/app/.venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n")
+    with open(d / "steps" / "s1" / "solution" / "solve.sh", "a") as f:
+        f.write(PLANT_ROOT_MARK)
+    (d / "steps" / "s2" / "workdir").mkdir()  # a setup.sh: run as root before step 2's agent
+    (d / "steps" / "s2" / "workdir" / "setup.sh").write_text("#!/bin/bash\n/usr/bin/true\n")
+    test = d / "steps" / "s2" / "tests" / "test.sh"  # a mark fails it: no reward
+    test.write_text(test.read_text().replace(
+        "\n", "\n[ -e /app/.venv/as-root ] && { /usr/bin/cat /app/.venv/as-root >&2; exit 1; }\n", 1))
+    store = Store.open(tmp_path / "runs")
+    rid = await _run(store, RunRequest(suites=[str(d)], agents=["oracle"]))
+    trials = {t.task_id: t for t in store.latest_completed_trials(rid)}
+    assert trials["scn.s1"].status is TrialStatus.PASSED, trials["scn.s1"].error
+    s2 = trials["scn.s2"]
+    assert (s2.status, s2.reward) == (TrialStatus.PASSED, 1.0), s2.error
+
+
 @pytest.mark.parametrize("cli", ["claude-code", "qwen-code", "kimi", "opencode"])
 async def test_cli_continues_its_session_across_steps_and_rounds(tmp_path: Path, cli: str) -> None:
     """A real agent CLI under the scripted learner: each step fails its first round and passes

@@ -23,6 +23,7 @@ scenario counted: the executor restarts the scenario from its first step (``exec
 from __future__ import annotations
 
 import asyncio
+import shlex
 import shutil
 import tempfile
 import time
@@ -46,6 +47,7 @@ from agentmeter.sandbox.spec import (
     HARNESS_ENV,
     ExecResult,
     SandboxError,
+    harness_bash,
 )
 from agentmeter.tasks.models import Task
 from agentmeter.verify.command import TESTS_MOUNT
@@ -168,11 +170,14 @@ class StepRunner(TrialRunner):
                 setup = task.step_workdir / "setup.sh"
                 if setup.is_file():
                     # by path, as Harbor runs it: "$0" is the script (it may ``rm -- "$0"``);
-                    # the copy just uploaded, before any process of this step's agent exists
-                    r = await sandbox.exec(["bash", f"{workdir.rstrip('/')}/setup.sh"],
-                                           user="root", cwd=workdir,
-                                           timeout=task.verifier_timeout_s)
-                    await sandbox.exec(["rm", "-f", f"{workdir}/setup.sh"], user="root")
+                    # the copy just uploaded, before any process of this step's agent exists;
+                    # bash and rm of the harness's (an earlier step's agent may have put its
+                    # own first on the image's PATH)
+                    script = shlex.quote(f"{workdir.rstrip('/')}/setup.sh")
+                    r = await sandbox.exec(harness_bash(f"bash {script}"), user="root",
+                                           cwd=workdir, timeout=task.verifier_timeout_s)
+                    await sandbox.exec(["rm", "-f", f"{workdir}/setup.sh"], user="root",
+                                       env=HARNESS_ENV)
                     if r.exit_code != 0:
                         raise InfraError(f"step setup {setup}: exit {r.exit_code}: "
                                          f"{r.stderr.strip()[-500:]}")
