@@ -36,7 +36,7 @@ from agentmeter.records import CLI_TRAJECTORY
 from agentmeter.sandbox import fsnames
 from agentmeter.sandbox.accounts import account_of
 from agentmeter.sandbox.archive import CopyTooLarge
-from agentmeter.sandbox.spec import AGENT_USER, LayerSpec, SandboxError
+from agentmeter.sandbox.spec import AGENT_USER, HARNESS_ENV, LayerSpec, SandboxError
 
 #: agentmeter's own account's HOME (a task's image USER has its own: ``values``)
 HOME = f"/home/{AGENT_USER}"
@@ -241,8 +241,10 @@ class InstalledCliAgent:
             return (await ctx.sandbox.read_file(path, max_bytes=TEXT_MAX_BYTES)).decode(
                 errors="replace")
         except CopyTooLarge:
+            # root, on a file the agent wrote: the harness's tail, not one on the image's PATH
             r = await ctx.sandbox.exec(["tail", "-c", str(TEXT_MAX_BYTES), "--", path],
-                                       user="root", cwd="/", output_limit=TEXT_MAX_BYTES)
+                                       user="root", cwd="/", env=HARNESS_ENV,
+                                       output_limit=TEXT_MAX_BYTES)
             return f"[agentmeter: {path} is larger than {TEXT_MAX_BYTES} bytes; its tail]\n" + \
                 r.stdout
         except SandboxError:

@@ -1,0 +1,34 @@
+"""The harness's own programs, run as root after the agent, are looked up on HARNESS_PATH: not
+on an image PATH that starts in a directory the agent writes (a venv in its workdir). The test
+command, collect hooks and the verifiers' steps are attacked in test_verifier_hardening.py, a
+scenario step's setup in test_scenarios.py, the difftest engine in test_difftest_engine.py."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from agentmeter.agents.base import AgentContext
+from agentmeter.agents.cli.agent import TEXT_MAX_BYTES, InstalledCliAgent
+from agentmeter.sandbox.local import LocalBackend
+from agentmeter.sandbox.spec import AGENT_USER, HARNESS_PATH, SandboxSpec
+
+#: the agent's own ``tail``, first on the image's PATH: it says so when root runs it
+PLANT = ("mkdir -p /tmp/venv/bin && printf '#!/bin/sh\\n"
+         "[ \"$(/usr/bin/id -u)\" = 0 ] && echo PLANTED-AS-ROOT\\nexec /usr/bin/tail \"$@\"\\n'"
+         " > /tmp/venv/bin/tail && chmod 755 /tmp/venv/bin/tail")
+
+
+async def test_a_cli_agents_long_stderr_is_read_by_the_harness_tail(
+        local_backend: LocalBackend) -> None:
+    sb = await local_backend.start(SandboxSpec(env={"PATH": f"/tmp/venv/bin:{HARNESS_PATH}"}))
+    try:
+        r = await sb.exec(["sh", "-c", f"{PLANT} && head -c {TEXT_MAX_BYTES + 1} /dev/zero "
+                           "| tr '\\0' x > /tmp/stderr.log && echo END >> /tmp/stderr.log"],
+                          user=AGENT_USER, cwd="/")
+        assert r.exit_code == 0, r.stderr
+        ctx = cast(AgentContext, type("Ctx", (), {"sandbox": sb})())
+        text = await InstalledCliAgent._read_text(ctx, "/tmp/stderr.log")
+        planted, ends = "PLANTED" in text, text.endswith("xEND\n")
+        assert ends and not planted, text[:200]
+    finally:
+        await sb.stop()
