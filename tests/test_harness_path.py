@@ -32,3 +32,17 @@ async def test_a_cli_agents_long_stderr_is_read_by_the_harness_tail(
         assert ends and not planted, text[:200]
     finally:
         await sb.stop()
+
+
+async def test_the_harness_steps_load_no_library_of_the_agents(local_backend: LocalBackend) -> None:
+    # the image's LD_LIBRARY_PATH names a directory the agent writes: a libc.so.6 of its own
+    # there would be loaded by the harness's root sh (here a broken one, which stops it)
+    sb = await local_backend.start(SandboxSpec(env={"LD_LIBRARY_PATH": "/tmp/lib"}))
+    try:
+        r = await sb.exec(["sh", "-c", "mkdir /tmp/lib && echo x > /tmp/lib/libc.so.6"],
+                          user=AGENT_USER, cwd="/")
+        assert r.exit_code == 0, r.stderr
+        await sb.write_file("/tmp/written", "ok\n", user="root")  # root's sh, after the agent
+        assert await sb.read_file("/tmp/written") == b"ok\n"
+    finally:
+        await sb.stop()

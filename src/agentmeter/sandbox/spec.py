@@ -27,8 +27,11 @@ AGENT_USER = "agent"
 #: a directory the agent can write first on that (a venv in its workdir) would give root the
 #: agent's ``sh``, ``mkdir``, ``python3`` (security review 4)
 HARNESS_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-#: the environment of those commands: HARNESS_PATH, no start-up file or preload of the image's
-HARNESS_ENV = {"PATH": HARNESS_PATH, "BASH_ENV": "", "ENV": "", "LD_PRELOAD": ""}
+#: the environment of those commands: HARNESS_PATH, no start-up file, preload or library path
+#: of the image's (an ``LD_LIBRARY_PATH`` the agent writes gives root its ``libc.so.6``); an
+#: empty value is no value to bash, dash, glibc's and musl's loader
+HARNESS_ENV = {"PATH": HARNESS_PATH, "BASH_ENV": "", "ENV": "", "LD_PRELOAD": "",
+               "LD_LIBRARY_PATH": "", "LD_AUDIT": ""}
 #: HARNESS_ENV as ``docker exec`` options
 HARNESS_ENV_ARGS = tuple(a for k, v in HARNESS_ENV.items() for a in ("-e", f"{k}={v}"))
 _BASH_LAUNCH = (f'img=$PATH; PATH={HARNESS_PATH}; b=$(command -v bash) || b=bash; PATH=$img; '
