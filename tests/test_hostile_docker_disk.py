@@ -143,6 +143,11 @@ async def test_an_agent_cannot_write_past_storage_mb_on_docker(
         assert dev is not None and dev.startswith("/dev/loop")
         assert free_before - shutil.disk_usage(layer.parent).free < 400 * MiB
         assert (await sb.exec("rm /workspace/fill && echo ok", user="agent")).stdout == "ok\n"
+        # the container's init's stdout, which its root can open: no log of it on the host's disk
+        await sb.exec("head -c 100M /dev/zero > /proc/1/fd/1", user="root", timeout=120)
+        log = subprocess.run(["docker", "inspect", "-f", "{{.LogPath}}", sb.id],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        assert not log or not os.path.exists(log) or os.path.getsize(log) < MiB, log
     finally:
         await sb.stop()
     assert _mount_of(layer) is None and _loop_file(dev) is None  # docker rm unmounted it

@@ -177,8 +177,11 @@ class DockerBackend:
         user = spec.user if "user" in spec.model_fields_set else sandbox_user(image.user)
         # no-new-privileges: no setuid binary (sudo, su) lifts the agent to root; the seccomp
         # profile is the local backend's rules (Docker < 25's default still allows io_uring):
-        # tests/test_hostile_leftovers.py, tests/test_hostile_battery.py
+        # tests/test_hostile_leftovers.py, tests/test_hostile_battery.py. No log: the init's
+        # stdout, which the container's root can open, went to a json log on the host's disk
+        # past the disk cap (tests/test_hostile_docker_disk.py)
         args = ["--name", name, *self._labels(), "--hostname", spec.hostname,
+                "--log-driver", "none",
                 "--security-opt", "no-new-privileges",
                 "--security-opt", f"seccomp={_seccomp_profile()}",
                 "--network", "bridge" if spec.network == "full" else "none",
