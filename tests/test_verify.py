@@ -31,6 +31,9 @@ def test_registry_names_the_built_in_kinds() -> None:
     *((None, js, (None, {}, f"{REWARD_JSON} holds a number that is not finite"))
       for js in (b'{"reward": NaN}', b'{"reward": "inf"}', b'{"a": 1e308, "b": 1e308}')),
     (None, b"[" * 100_000, (None, {}, f"{REWARD_JSON} is not an object of numbers")),
+    # an integer float() cannot take (OverflowError, not ValueError)
+    (None, b'{"reward": 1' + b"0" * 400 + b"}",
+     (None, {}, f"{REWARD_JSON} is not an object of numbers")),
     (None, None, (None, {}, f"the verifier wrote neither {REWARD_TXT} nor {REWARD_JSON}")),
 ])
 def test_reward_files(txt: bytes | None, js: bytes | None,

@@ -47,7 +47,7 @@ def parse_reward_files(reward_txt: bytes | None, reward_json: bytes | None) -> S
     if reward_json is not None:
         try:
             named = {k: float(v) for k, v in json.loads(reward_json).items()}
-        except (ValueError, AttributeError, TypeError, RecursionError):
+        except (ValueError, AttributeError, TypeError, OverflowError, RecursionError):
             return Score(None, {}, f"{REWARD_JSON} is not an object of numbers")
         if not named:
             return Score(None, {}, f"{REWARD_JSON} is empty")
