@@ -47,6 +47,7 @@ from agentmeter.sandbox.spec import (
     HARNESS_ENV,
     ExecResult,
     SandboxError,
+    agent_workdir_problem,
     harness_bash,
 )
 from agentmeter.tasks.models import Task
@@ -272,6 +273,8 @@ class ScenarioRunner:
                                                                     self.ctx.gateway))
                 service = hooks.start_entrypoint(sandbox, first)
                 if first.agent_user is None:  # agentmeter's account: the workdir is its
+                    if (why := agent_workdir_problem(sandbox.workdir)) is not None:
+                        raise SandboxError(why)
                     await sandbox.exec(["chown", "-R", f"{AGENT_UID}:{AGENT_GID}",
                                         sandbox.workdir], user="root")
                 await sandbox.exec(["install", "-d", "-m", "0777", hooks.ARTIFACTS_DIR], user="root")

@@ -44,7 +44,14 @@ from agentmeter.runner.tasksandbox import (
 from agentmeter.runner.verification import InfraError, TrialVerification
 from agentmeter.sandbox.netswitch import set_network
 from agentmeter.sandbox.protocol import Sandbox, SandboxBackend
-from agentmeter.sandbox.spec import AGENT_GID, AGENT_UID, AGENT_USER, ExecResult, SandboxError
+from agentmeter.sandbox.spec import (
+    AGENT_GID,
+    AGENT_UID,
+    AGENT_USER,
+    ExecResult,
+    SandboxError,
+    agent_workdir_problem,
+)
 from agentmeter.store import leases
 from agentmeter.store.db import Store
 from agentmeter.tasks.models import Task
@@ -137,6 +144,8 @@ class TrialRunner(TrialVerification):
                 if switch is not None:  # the agent phase's network before anything runs
                     await set_network(sandbox, *switch[0])
                 if self.task.agent_user is None:  # agentmeter's account: the workdir is its
+                    if (why := agent_workdir_problem(sandbox.workdir)) is not None:
+                        raise SandboxError(why)
                     await sandbox.exec(["chown", "-R", f"{AGENT_UID}:{AGENT_GID}", sandbox.workdir],
                                        user="root")
                 # Harbor's artifacts directory: writable by every user, collected after the agent

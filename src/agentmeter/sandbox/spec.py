@@ -38,6 +38,24 @@ _BASH_LAUNCH = (f'img=$PATH; PATH={HARNESS_PATH}; b=$(command -v bash) || b=bash
                 'exec "$b" -c \'case $0 in /*) hash -p "$0" bash;; esac; eval "$1"\' "$b" "$1"')
 
 
+#: directories whose programs and libraries root runs in a sandbox: never the agent's
+_SYSTEM_DIRS = (*HARNESS_PATH.split(":"), "/etc", "/lib", "/lib64", "/usr/lib", "/usr/lib64",
+                "/usr/libexec", "/usr/local/lib")
+
+
+def agent_workdir_problem(workdir: str) -> str | None:
+    """Why ``workdir`` cannot be given to the agent's account (the runner ``chown -R``s it),
+    or None: it is, holds or lies in a directory of HARNESS_PATH or the system's libraries
+    (``WORKDIR /usr/local`` gave the agent ``/usr/local/sbin``, whose ``sh`` the harness's
+    root steps then ran)."""
+    w = os.path.normpath(workdir)
+    for d in _SYSTEM_DIRS:
+        if w == "/" or d == w or d.startswith(w + "/") or w.startswith(d + "/"):
+            return (f"the workdir {workdir} holds the system's programs ({d}): it is not given "
+                    "to the agent's account")
+    return None
+
+
 def harness_bash(command: str) -> list[str]:
     """An argv running a task's shell ``command`` as ``bash -c`` would, with the image's PATH,
     but ``bash`` (the shell it runs in, and the one it names: ``bash /tests/test.sh``) looked up
