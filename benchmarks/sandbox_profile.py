@@ -3,8 +3,19 @@
 Wraps the backend's steps with timers (no change to what they do) and runs N lifecycles of a
 default spec and of one with a trial's default limits (memory, pids, disk: a cgroup and a tmpfs);
 then times the pieces of one exec's process chain alone on the same machine, taking turns, so
-that shares are comparable within this one run. Prints a table, then a final JSON line.
-Usage: python benchmarks/sandbox_profile.py [--n 30]
+that shares are comparable within this one run.
+
+Then a hop-by-hop *timeline* of default lifecycles (``--timeline-n``): the fork server is
+started from a wrapper script (made here, in a temporary directory) that loads the real
+``zygote_server.py`` and wraps its steps with marks; every process (harness, fork server,
+keeper, the id map's child, the exec's child until its ``execve`` of bwrap) appends
+``CLOCK_MONOTONIC`` timestamps and its own CPU time to one file. The keeper's reap adds the
+CPU of the exec's processes (bwrap and the command, from ``getrusage(RUSAGE_CHILDREN)``). Each
+mark's p50 offset from the lifecycle's start, the hops between them, and the CPU per process;
+also the sizes of the fork server's and a keeper's heaps. A second set runs ``date +%s%N``
+instead of ``true``, which splits bwrap's own time into until the command runs and after.
+Prints tables, then a final JSON line.
+Usage: python benchmarks/sandbox_profile.py [--n 30] [--timeline-n 30]
 """
 
 from __future__ import annotations
@@ -13,9 +24,11 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import defaultdict
@@ -128,10 +141,287 @@ def chain_pieces(n: int) -> dict[str, float]:
     return {k: round(statistics.median(v) * 1000, 2) for k, v in res.items()}
 
 
+# -- timeline -------------------------------------------------------------------------------
+
+#: the fork server's wrapper: the real zygote_server.py, its steps marked (see module docstring)
+_WRAPPER = r'''
+import importlib.util, os, resource, sys, time
+TRACE = os.open(%(trace)r, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+_spec = importlib.util.spec_from_file_location("zygote_server", %(real)r)
+zs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(zs)
+
+def mark(name, extra=""):
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    try:
+        os.write(TRACE, f"{time.monotonic_ns()}\t{os.getpid()}\t{name}\t"
+                        f"{int((ru.ru_utime + ru.ru_stime) * 1e6)}\t{ru.ru_minflt}\t{extra}\n".encode())
+    except OSError:
+        pass
+
+def around(obj, attr, name):
+    fn = getattr(obj, attr)
+    def w(*a, **k):
+        mark(name + " <")
+        try:
+            return fn(*a, **k)
+        finally:
+            mark(name + " >")
+    static = isinstance(getattr(obj, "__dict__", {}).get(attr), staticmethod)
+    setattr(obj, attr, staticmethod(w) if static else w)
+
+def rss():
+    with open("/proc/self/status") as f:
+        return next(l.split()[1] for l in f if l.startswith("VmRSS"))
+
+_fork, _execve, _recv = os.fork, os.execve, zs._recv_request
+def fork():
+    mark("fork <")
+    pid = _fork()
+    mark("fork: child runs" if pid == 0 else "fork >", "" if pid == 0 else f"{pid} {rss()}")
+    return pid
+def execve(*a):
+    mark("execve bwrap")
+    _execve(*a)
+def recv(sock):
+    got = _recv(sock)
+    mark("request received")
+    return got
+os.fork, os.execve, zs._recv_request = fork, execve, recv
+for attr, name in (("_namespaces", "namespaces"), ("_make_dev", "make /dev"),
+                   ("_make_paths", "make paths"), ("_send", "send"), ("_keeper_main", "keeper main")):
+    around(zs, attr, name)
+for attr, name in (("setup", "keeper setup"), ("_make_userns", "userns+idmap+dev"),
+                   ("_prefork", "prefork exec child"), ("_enter", "exec child enters"),
+                   ("_handle", "keeper handles request"), ("_end", "keeper end")):
+    around(zs.Keeper, attr, name)
+_run = zs.Keeper._run
+def run(req, fds):
+    mark("exec child runs bwrap")  # its descriptors closed next, this file's with them
+    return _run(req, fds)
+zs.Keeper._run = staticmethod(run)
+_reap = zs.Keeper._reap
+def reap(self, pidfd, sel):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    mark("reap exec <")
+    _reap(self, pidfd, sel)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    mark("reap exec >", int((after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1e6))
+zs.Keeper._reap = reap
+mark("server starts", rss())
+zs.main()
+'''
+
+_TRACE_FD = -1
+
+
+def hmark(name: str) -> None:
+    """A mark of the harness process (same file and format as the wrapper's)."""
+    import resource
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    os.write(_TRACE_FD, f"{time.monotonic_ns()}\t{os.getpid()}\tH:{name}\t"
+                        f"{int((ru.ru_utime + ru.ru_stime) * 1e6)}\t{ru.ru_minflt}\t\n".encode())
+
+
+def hwrap(obj: Any, attr: str, name: str) -> None:
+    fn = getattr(obj, attr)
+    if asyncio.iscoroutinefunction(fn):
+        async def aw(*a: Any, **k: Any) -> Any:
+            hmark(name + " <")
+            try:
+                return await fn(*a, **k)
+            finally:
+                hmark(name + " >")
+        setattr(obj, attr, aw)
+    else:
+        def w(*a: Any, **k: Any) -> Any:
+            hmark(name + " <")
+            try:
+                return fn(*a, **k)
+            finally:
+                hmark(name + " >")
+        setattr(obj, attr, w)
+
+
+_MARKED = False
+
+
+def _harness_marks() -> None:
+    global _MARKED
+    if _MARKED:
+        return
+    _MARKED = True
+    hwrap(zygote, "start_keeper", "start_keeper (on its thread)")
+    hwrap(LocalSandbox, "_start_keeper", "_start_keeper (thread)")
+    hwrap(zygote.Keeper, "spawn", "spawn (pipes, request sent)")
+    hwrap(local_exec, "collect_output", "collect_output")
+    hwrap(zygote.Keeper, "end", "keeper.end (executor thread)")
+    orig_readable = zygote.Keeper._readable
+
+    def readable(self: zygote.Keeper) -> None:
+        hmark("keeper's message read")
+        orig_readable(self)
+    zygote.Keeper._readable = readable  # type: ignore[method-assign]
+
+
+async def timeline(n: int, command: list[str]) -> dict[str, Any]:
+    """``n`` default lifecycles (after 3 unmarked) with the fork server run from the marking
+    wrapper; per mark the p50 offset from the lifecycle's start (ms), the p50 hop from the mark
+    before it, and CPU per process (ms)."""
+    global _TRACE_FD
+    tmp = tempfile.mkdtemp(prefix="agentmeter-timeline-")
+    trace = os.path.join(tmp, "trace")
+    open(trace, "w").close()
+    wrapper = os.path.join(tmp, "zygote_server.py")
+    with open(wrapper, "w") as f:
+        f.write(_WRAPPER % {"trace": trace, "real": str(zygote.SERVER)})
+    _TRACE_FD = os.open(trace, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+    saved = zygote.SERVER, zygote._server
+    zygote.SERVER, zygote._server = __import__("pathlib").Path(wrapper), None  # a new server
+    backend = LocalBackend()
+    spec = SandboxSpec()
+    await backend.prepare(spec)
+    _harness_marks()
+    outputs: list[tuple[int, str]] = []
+    for i in range(n + 3):
+        hmark(f"lifecycle {i} <")
+        hmark("backend.start <")
+        sb = await backend.start(spec)
+        hmark("backend.start >")
+        hmark("exec <")
+        r = await sb.exec(command)
+        hmark("exec >")
+        hmark("stop <")
+        await sb.stop()
+        hmark("stop >")
+        hmark(f"lifecycle {i} >")
+        assert r.exit_code == 0, r
+        outputs.append((i, r.stdout.strip()))
+    await backend.close()
+    # the wrapped server and its keepers end with their socket; the real one serves from here
+    proc, sock = zygote._server if zygote._server else (None, None)
+    zygote.SERVER, zygote._server = saved
+    if sock is not None and proc is not None:
+        sock.close()
+        proc.wait(10)
+    os.close(_TRACE_FD)
+    with open(trace) as f:
+        rows = [line.split("\t", 5) for line in f.read().splitlines()]
+    events = sorted((int(t), int(pid), name, int(cpu), int(flt), extra.strip())
+                    for t, pid, name, cpu, flt, extra in rows)
+    return _analyse(events, n, outputs, command)
+
+
+def _roles(events: list[tuple[int, int, str, int, int, str]], harness_pid: int,
+           server_pid: int) -> dict[int, str]:
+    """Each process's role, by the marks it made."""
+    said: dict[int, set[str]] = defaultdict(set)
+    for _, pid, name, *_ in events:
+        said[pid].add(name)
+    roles = {harness_pid: "harness", server_pid: "fork server"}
+    for pid, names in said.items():
+        if pid in roles:
+            continue
+        if "keeper setup <" in names:
+            roles[pid] = "keeper"
+        elif "namespaces <" in names:
+            roles[pid] = "keeper forked ahead (unused)"
+        elif "make /dev <" in names:
+            roles[pid] = "id map child"
+        elif "exec child runs bwrap" in names:
+            roles[pid] = "exec child"
+        elif "exec child enters <" in names:
+            roles[pid] = "exec child forked ahead (unused, killed at stop)"
+        else:
+            roles[pid] = "other"
+    return roles
+
+
+def _analyse(events: list[tuple[int, int, str, int, int, str]], n: int,
+             outputs: list[tuple[int, str]], command: list[str]) -> dict[str, Any]:
+    # lifecycle windows
+    starts = {name: t for t, _, name, *_ in events if name.startswith("H:lifecycle ") and name.endswith("<")}
+    ends = {name: t for t, _, name, *_ in events if name.startswith("H:lifecycle ") and name.endswith(">")}
+    server_pid = next(pid for _, pid, name, *_ in events if name == "server starts")
+    harness_pid = next(pid for _, pid, name, *_ in events if name.startswith("H:"))
+    offsets: dict[str, list[float]] = defaultdict(list)
+    cpu: dict[str, list[float]] = defaultdict(list)
+    faults: dict[str, list[float]] = defaultdict(list)
+    order: dict[str, list[int]] = defaultdict(list)
+    cmd_start: list[float] = []
+    for i in range(3, n + 3):
+        t0, t1 = starts[f"H:lifecycle {i} <"], ends[f"H:lifecycle {i} >"]
+        win = [e for e in events if t0 <= e[0] <= t1]
+        roles = _roles(events, harness_pid, server_pid)
+        first_cpu: dict[int, tuple[int, int]] = {}
+        last_cpu: dict[int, tuple[int, int]] = {}
+        seen: dict[str, int] = {}
+        for k, (t, pid, name, c, flt, extra) in enumerate(win):
+            role = roles.get(pid, "other")
+            key = f"{role}: {name}"
+            seen[key] = seen.get(key, 0) + 1
+            if seen[key] > 1:
+                key += f" #{seen[key]}"
+            offsets[key].append((t - t0) / 1e6)
+            order[key].append(k)
+            first_cpu.setdefault(pid, (c, flt))
+            last_cpu[pid] = (c, flt)
+            if name == "reap exec >" and extra and roles.get(pid) == "keeper":
+                cpu["bwrap + command (and the exec child before execve), from the keeper's reap"].append(int(extra) / 1e3)
+        for pid, (c1, f1) in last_cpu.items():
+            role = roles.get(pid, "other")
+            c0, f0 = first_cpu[pid]
+            if role in ("harness", "fork server"):
+                cpu[role + " (between its first and last mark)"].append((c1 - c0) / 1e3)
+                faults[role].append(f1 - f0)
+            else:  # a process forked in this lifecycle: its CPU since its fork
+                cpu[role].append(c1 / 1e3)
+                faults[role].append(f1)
+        if command[0] == "date":
+            out = dict(outputs)[i]
+            with contextlib.suppress(ValueError):
+                # the command's realtime clock, mapped onto CLOCK_MONOTONIC
+                delta = time.time_ns() - time.monotonic_ns()
+                cmd_start.append((int(out) - delta - t0) / 1e6)
+    keys = sorted(offsets, key=lambda k: statistics.median(offsets[k]))
+    common = [k for k in keys if len(offsets[k]) >= n // 2]
+    table: list[dict[str, Any]] = []
+    prev = 0.0
+    for k in common:
+        at = statistics.median(offsets[k])
+        table.append({"mark": k, "at_ms": round(at, 3), "hop_ms": round(at - prev, 3),
+                      "n": len(offsets[k])})
+        prev = at
+    res: dict[str, Any] = {
+        "command": " ".join(command), "n": n, "timeline": table,
+        "cpu_ms_p50": {k: round(statistics.median(v), 3) for k, v in cpu.items()},
+        "minor_faults_p50": {k: statistics.median(v) for k, v in faults.items()},
+        "rss_kb": {name: extra for _, _, name, _, _, extra in events
+                   if name in ("server starts",) and extra} | {
+            "fork server at a fork (p50)": statistics.median(
+                [int(e[5].split()[1]) for e in events if e[2] == "fork >" and e[1] == server_pid]
+                or [0]),
+            "keeper at a fork (p50)": statistics.median(
+                [int(e[5].split()[1]) for e in events if e[2] == "fork >" and e[1] != server_pid]
+                or [0])},
+    }
+    if cmd_start:
+        res["command_runs_at_ms_p50"] = round(statistics.median(cmd_start), 3)
+    return res
+
+
 async def main() -> dict[str, object]:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=30)
+    ap.add_argument("--timeline-n", type=int, default=30)
+    ap.add_argument("--timeline-only", action="store_true")
     args = ap.parse_args()
+    out: dict[str, object] = {}
+    if args.timeline_n:
+        out["timeline_true"] = await timeline(args.timeline_n, ["true"])
+        out["timeline_date"] = await timeline(max(10, args.timeline_n // 2), ["date", "+%s%N"])
+    if args.timeline_only:
+        return out
     backend = LocalBackend()
     instrument(backend)
     limited = SandboxSpec(limits=Limits(memory_mb=DEFAULT_MEMORY_MB, pids=DEFAULT_PIDS,
@@ -144,7 +434,7 @@ async def main() -> dict[str, object]:
     for _ in range(200):
         seccomp.build_program()
     compile_ms = (time.perf_counter() - t) / 200 * 1000
-    out: dict[str, object] = {"seccomp_build_program_ms": round(compile_ms, 3)}
+    out["seccomp_build_program_ms"] = round(compile_ms, 3)
     for tag in ("default", "limits"):
         out[tag] = {k.split("|", 1)[1]: round(statistics.median(v) * 1000, 2)
                     for k, v in sorted(TIMES.items()) if k.startswith(tag + "|")}
@@ -155,7 +445,16 @@ async def main() -> dict[str, object]:
 if __name__ == "__main__":
     res = asyncio.run(main())
     for k, v in res.items():
-        if isinstance(v, dict):
+        if isinstance(v, dict) and "timeline" in v:
+            print(f"{k} (p50 of {v['n']} lifecycles; ms from the lifecycle's start, hop from "
+                  "the mark above)", file=sys.stderr)
+            for row in v["timeline"]:
+                print(f"  {row['at_ms']:8.3f} {row['hop_ms']:+8.3f}  {row['mark']}", file=sys.stderr)
+            for kk in ("cpu_ms_p50", "minor_faults_p50", "rss_kb"):
+                print(f"  {kk}: {v[kk]}", file=sys.stderr)
+            if "command_runs_at_ms_p50" in v:
+                print(f"  the command runs at {v['command_runs_at_ms_p50']} ms", file=sys.stderr)
+        elif isinstance(v, dict):
             print(k, file=sys.stderr)
             for kk, vv in v.items():
                 print(f"  {kk:50s} {vv}", file=sys.stderr)
