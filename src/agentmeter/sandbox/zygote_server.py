@@ -142,6 +142,10 @@ class Keeper:
         self.pidfds: dict[int, int] = {}  # pidfd -> pid
         #: the next exec's child, forked ahead (pid, its socket)
         self.spare: tuple[int, socket.socket] | None = None
+        #: the user namespace's child made ahead (by a keeper forked ahead), if any
+        self.prepared: UsernsChild | None = None
+        #: the user namespace's child of the setup, until reaped
+        self.setup_child = -1
 
     def setup(self, namespaces_made: bool = False) -> None:
         """The keeper script of local_keeper.py, as system calls (``namespaces_made``: by a
@@ -165,65 +169,56 @@ class Keeper:
             _mount(src, dst, None, MS_BIND | MS_REC)
         self.userns, self.mntns = self._make_userns(r["id_map"], r.get("dev"), r.get("mkdir"))
 
-    @staticmethod
-    def _make_userns(id_map: str, dev: str | None,
+    def _make_userns(self, id_map: str, dev: str | None,
                      mkdir: dict[str, Any] | None = None) -> tuple[int, int]:
-        """A fresh user namespace with ``id_map`` (made by a short-lived child; held by fd);
-        with ``dev``, also the sandbox's mount namespace, owned by that user namespace, in
-        which the child (the sandbox's uid 0) prepared /dev at ``dev`` (:func:`_make_dev`),
-        then, chrooted into the sandbox tree, made ``mkdir``'s directories and files
-        (:func:`_make_paths`: the start's workdir and mount targets)."""
-        ready_r, ready_w = os.pipe()
-        hold_r, hold_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                os.close(ready_r)
-                os.close(hold_w)
-                _unshare(CLONE_NEWUSER)
-                os.write(ready_w, b"u")
-                if os.read(hold_r, 1) == b"d" and dev:  # the id map is written
-                    try:
-                        os.setgroups([])
-                        os.setresgid(0, 0, 0)
-                        os.setresuid(0, 0, 0)
-                        _unshare(CLONE_NEWNS)
-                        _make_dev(dev)
-                        if mkdir:
-                            _make_paths(mkdir["tree"], mkdir["dirs"], mkdir["files"])
-                        os.write(ready_w, b"m")
-                    except BaseException as e:  # noqa: BLE001 - said to the keeper
-                        os.write(ready_w, f"e{e}".encode()[:500])
-                    os.read(hold_r, 1)
-            finally:
-                os._exit(0)
-        os.close(ready_w)
-        os.close(hold_r)
+        """A fresh user namespace with ``id_map`` (made by a short-lived child; held by fd):
+        the one :func:`_keeper_ahead` prepared (``prepared``) when its id map is this one,
+        else made now (:func:`_userns_child`). With ``dev``, also the sandbox's mount
+        namespace, owned by that user namespace, in which the child (the sandbox's uid 0)
+        prepared /dev at ``dev`` (:func:`_make_dev`), then, chrooted into the sandbox tree,
+        made ``mkdir``'s directories and files (:func:`_make_paths`: the start's workdir and
+        mount targets). The child's exit is not waited for: it is reaped off the start's path
+        (:meth:`_reap_setup_child`)."""
+        child = self.prepared if self.prepared is not None and self.prepared.id_map == id_map else None
+        if child is None:
+            self._drop_prepared()
+            child = _userns_child(id_map)
+        self.prepared = None
+        self.setup_child = child.pid
         try:
-            if os.read(ready_r, 1) != b"u":
-                raise OSError("the user namespace's child failed")
-            for name in ("uid_map", "gid_map"):
-                with open(f"/proc/{pid}/{name}", "w") as f:
-                    f.write(id_map)
-            userns = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
             if not dev:
-                return userns, -1
-            os.write(hold_w, b"d")
-            said = os.read(ready_r, 512)
+                return os.dup(child.userns), -1
+            os.write(child.hold_w, json.dumps({"dev": dev, "mkdir": mkdir}).encode() + b"\n")
+            said = os.read(child.ready_r, 512)
             if said != b"m":
-                os.close(userns)
                 raise OSError(said[1:].decode(errors="replace") or "the user namespace's child failed")
-            return userns, os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+            mntns = os.open(f"/proc/{child.pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+            return os.dup(child.userns), mntns
         finally:
-            os.close(ready_r)
-            os.close(hold_w)
-            os.waitpid(pid, 0)
+            child.close()  # the child exits at its pipe's end
+
+    def _drop_prepared(self) -> None:
+        """The user namespace's child prepared ahead, not used: it exits at its pipe's end."""
+        if self.prepared is not None:
+            self.prepared.close()
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.prepared.pid, 0)
+            self.prepared = None
+
+    def _reap_setup_child(self, block: bool = False) -> None:
+        """Reap the user namespace's child once it has exited (it does once the setup is done)."""
+        if self.setup_child > 0:
+            with contextlib.suppress(ChildProcessError):
+                if os.waitpid(self.setup_child, 0 if block else os.WNOHANG)[0] == 0:
+                    return
+            self.setup_child = -1
 
     def serve(self) -> None:
         sel = selectors.DefaultSelector()
         sel.register(self.sock, selectors.EVENT_READ)
         prefork = True  # False after a failed fork: not again before something happens
         while True:
+            self._reap_setup_child()
             # the next exec's child, forked while nothing waits (off the exec's path)
             events = sel.select(0 if self.spare is None and prefork else None)
             if not events and self.spare is None and prefork:
@@ -372,6 +367,81 @@ class Keeper:
         for pid in started:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
+        self._reap_setup_child(block=True)
+
+
+class UsernsChild:
+    """A child in a fresh user namespace whose id map is written (:func:`_userns_child`),
+    waiting on ``hold_w`` for what to make in the sandbox's mount namespace."""
+
+    def __init__(self, pid: int, id_map: str, ready_r: int, hold_w: int, userns: int) -> None:
+        self.pid = pid
+        self.id_map = id_map
+        self.ready_r = ready_r
+        self.hold_w = hold_w
+        self.userns = userns
+
+    def close(self) -> None:
+        for fd in (self.ready_r, self.hold_w, self.userns):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _userns_child(id_map: str) -> UsernsChild:
+    """Fork a child that makes a fresh user namespace; write its id map; hold the namespace by
+    fd. The child then waits for one line on its pipe: ``{"dev", "mkdir"}``, on which it
+    becomes the namespace's uid 0, makes the sandbox's mount namespace (a copy of the keeper's,
+    mounts made since included), prepares /dev there (:func:`_make_dev`) and makes the paths
+    (:func:`_make_paths`), says ``m`` (or ``e`` and why) and exits at the pipe's end; it exits
+    at once when the pipe ends first."""
+    ready_r, ready_w = os.pipe()
+    hold_r, hold_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(ready_r)
+            os.close(hold_w)
+            _unshare(CLONE_NEWUSER)
+            os.write(ready_w, b"u")
+            line = b""
+            while not line.endswith(b"\n"):
+                chunk = os.read(hold_r, 65536)
+                if not chunk:
+                    break
+                line += chunk
+            if line.endswith(b"\n"):  # the id map is written; what to make
+                try:
+                    what = json.loads(line)
+                    os.setgroups([])
+                    os.setresgid(0, 0, 0)
+                    os.setresuid(0, 0, 0)
+                    _unshare(CLONE_NEWNS)
+                    _make_dev(what["dev"])
+                    if what["mkdir"]:
+                        mk = what["mkdir"]
+                        _make_paths(mk["tree"], mk["dirs"], mk["files"])
+                    os.write(ready_w, b"m")
+                except BaseException as e:  # noqa: BLE001 - said to the keeper
+                    os.write(ready_w, f"e{e}".encode()[:500])
+                os.read(hold_r, 1)
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    os.close(hold_r)
+    try:
+        if os.read(ready_r, 1) != b"u":
+            raise OSError("the user namespace's child failed")
+        for name in ("uid_map", "gid_map"):
+            with open(f"/proc/{pid}/{name}", "w") as f:
+                f.write(id_map)
+        userns = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    except BaseException:
+        os.close(ready_r)
+        os.close(hold_w)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+        raise
+    return UsernsChild(pid, id_map, ready_r, hold_w, userns)
 
 
 def _bind(source: str, target: str, flags: int) -> None:
@@ -445,11 +515,13 @@ def _namespaces(join_netns: str | None) -> None:
         f.write("0")
 
 
-def _keeper_main(sock: socket.socket, req: dict[str, Any], namespaces_made: bool = False) -> None:
+def _keeper_main(sock: socket.socket, req: dict[str, Any], namespaces_made: bool = False,
+                 prepared: UsernsChild | None = None) -> None:
     if not namespaces_made:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()
     keeper = Keeper(sock, req)
+    keeper.prepared = prepared
     try:
         keeper.setup(namespaces_made)
     except BaseException as e:  # noqa: BLE001 - reported to the harness
@@ -482,11 +554,13 @@ class Ahead:
         os.close(self.mounts)
 
 
-def _keeper_ahead(server: socket.socket) -> Ahead | None:
+def _keeper_ahead(server: socket.socket, id_map: str | None = None) -> Ahead | None:
     """The next keeper, forked before its request: its session and its mount and network
-    namespaces made (:func:`_namespaces`) while no start waits; then it waits on a socket pair
-    of its own for the one start request it will serve (nothing of any sandbox is in it
-    before). None when the fork fails (the start then forks as before)."""
+    namespaces made (:func:`_namespaces`) while no start waits, and, given the ``id_map`` of
+    the starts before, the user namespace's child with that map written
+    (:func:`_userns_child`; used when the request's id map is the same); then it waits on a
+    socket pair of its own for the one start request it will serve (nothing of any sandbox is
+    in it before). None when the fork fails (the start then forks as before)."""
     mounts = os.open("/proc/self/mounts", os.O_RDONLY | os.O_CLOEXEC)
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -505,8 +579,12 @@ def _keeper_ahead(server: socket.socket) -> Ahead | None:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             os.setsid()
             failed = None
+            prepared = None
             try:
                 _namespaces(None)
+                if id_map:
+                    with contextlib.suppress(OSError):  # else made at the setup, as before
+                        prepared = _userns_child(id_map)
             except OSError as e:
                 failed = str(e)
             got = _recv_request(theirs)
@@ -519,7 +597,7 @@ def _keeper_ahead(server: socket.socket) -> Ahead | None:
                 if failed is not None:
                     _send(keeper, {"error": failed})
                 else:
-                    _keeper_main(keeper, req, namespaces_made=True)
+                    _keeper_main(keeper, req, namespaces_made=True, prepared=prepared)
         except BaseException:  # noqa: BLE001
             code = 1
         os._exit(code)
@@ -531,13 +609,16 @@ def main() -> None:
     server = socket.socket(fileno=int(sys.argv[1]))
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # keepers are reaped by the kernel
     ahead: Ahead | None = None
+    id_map: str | None = None  # the last start's: a keeper ahead prepares a user namespace with it
     while True:
         if ahead is None:
-            ahead = _keeper_ahead(server)
+            ahead = _keeper_ahead(server, id_map)
         got = _recv_request(server)
         if got is None:
             return
         req, fds = got
+        if isinstance(req.get("id_map"), str):
+            id_map = req["id_map"]
         if len(fds) != 1:
             for fd in fds:
                 os.close(fd)
