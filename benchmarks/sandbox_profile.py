@@ -87,6 +87,7 @@ def instrument(backend: LocalBackend) -> None:
     wrap(cgroups.Cgroup, "remove", "stop: cgroup remove")  # before: both on the path
     wrap(local_dirs, "rmtree", "stop: rmtree sandbox dir")
     wrap(zygote.Keeper, "end", "stop: keeper ends (execs reaped)")
+    wrap(zygote, "start_keeper_async", "start: zygote keeper start, awaited")
     wrap(zygote.Keeper, "wait", "stop: keeper exit (namespaces torn down)")
     orig_readline_start = LocalSandbox._start_keeper
 
@@ -224,7 +225,9 @@ def hmark(name: str) -> None:
 
 
 def hwrap(obj: Any, attr: str, name: str) -> None:
-    fn = getattr(obj, attr)
+    fn = getattr(obj, attr, None)
+    if fn is None:  # an older tree without this step
+        return
     if asyncio.iscoroutinefunction(fn):
         async def aw(*a: Any, **k: Any) -> Any:
             hmark(name + " <")
@@ -252,10 +255,11 @@ def _harness_marks() -> None:
         return
     _MARKED = True
     hwrap(zygote, "start_keeper", "start_keeper (on its thread)")
+    hwrap(zygote, "start_keeper_async", "start_keeper_async")
     hwrap(LocalSandbox, "_start_keeper", "_start_keeper (thread)")
     hwrap(zygote.Keeper, "spawn", "spawn (pipes, request sent)")
     hwrap(local_exec, "collect_output", "collect_output")
-    hwrap(zygote.Keeper, "end", "keeper.end (executor thread)")
+    hwrap(zygote.Keeper, "end", "keeper.end")
     orig_readable = zygote.Keeper._readable
 
     def readable(self: zygote.Keeper) -> None:
