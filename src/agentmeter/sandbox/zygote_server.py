@@ -35,7 +35,6 @@ import signal
 import socket
 import struct
 import sys
-import time
 from typing import Any
 
 CLONE_NEWNS = 0x00020000
@@ -53,10 +52,6 @@ SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 1
 #: where the exec's seccomp program is (bwrap --seccomp 3)
 SECCOMP_FD = 3
 MAX_FDS = 8
-#: how long a keeper is idle (no request, no exec ending) before it forks the next exec's
-#: child ahead: long enough that the stop which usually follows a sandbox's last exec comes
-#: first (the child would be killed unused), short beside an agent's turn
-PREFORK_IDLE_S = 0.02
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -222,22 +217,16 @@ class Keeper:
         sel = selectors.DefaultSelector()
         sel.register(self.sock, selectors.EVENT_READ)
         prefork = True  # False after a failed fork: not again before something happens
-        # the first exec's child at once (an exec follows a start); later ones once the keeper
-        # has been idle for PREFORK_IDLE_S: not one the stop that follows an exec kills unused
-        due = 0.0
         while True:
             self._reap_setup_child()
             # the next exec's child, forked while nothing waits (off the exec's path)
-            wait = (max(0.0, due - time.monotonic()) if self.spare is None and prefork
-                    else None)
-            events = sel.select(wait)
+            events = sel.select(0 if self.spare is None and prefork else None)
             if not events and self.spare is None and prefork:
                 self.spare = self._prefork()
                 # fork failing (EAGAIN at a pids limit, ENOMEM) would otherwise be retried at
                 # once, forever: a keeper spinning at 100% CPU while the machine is full
                 prefork = self.spare is not None
                 continue
-            due = time.monotonic() + PREFORK_IDLE_S
             prefork = True  # a request or an exec's end: try again after it
             for key, _ in events:
                 if key.fileobj is self.sock:
