@@ -185,17 +185,40 @@ class Keeper:
             child = _userns_child(id_map)
         self.prepared = None
         self.setup_child = child.pid
+        early = None
         try:
             if not dev:
                 return os.dup(child.userns), -1
             os.write(child.hold_w, json.dumps({"dev": dev, "mkdir": mkdir}).encode() + b"\n")
+            # the first exec's child, forked while that child works (not on the first exec's
+            # path); it gets the namespaces when they are made
+            early = self._prefork(close=(child.ready_r, child.hold_w), early=True)
             said = os.read(child.ready_r, 512)
             if said != b"m":
                 raise OSError(said[1:].decode(errors="replace") or "the user namespace's child failed")
             mntns = os.open(f"/proc/{child.pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
-            return os.dup(child.userns), mntns
+            userns = os.dup(child.userns)
+            if early is not None:
+                try:
+                    socket.send_fds(early[1], [_frame({"op": "namespaces"})], [userns, mntns])
+                except OSError:
+                    self._drop(early)
+                    early = None
+                self.spare, early = early, None
+            return userns, mntns
         finally:
+            if early is not None:  # the setup failed
+                self._drop(early)
             child.close()  # the child exits at its pipe's end
+
+    @staticmethod
+    def _drop(spare: tuple[int, socket.socket]) -> None:
+        """A child forked ahead, not to be used: killed and reaped."""
+        pid, line = spare
+        line.close()
+        _kill_group(pid)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
 
     def _drop_prepared(self) -> None:
         """The user namespace's child prepared ahead, not used: it exits at its pipe's end."""
@@ -281,9 +304,13 @@ class Keeper:
         self.pidfds[pidfd] = pid
         sel.register(pidfd, selectors.EVENT_READ)
 
-    def _prefork(self) -> tuple[int, socket.socket] | None:
+    def _prefork(self, close: tuple[int, ...] = (),
+                 early: bool = False) -> tuple[int, socket.socket] | None:
         """A child that has already joined the cgroup, a fresh session keyring and the user
-        namespace, waiting on its own socket pair for the one exec it will become."""
+        namespace, waiting on its own socket pair for the one exec it will become. ``early``:
+        forked during the setup, before the sandbox's namespaces are made: it waits for their
+        descriptors on that socket first (:meth:`_enter`). ``close``: descriptors of the
+        keeper's the child closes at once."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             pid = os.fork()
@@ -296,7 +323,10 @@ class Keeper:
             with contextlib.suppress(BaseException):
                 ours.close()
                 self.sock.close()  # its keeper's socket: only the keeper answers the harness
-                self._enter(self.req["cgroup"], self.req["keyring"])
+                for fd in close:
+                    os.close(fd)
+                self._enter(self.req["cgroup"], self.req["keyring"],
+                            theirs if early else None)
                 got = _recv_request(theirs)
                 if got is None:  # the keeper ended
                     os._exit(0)
@@ -306,9 +336,11 @@ class Keeper:
         theirs.close()
         return pid, ours
 
-    def _enter(self, cgroup: list[str], keyring: bool) -> None:
+    def _enter(self, cgroup: list[str], keyring: bool,
+               ns_line: socket.socket | None = None) -> None:
         """An exec's first process, before its request: the chain keyctl session -> cgroup ->
-        nsenter of before, in one process."""
+        nsenter of before, in one process. ``ns_line``: the sandbox's user and mount
+        namespaces come as descriptors on it (a child forked during the setup)."""
         os.setsid()  # bwrap leads its session: killing the group kills the exec
         for f in cgroup:  # as host root, before the user namespace
             with open(f, "w") as fh:
@@ -317,9 +349,15 @@ class Keeper:
             _check(_libc.syscall(ctypes.c_long(self.req["keyctl_nr"]),
                                  ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING), None),
                    "keyctl join")
-        _setns(self.userns, CLONE_NEWUSER)  # uid 0 there is host SHIFT_BASE
-        if self.mntns >= 0:  # the sandbox's, with its /dev (a copy of the keeper's mounts)
-            _setns(self.mntns, CLONE_NEWNS)
+        userns, mntns = self.userns, self.mntns
+        if ns_line is not None:
+            got = _recv_request(ns_line)
+            if got is None or len(got[1]) != 2:  # the setup failed, or the keeper ended
+                os._exit(0)
+            userns, mntns = got[1]
+        _setns(userns, CLONE_NEWUSER)  # uid 0 there is host SHIFT_BASE
+        if mntns >= 0:  # the sandbox's, with its /dev (a copy of the keeper's mounts)
+            _setns(mntns, CLONE_NEWNS)
         os.setgroups([])
         os.setresgid(0, 0, 0)
         os.setresuid(0, 0, 0)
