@@ -564,6 +564,8 @@ def _keeper_main(sock: socket.socket, req: dict[str, Any], namespaces_made: bool
         keeper.setup(namespaces_made)
     except BaseException as e:  # noqa: BLE001 - reported to the harness
         _send(sock, {"error": str(e)})
+        keeper._drop_prepared()
+        keeper._reap_setup_child(block=True)  # it exits at its pipe's end, closed by now
         return
     _send(sock, {"ready": os.getpid(), "dev": keeper.mntns >= 0})
     keeper.serve()
