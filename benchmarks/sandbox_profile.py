@@ -9,11 +9,12 @@ Then a hop-by-hop *timeline* of default lifecycles (``--timeline-n``): the fork 
 started from a wrapper script (made here, in a temporary directory) that loads the real
 ``zygote_server.py`` and wraps its steps with marks; every process (harness, fork server,
 keeper, the id map's child, the exec's child until its ``execve`` of bwrap) appends
-``CLOCK_MONOTONIC`` timestamps and its own CPU time to one file. The keeper's reap adds the
-CPU of the exec's processes (bwrap and the command, from ``getrusage(RUSAGE_CHILDREN)``). Each
-mark's p50 offset from the lifecycle's start, the hops between them, and the CPU per process;
-also the sizes of the fork server's and a keeper's heaps. A second set runs ``date +%s%N``
-instead of ``true``, which splits bwrap's own time into until the command runs and after.
+``CLOCK_MONOTONIC`` timestamps, its own CPU time and minor faults to one file. The keeper's
+reap adds the CPU of the exec's processes (bwrap and the command, from
+``getrusage(RUSAGE_CHILDREN)``). Printed: the p50 of each hop on the start's, the exec's and
+the stop's path, CPU and minor faults per process, and the fork server's and a keeper's RSS at
+a fork. A second set runs ``date +%s%N`` instead of ``true``, which splits bwrap's own time
+into until the command runs and after. ``AGENTMETER_KEEP_TIMELINE=1`` keeps the raw marks.
 Prints tables, then a final JSON line.
 Usage: python benchmarks/sandbox_profile.py [--n 30] [--timeline-n 30]
 """
@@ -25,6 +26,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -33,6 +35,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from agentmeter.sandbox import cgroups, idmap, local, local_dirs, local_exec, local_keeper, seccomp, zygote
@@ -270,8 +273,8 @@ def _harness_marks() -> None:
 
 async def timeline(n: int, command: list[str]) -> dict[str, Any]:
     """``n`` default lifecycles (after 3 unmarked) with the fork server run from the marking
-    wrapper; per mark the p50 offset from the lifecycle's start (ms), the p50 hop from the mark
-    before it, and CPU per process (ms)."""
+    wrapper: the p50 of each hop on the start's, the exec's and the stop's path (``CHAINS``),
+    and CPU and minor faults per process."""
     global _TRACE_FD
     tmp = tempfile.mkdtemp(prefix="agentmeter-timeline-")
     trace = os.path.join(tmp, "trace")
@@ -281,7 +284,7 @@ async def timeline(n: int, command: list[str]) -> dict[str, Any]:
         f.write(_WRAPPER % {"trace": trace, "real": str(zygote.SERVER)})
     _TRACE_FD = os.open(trace, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
     saved = zygote.SERVER, zygote._server
-    zygote.SERVER, zygote._server = __import__("pathlib").Path(wrapper), None  # a new server
+    zygote.SERVER, zygote._server = Path(wrapper), None  # a new server
     backend = LocalBackend()
     spec = SandboxSpec()
     await backend.prepare(spec)
@@ -311,23 +314,56 @@ async def timeline(n: int, command: list[str]) -> dict[str, Any]:
     os.close(_TRACE_FD)
     with open(trace) as f:
         rows = [line.split("\t", 5) for line in f.read().splitlines()]
+    if os.environ.get("AGENTMETER_KEEP_TIMELINE"):  # the raw marks, for a closer look
+        print(f"timeline marks kept in {trace}", file=sys.stderr)
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
     events = sorted((int(t), int(pid), name, int(cpu), int(flt), extra.strip())
                     for t, pid, name, cpu, flt, extra in rows)
     return _analyse(events, n, outputs, command)
 
 
-def _roles(events: list[tuple[int, int, str, int, int, str]], harness_pid: int,
-           server_pid: int) -> dict[int, str]:
-    """Each process's role, by the marks it made."""
+Event = tuple[int, int, str, int, int, str]  # ns, pid, mark, CPU µs, minor faults, extra
+
+#: the hops of a lifecycle's critical path, (role, mark) in order; a mark a tree lacks is
+#: skipped. Only marks made before the next hop can start (a sender's mark before it sends).
+CHAINS: dict[str, list[tuple[str, str]]] = {
+    "start": [("harness", "H:backend.start <"), ("harness", "H:start_keeper_async <"),
+              ("harness", "H:start_keeper (on its thread) <"),
+              ("fork server", "request received"), ("keeper", "request received"),
+              ("keeper", "keeper setup <"), ("keeper", "userns+idmap+dev <"),
+              ("id map child", "make /dev <"), ("id map child", "make /dev >"),
+              ("id map child", "make paths >"), ("keeper", "userns+idmap+dev >"),
+              ("keeper", "send <"), ("harness", "H:start_keeper_async >"),
+              ("harness", "H:start_keeper (on its thread) >"), ("harness", "H:backend.start >")],
+    "exec": [("harness", "H:exec <"), ("harness", "H:spawn (pipes, request sent) <"),
+             ("keeper", "request received"), ("keeper", "keeper handles request <"),
+             ("exec child", "request received"), ("exec child", "exec child runs bwrap"),
+             ("command", "command runs"), ("keeper", "reap exec <"), ("keeper", "send <"),
+             ("harness", "H:keeper's message read"), ("harness", "H:collect_output >"),
+             ("harness", "H:exec >")],
+    "stop": [("harness", "H:stop <"), ("harness", "H:keeper.end <"),
+             ("keeper", "request received"), ("keeper", "keeper end <"), ("keeper", "send <"),
+             ("harness", "H:keeper.end >"), ("harness", "H:stop >")],
+}
+
+
+def _roles(events: list[Event], harness_pid: int, server_pid: int, t0: int,
+           t1: int) -> dict[int, str]:
+    """Each process's role in the lifecycle between ``t0`` and ``t1``, by the marks it made."""
     said: dict[int, set[str]] = defaultdict(set)
-    for _, pid, name, *_ in events:
+    setup_at: dict[int, int] = {}
+    for t, pid, name, *_ in events:
         said[pid].add(name)
-    roles = {harness_pid: "harness", server_pid: "fork server"}
+        if name == "keeper setup <":
+            setup_at[pid] = t
+    roles = {harness_pid: "harness", server_pid: "fork server", -1: "command"}
     for pid, names in said.items():
         if pid in roles:
             continue
-        if "keeper setup <" in names:
-            roles[pid] = "keeper"
+        if pid in setup_at:
+            roles[pid] = ("keeper" if t0 <= setup_at[pid] <= t1 else
+                          "next keeper (forked ahead)" if setup_at[pid] > t1 else "last keeper")
         elif "namespaces <" in names:
             roles[pid] = "keeper forked ahead (unused)"
         elif "make /dev <" in names:
@@ -341,76 +377,80 @@ def _roles(events: list[tuple[int, int, str, int, int, str]], harness_pid: int,
     return roles
 
 
-def _analyse(events: list[tuple[int, int, str, int, int, str]], n: int,
-             outputs: list[tuple[int, str]], command: list[str]) -> dict[str, Any]:
-    # lifecycle windows
-    starts = {name: t for t, _, name, *_ in events if name.startswith("H:lifecycle ") and name.endswith("<")}
-    ends = {name: t for t, _, name, *_ in events if name.startswith("H:lifecycle ") and name.endswith(">")}
+def _chain(win: list[Event], roles: dict[int, str], steps: list[tuple[str, str]]
+           ) -> list[tuple[str, int]]:
+    """The first event of each step, in order (a step not found is skipped)."""
+    out: list[tuple[str, int]] = []
+    pos = 0
+    for role, name in steps:
+        for j in range(pos, len(win)):
+            t, pid, mark, *_ = win[j]
+            if mark == name and roles.get(pid) == role:
+                out.append((f"{role}: {name}", t))
+                pos = j + 1
+                break
+    return out
+
+
+def _analyse(events: list[Event], n: int, outputs: list[tuple[int, str]],
+             command: list[str]) -> dict[str, Any]:
+    starts = {name: t for t, _, name, *_ in events
+              if name.startswith("H:lifecycle ") and name.endswith("<")}
+    ends = {name: t for t, _, name, *_ in events
+            if name.startswith("H:lifecycle ") and name.endswith(">")}
     server_pid = next(pid for _, pid, name, *_ in events if name == "server starts")
     harness_pid = next(pid for _, pid, name, *_ in events if name.startswith("H:"))
-    offsets: dict[str, list[float]] = defaultdict(list)
+    hops: dict[str, dict[str, list[float]]] = {k: defaultdict(list) for k in CHAINS}
+    order: dict[str, list[str]] = {k: [] for k in CHAINS}
     cpu: dict[str, list[float]] = defaultdict(list)
     faults: dict[str, list[float]] = defaultdict(list)
-    order: dict[str, list[int]] = defaultdict(list)
-    cmd_start: list[float] = []
+    delta = time.time_ns() - time.monotonic_ns()  # CLOCK_REALTIME - CLOCK_MONOTONIC
     for i in range(3, n + 3):
         t0, t1 = starts[f"H:lifecycle {i} <"], ends[f"H:lifecycle {i} >"]
         win = [e for e in events if t0 <= e[0] <= t1]
-        roles = _roles(events, harness_pid, server_pid)
-        first_cpu: dict[int, tuple[int, int]] = {}
-        last_cpu: dict[int, tuple[int, int]] = {}
-        seen: dict[str, int] = {}
-        for k, (t, pid, name, c, flt, extra) in enumerate(win):
-            role = roles.get(pid, "other")
-            key = f"{role}: {name}"
-            seen[key] = seen.get(key, 0) + 1
-            if seen[key] > 1:
-                key += f" #{seen[key]}"
-            offsets[key].append((t - t0) / 1e6)
-            order[key].append(k)
-            first_cpu.setdefault(pid, (c, flt))
-            last_cpu[pid] = (c, flt)
+        if command[0] == "date":  # the command's own clock (realtime), mapped onto monotonic
+            with contextlib.suppress(ValueError):
+                win = sorted([*win, (int(dict(outputs)[i]) - delta, -1, "command runs", 0, 0, "")])
+        roles = _roles(events, harness_pid, server_pid, t0, t1)
+        for part, steps in CHAINS.items():
+            got = _chain(win, roles, steps)
+            for (_, ta), (b, tb) in zip(got, got[1:], strict=False):
+                hops[part][b].append((tb - ta) / 1e6)
+                if b not in order[part]:
+                    order[part].append(b)
+        first: dict[int, tuple[int, int]] = {}
+        last: dict[int, tuple[int, int]] = {}
+        for _, pid, name, c, flt, extra in win:
+            first.setdefault(pid, (c, flt))
+            last[pid] = (c, flt)
             if name == "reap exec >" and extra and roles.get(pid) == "keeper":
-                cpu["bwrap + command (and the exec child before execve), from the keeper's reap"].append(int(extra) / 1e3)
-        for pid, (c1, f1) in last_cpu.items():
+                cpu["bwrap + command (+ the exec child before its execve)"].append(int(extra) / 1e3)
+        for pid, (c1, f1) in last.items():
             role = roles.get(pid, "other")
-            c0, f0 = first_cpu[pid]
-            if role in ("harness", "fork server"):
-                cpu[role + " (between its first and last mark)"].append((c1 - c0) / 1e3)
+            if role == "command":
+                continue
+            if role in ("harness", "fork server") or role.endswith("keeper"):
+                c0, f0 = first[pid]  # between its first and last mark in the lifecycle
+                cpu[role].append((c1 - c0) / 1e3)
                 faults[role].append(f1 - f0)
-            else:  # a process forked in this lifecycle: its CPU since its fork
+            else:  # a process forked for this lifecycle: its CPU since its fork
                 cpu[role].append(c1 / 1e3)
                 faults[role].append(f1)
-        if command[0] == "date":
-            out = dict(outputs)[i]
-            with contextlib.suppress(ValueError):
-                # the command's realtime clock, mapped onto CLOCK_MONOTONIC
-                delta = time.time_ns() - time.monotonic_ns()
-                cmd_start.append((int(out) - delta - t0) / 1e6)
-    keys = sorted(offsets, key=lambda k: statistics.median(offsets[k]))
-    common = [k for k in keys if len(offsets[k]) >= n // 2]
-    table: list[dict[str, Any]] = []
-    prev = 0.0
-    for k in common:
-        at = statistics.median(offsets[k])
-        table.append({"mark": k, "at_ms": round(at, 3), "hop_ms": round(at - prev, 3),
-                      "n": len(offsets[k])})
-        prev = at
-    res: dict[str, Any] = {
-        "command": " ".join(command), "n": n, "timeline": table,
-        "cpu_ms_p50": {k: round(statistics.median(v), 3) for k, v in cpu.items()},
-        "minor_faults_p50": {k: statistics.median(v) for k, v in faults.items()},
-        "rss_kb": {name: extra for _, _, name, _, _, extra in events
-                   if name in ("server starts",) and extra} | {
-            "fork server at a fork (p50)": statistics.median(
-                [int(e[5].split()[1]) for e in events if e[2] == "fork >" and e[1] == server_pid]
-                or [0]),
-            "keeper at a fork (p50)": statistics.median(
-                [int(e[5].split()[1]) for e in events if e[2] == "fork >" and e[1] != server_pid]
-                or [0])},
-    }
-    if cmd_start:
-        res["command_runs_at_ms_p50"] = round(statistics.median(cmd_start), 3)
+    res: dict[str, Any] = {"command": " ".join(command), "n": n}
+    for part in CHAINS:
+        res[part] = [{"to": b, "hop_ms_p50": round(statistics.median(hops[part][b]), 3)}
+                     for b in order[part] if len(hops[part][b]) >= n // 2]
+    res["cpu_ms_p50"] = {k: round(statistics.median(v), 3) for k, v in cpu.items()
+                         if len(v) >= n // 2}
+    res["minor_faults_p50"] = {k: statistics.median(v) for k, v in faults.items()
+                               if len(v) >= n // 2}
+    res["rss_kb"] = {
+        "fork server at a fork (p50)": statistics.median(
+            [int(e[5].split()[1]) for e in events if e[2] == "fork >" and e[1] == server_pid]
+            or [0]),
+        "keeper at a fork (p50)": statistics.median(
+            [int(e[5].split()[1]) for e in events if e[2] == "fork >" and e[1] != server_pid]
+            or [0])}
     return res
 
 
@@ -449,15 +489,16 @@ async def main() -> dict[str, object]:
 if __name__ == "__main__":
     res = asyncio.run(main())
     for k, v in res.items():
-        if isinstance(v, dict) and "timeline" in v:
-            print(f"{k} (p50 of {v['n']} lifecycles; ms from the lifecycle's start, hop from "
-                  "the mark above)", file=sys.stderr)
-            for row in v["timeline"]:
-                print(f"  {row['at_ms']:8.3f} {row['hop_ms']:+8.3f}  {row['mark']}", file=sys.stderr)
+        if isinstance(v, dict) and "exec" in v:
+            print(f"{k} (p50 of {v['n']} lifecycles; each hop: ms from the mark before it)",
+                  file=sys.stderr)
+            for part in ("start", "exec", "stop"):
+                print(f"  {part}: {sum(h['hop_ms_p50'] for h in v[part]):.3f} ms in all",
+                      file=sys.stderr)
+                for h in v[part]:
+                    print(f"    {h['hop_ms_p50']:+8.3f}  {h['to']}", file=sys.stderr)
             for kk in ("cpu_ms_p50", "minor_faults_p50", "rss_kb"):
                 print(f"  {kk}: {v[kk]}", file=sys.stderr)
-            if "command_runs_at_ms_p50" in v:
-                print(f"  the command runs at {v['command_runs_at_ms_p50']} ms", file=sys.stderr)
         elif isinstance(v, dict):
             print(k, file=sys.stderr)
             for kk, vv in v.items():
