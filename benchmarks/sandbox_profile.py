@@ -220,8 +220,11 @@ _TRACE_FD = -1
 
 
 def hmark(name: str) -> None:
-    """A mark of the harness process (same file and format as the wrapper's)."""
+    """A mark of the harness process (same file and format as the wrapper's); none outside a
+    timeline."""
     import resource
+    if _TRACE_FD < 0:
+        return
     ru = resource.getrusage(resource.RUSAGE_SELF)
     os.write(_TRACE_FD, f"{time.monotonic_ns()}\t{os.getpid()}\tH:{name}\t"
                         f"{int((ru.ru_utime + ru.ru_stime) * 1e6)}\t{ru.ru_minflt}\t\n".encode())
@@ -312,6 +315,7 @@ async def timeline(n: int, command: list[str]) -> dict[str, Any]:
         sock.close()
         proc.wait(10)
     os.close(_TRACE_FD)
+    _TRACE_FD = -1
     with open(trace) as f:
         rows = [line.split("\t", 5) for line in f.read().splitlines()]
     if os.environ.get("AGENTMETER_KEEP_TIMELINE"):  # the raw marks, for a closer look
