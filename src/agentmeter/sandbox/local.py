@@ -100,12 +100,9 @@ class LocalSandbox(ExecSandbox, SandboxFiles):
     async def _start(self) -> None:
         try:
             self._cgroup = cgroups.create(self.id, self.spec.limits)
-            # the keeper's start does not stall the event loop (other sandboxes, a spare
-            # starting beside a running trial: local_spares.py): awaited on it through the
-            # zygote, else on a thread
-            started = asyncio.ensure_future(
-                self._start_zygote_async() if self._uses_zygote()
-                else asyncio.to_thread(self._start_keeper))
+            # on a thread: the keeper's start does not stall the event loop (other sandboxes,
+            # a spare starting beside a running trial: local_spares.py)
+            started = asyncio.ensure_future(asyncio.to_thread(self._start_keeper))
             try:
                 await asyncio.shield(started)
             except asyncio.CancelledError:
@@ -178,7 +175,7 @@ class LocalSandbox(ExecSandbox, SandboxFiles):
         if isinstance(keeper, zygote.Keeper):  # its execs are killed and reaped as it ends
             loop = asyncio.get_running_loop()
             keeper.detach()
-            await keeper.end(5)
+            await loop.run_in_executor(None, keeper.end, 5)
             if keep_upper is not None:  # its mounts gone before the upper dir is a layer
                 await loop.run_in_executor(None, keeper.wait, 5)
             else:  # the kernel's teardown of its namespaces, off the path (discard below)

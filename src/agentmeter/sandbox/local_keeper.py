@@ -117,12 +117,7 @@ class KeeperSandbox:
     def upper(self) -> Path:
         return self.dir / "rw" / "upper"
 
-    def _uses_zygote(self) -> bool:
-        """Run as root where the zygote can (zygote.py): the keeper is a zygote."""
-        return self._shifted and _keyctl_nr() is not None
-
-    def _prepare_dirs(self) -> tuple[str, str]:
-        """The sandbox directory's parts; the overlay's options and the host dirs bound in."""
+    def _start_keeper(self) -> None:
         (self.dir / "rw").mkdir(parents=True)
         if not self._shifted:
             (self.dir / "merged").mkdir()
@@ -135,21 +130,6 @@ class KeeperSandbox:
         if self._rootless:
             opts += ",userxattr"
         host_dirs = " ".join(rootfs.host_bind_dirs()) if self.spec.base == "host" else ""
-        if self.spec.network == "full":  # network: written now, so the keeper can stage it
-            (self.dir / "resolv.conf").write_text(resolv_conf()[0])
-        return opts, host_dirs
-
-    async def _start_zygote_async(self) -> None:
-        """The keeper as a zygote (zygote.py), its readiness awaited on the event loop."""
-        opts, host_dirs = self._prepare_dirs()
-        try:
-            keeper = await zygote.start_keeper_async(self._zygote_request(opts, host_dirs))
-        except SandboxError as e:
-            raise SandboxError(f"sandbox {self.id} failed to start: {e}") from e
-        self._zygote_started(keeper)
-
-    def _start_keeper(self) -> None:
-        opts, host_dirs = self._prepare_dirs()
         env = {
             "PATH": os.environ.get("PATH", DEFAULT_PATH),
             "AM_LAYERS": str(self._layers_dir),
@@ -168,7 +148,9 @@ class KeeperSandbox:
         if self._rootless:
             cmd[1:1] = ["--user", "--map-root-user"]
         cmd += ["sh", "-c", _KEEPER_SCRIPT, "sh"]
-        if self._uses_zygote():  # the zygote (zygote.py)
+        if self.spec.network == "full":  # network: written now, so the keeper can stage it
+            (self.dir / "resolv.conf").write_text(resolv_conf()[0])
+        if self._shifted and _keyctl_nr() is not None:  # the zygote (zygote.py)
             self._start_zygote(opts, host_dirs)
             return
         if self._shifted:
@@ -192,14 +174,6 @@ class KeeperSandbox:
 
     def _start_zygote(self, opts: str, host_dirs: str) -> None:
         """The keeper as a zygote (zygote.py): the script above, as system calls."""
-        try:
-            keeper = zygote.start_keeper(self._zygote_request(opts, host_dirs))
-        except SandboxError as e:
-            raise SandboxError(f"sandbox {self.id} failed to start: {e}") from e
-        self._zygote_started(keeper)
-
-    def _zygote_request(self, opts: str, host_dirs: str) -> dict[str, object]:
-        """The zygote keeper's start request: the keeper script above, as data."""
         binds = [[str(m.source), local_dirs.stage_point(i, m.source.is_dir())]
                  for i, m in enumerate(self.spec.mounts)]
         if self.spec.network == "full":
@@ -214,16 +188,17 @@ class KeeperSandbox:
             targets.append(("/etc/resolv.conf", False))
         mkdir = {"tree": self._tree, "dirs": [self.workdir, *(t for t, d in targets if d)],
                  "files": [t for t, d in targets if not d]}
-        return {
-            "layers": str(self._layers_dir), "rw": f"{self.dir}/rw", "tree": self._tree,
-            "overlay_opts": opts, "host_dirs": host_dirs.split(),
-            "disk_mb": self.spec.limits.disk_mb or 0, "owner": idmap.SHIFT_BASE,
-            "binds": binds, "id_map": f"0 {idmap.SHIFT_BASE} {idmap.SHIFT_SIZE}\n",
-            "join_netns": join, "keyctl_nr": _keyctl_nr(), "keyring": self._keyring,
-            "dev": local_dirs.DEV_DIR, "mkdir": mkdir,
-            "cgroup": [] if self._cgroup is None else self._cgroup.procs_files}
-
-    def _zygote_started(self, keeper: zygote.Keeper) -> None:
+        try:
+            keeper = zygote.start_keeper({
+                "layers": str(self._layers_dir), "rw": f"{self.dir}/rw", "tree": self._tree,
+                "overlay_opts": opts, "host_dirs": host_dirs.split(),
+                "disk_mb": self.spec.limits.disk_mb or 0, "owner": idmap.SHIFT_BASE,
+                "binds": binds, "id_map": f"0 {idmap.SHIFT_BASE} {idmap.SHIFT_SIZE}\n",
+                "join_netns": join, "keyctl_nr": _keyctl_nr(), "keyring": self._keyring,
+                "dev": local_dirs.DEV_DIR, "mkdir": mkdir,
+                "cgroup": [] if self._cgroup is None else self._cgroup.procs_files})
+        except SandboxError as e:
+            raise SandboxError(f"sandbox {self.id} failed to start: {e}") from e
         self._keeper = keeper
         RUNNING[self.id] = self
         (self.dir / "owner.json").write_text(local_dirs.owner_record(keeper.pid))

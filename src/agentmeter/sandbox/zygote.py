@@ -102,14 +102,7 @@ def _fork_server() -> socket.socket:
 
 
 def start_keeper(request: dict[str, Any]) -> Keeper:
-    """:func:`start_keeper_async` for a caller without an event loop."""
-    return asyncio.run(start_keeper_async(request))
-
-
-async def start_keeper_async(request: dict[str, Any]) -> Keeper:
-    """A keeper for ``request`` (zygote_server.Keeper.setup), ready: the request goes to the
-    fork server, and its ``ready`` is awaited on the event loop (no thread between)."""
-    loop = asyncio.get_running_loop()
+    """A keeper for ``request`` (zygote_server.Keeper.setup), ready; blocking (on a thread)."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         with _lock:
@@ -120,23 +113,18 @@ async def start_keeper_async(request: dict[str, Any]) -> Keeper:
         raise SandboxError(f"the sandbox zygote is not running: {e}") from e
     finally:
         theirs.close()
-    ours.setblocking(False)
     line = bytearray()
+    ours.settimeout(READY_TIMEOUT_S)  # a keeper stuck in its setup never holds a start forever
     try:
-        # a keeper stuck in its setup never holds a start forever
-        async with asyncio.timeout(READY_TIMEOUT_S):
-            while not line.endswith(b"\n"):
-                chunk = await loop.sock_recv(ours, 4096)
-                if not chunk:
-                    break
-                line += chunk
+        while not line.endswith(b"\n"):
+            chunk = ours.recv(4096)
+            if not chunk:
+                break
+            line += chunk
     except TimeoutError:
         ours.close()
         raise SandboxError(f"the sandbox's keeper was not ready within {READY_TIMEOUT_S:.0f} s "
                            "(its setup hung)") from None
-    except BaseException:
-        ours.close()  # the keeper ends at its socket's end
-        raise
     try:
         msg = json.loads(line) if line else {"error": "the keeper exited"}
     except ValueError:
@@ -144,6 +132,7 @@ async def start_keeper_async(request: dict[str, Any]) -> Keeper:
     if "ready" not in msg:
         ours.close()
         raise SandboxError(str(msg.get("error")))
+    ours.setblocking(False)
     return Keeper(ours, int(msg["ready"]), dev=bool(msg.get("dev")))
 
 
@@ -329,22 +318,22 @@ class Keeper:
         self._loop = None
         self._gone()
 
-    async def end(self, timeout: float) -> None:
+    def end(self, timeout: float) -> None:
         """Stop the keeper: shut the socket's sending side, on which it SIGKILLs what it
         started, says ``ended``, reaps it and exits; returns at ``ended`` (or the socket's end),
         without waiting for those exits or the kernel's teardown of the sandbox's namespaces
-        and mounts (:meth:`wait`). SIGKILL after ``timeout``. On the event loop (no thread
-        between), after :meth:`detach`."""
-        loop = asyncio.get_running_loop()
+        and mounts (:meth:`wait`). SIGKILL after ``timeout``. Blocking (on a thread), after
+        :meth:`detach`."""
         try:
+            self._sock.setblocking(True)
+            self._sock.settimeout(timeout)
             self._sock.shutdown(socket.SHUT_WR)
             buf = bytes(self._buf)
-            async with asyncio.timeout(timeout):
-                while b'"ended": true' not in buf:  # exit statuses before it: not wanted now
-                    chunk = await loop.sock_recv(self._sock, 65536)
-                    if not chunk:
-                        break
-                    buf = buf[-64:] + chunk
+            while b'"ended": true' not in buf:  # exit statuses before it: not wanted now
+                chunk = self._sock.recv(65536)
+                if not chunk:
+                    break
+                buf = buf[-64:] + chunk
         except OSError:  # TimeoutError included: a keeper that does not end is killed
             self.kill()
         finally:
