@@ -38,7 +38,6 @@ import signal
 import socket
 import struct
 import sys
-import time
 from typing import Any
 
 CLONE_NEWNS = 0x00020000
@@ -56,11 +55,6 @@ SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 1
 #: where the exec's seccomp program is (bwrap --seccomp 3)
 SECCOMP_FD = 3
 MAX_FDS = 8
-#: how long after a start the fork server waits (for another request) before it forks the next
-#: keeper ahead: that keeper's namespaces and user namespace would otherwise take a CPU from
-#: the start just handed on, on its path (2 cores: the keeper, its user namespace's child and
-#: the first exec's child run then)
-AHEAD_AFTER_S = 0.01
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -659,12 +653,9 @@ def main() -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # keepers are reaped by the kernel
     ahead: Ahead | None = None
     id_map: str | None = None  # the last start's: a keeper ahead prepares a user namespace with it
-    due = 0.0  # when to fork the next keeper ahead (AHEAD_AFTER_S after a start)
     while True:
         if ahead is None:
-            wait = due - time.monotonic()
-            if wait <= 0 or not select.select([server], [], [], wait)[0]:
-                ahead = _keeper_ahead(server, id_map)
+            ahead = _keeper_ahead(server, id_map)
         got = _recv_request(server)
         if got is None:
             return
@@ -675,7 +666,6 @@ def main() -> None:
             for fd in fds:
                 os.close(fd)
             continue
-        due = time.monotonic() + AHEAD_AFTER_S
         if ahead is not None and ahead.stale():
             _kill_group(ahead.pid)  # a mount on the host since its fork: not seen in its copy
             ahead.close()
