@@ -147,6 +147,8 @@ class Keeper:
         self.spare: tuple[int, socket.socket] | None = None
         #: the user namespace's child made ahead (by a keeper forked ahead), if any
         self.prepared: UsernsChild | None = None
+        #: the first exec's child forked ahead (by a keeper forked ahead), if any
+        self.prepared_exec: tuple[int, socket.socket] | None = None
         #: the user namespace's child of the setup, until reaped
         self.setup_child = -1
 
@@ -188,22 +190,23 @@ class Keeper:
             child = _userns_child(id_map)
         self.prepared = None
         self.setup_child = child.pid
-        early = None
+        early, self.prepared_exec = self.prepared_exec, None
         try:
             if not dev:
                 return os.dup(child.userns), -1
             os.write(child.hold_w, json.dumps({"dev": dev, "mkdir": mkdir}).encode() + b"\n")
-            # the first exec's child, forked while that child works (not on the first exec's
-            # path); it gets the namespaces when they are made
-            early = self._prefork(close=(child.ready_r, child.hold_w), early=True)
+            if early is None:  # the first exec's child, forked while that child works
+                early = _first_exec_child((child.ready_r, child.hold_w, self.sock.fileno()))
             said = os.read(child.ready_r, 512)
             if said != b"m":
                 raise OSError(said[1:].decode(errors="replace") or "the user namespace's child failed")
             mntns = os.open(f"/proc/{child.pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
             userns = os.dup(child.userns)
             if early is not None:
+                enter = {"cgroup": self.req["cgroup"], "keyring": self.req["keyring"],
+                         "keyctl_nr": self.req.get("keyctl_nr")}
                 try:
-                    socket.send_fds(early[1], [_frame({"op": "namespaces"})], [userns, mntns])
+                    socket.send_fds(early[1], [_frame(enter)], [userns, mntns])
                 except OSError:
                     self._drop(early)
                     early = None
@@ -230,6 +233,9 @@ class Keeper:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(self.prepared.pid, 0)
             self.prepared = None
+        if self.prepared_exec is not None:
+            self._drop(self.prepared_exec)
+            self.prepared_exec = None
 
     def _reap_setup_child(self, block: bool = False) -> None:
         """Reap the user namespace's child once it has exited (it does once the setup is done)."""
@@ -307,13 +313,9 @@ class Keeper:
         self.pidfds[pidfd] = pid
         sel.register(pidfd, selectors.EVENT_READ)
 
-    def _prefork(self, close: tuple[int, ...] = (),
-                 early: bool = False) -> tuple[int, socket.socket] | None:
+    def _prefork(self) -> tuple[int, socket.socket] | None:
         """A child that has already joined the cgroup, a fresh session keyring and the user
-        namespace, waiting on its own socket pair for the one exec it will become. ``early``:
-        forked during the setup, before the sandbox's namespaces are made: it waits for their
-        descriptors on that socket first (:meth:`_enter`). ``close``: descriptors of the
-        keeper's the child closes at once."""
+        namespace, waiting on its own socket pair for the one exec it will become."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             pid = os.fork()
@@ -326,10 +328,7 @@ class Keeper:
             with contextlib.suppress(BaseException):
                 ours.close()
                 self.sock.close()  # its keeper's socket: only the keeper answers the harness
-                for fd in close:
-                    os.close(fd)
-                self._enter(self.req["cgroup"], self.req["keyring"],
-                            theirs if early else None)
+                self._enter(self.req["cgroup"], self.req["keyring"])
                 got = _recv_request(theirs)
                 if got is None:  # the keeper ended
                     os._exit(0)
@@ -339,32 +338,9 @@ class Keeper:
         theirs.close()
         return pid, ours
 
-    def _enter(self, cgroup: list[str], keyring: bool,
-               ns_line: socket.socket | None = None) -> None:
-        """An exec's first process, before its request: the chain keyctl session -> cgroup ->
-        nsenter of before, in one process. ``ns_line``: the sandbox's user and mount
-        namespaces come as descriptors on it (a child forked during the setup)."""
-        os.setsid()  # bwrap leads its session: killing the group kills the exec
-        for f in cgroup:  # as host root, before the user namespace
-            with open(f, "w") as fh:
-                fh.write(str(os.getpid()))
-        if keyring:  # a fresh anonymous session keyring (keyctl session -)
-            _check(_libc.syscall(ctypes.c_long(self.req["keyctl_nr"]),
-                                 ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING), None),
-                   "keyctl join")
-        userns, mntns = self.userns, self.mntns
-        if ns_line is not None:
-            got = _recv_request(ns_line)
-            if got is None or len(got[1]) != 2:  # the setup failed, or the keeper ended
-                os._exit(0)
-            userns, mntns = got[1]
-        _setns(userns, CLONE_NEWUSER)  # uid 0 there is host SHIFT_BASE
-        if mntns >= 0:  # the sandbox's, with its /dev (a copy of the keeper's mounts)
-            _setns(mntns, CLONE_NEWNS)
-        os.setgroups([])
-        os.setresgid(0, 0, 0)
-        os.setresuid(0, 0, 0)
-        os.chdir("/")
+    def _enter(self, cgroup: list[str], keyring: bool) -> None:
+        """An exec's first process, before its request (:func:`_enter_exec`)."""
+        _enter_exec(cgroup, keyring, self.req.get("keyctl_nr"), self.userns, self.mntns)
 
     @staticmethod
     def _run(req: dict[str, Any], fds: list[int]) -> int:
@@ -409,6 +385,63 @@ class Keeper:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
         self._reap_setup_child(block=True)
+
+
+def _enter_exec(cgroup: list[str], keyring: bool, keyctl_nr: int | None, userns: int,
+                mntns: int) -> None:
+    """An exec's first process, before its request: the chain keyctl session -> cgroup ->
+    nsenter of before, in one process."""
+    os.setsid()  # bwrap leads its session: killing the group kills the exec
+    for f in cgroup:  # as host root, before the user namespace
+        with open(f, "w") as fh:
+            fh.write(str(os.getpid()))
+    if keyring:  # a fresh anonymous session keyring (keyctl session -)
+        if keyctl_nr is None:
+            raise OSError("keyctl join: no system call number for this machine")
+        _check(_libc.syscall(ctypes.c_long(keyctl_nr), ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING),
+                             None), "keyctl join")
+    _setns(userns, CLONE_NEWUSER)  # uid 0 there is host SHIFT_BASE
+    if mntns >= 0:  # the sandbox's, with its /dev (a copy of the keeper's mounts)
+        _setns(mntns, CLONE_NEWNS)
+    os.setgroups([])
+    os.setresgid(0, 0, 0)
+    os.setresuid(0, 0, 0)
+    os.chdir("/")
+
+
+def _first_exec_child(close: tuple[int, ...]) -> tuple[int, socket.socket] | None:
+    """A sandbox's first exec's child, forked before the sandbox's namespaces exist (by a
+    keeper forked ahead, before its request, or during the setup): it closes ``close`` (its
+    keeper's descriptors), waits on its own socket pair for ``{"cgroup", "keyring",
+    "keyctl_nr"}`` with the user and mount namespaces' descriptors, enters as every exec's
+    child does (:func:`_enter_exec`), then waits there for the one exec it will become. It
+    exits when the socket ends first. None when the fork fails."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        pid = os.fork()
+    except OSError:
+        ours.close()
+        theirs.close()
+        return None
+    if pid == 0:
+        code = 127
+        with contextlib.suppress(BaseException):
+            ours.close()
+            for fd in close:
+                os.close(fd)
+            got = _recv_request(theirs)
+            if got is None or len(got[1]) != 2:  # the setup failed, or the keeper ended
+                os._exit(0)
+            what, (userns, mntns) = got
+            _enter_exec(what["cgroup"], what["keyring"], what["keyctl_nr"], userns, mntns)
+            got = _recv_request(theirs)
+            if got is None:  # the keeper ended
+                os._exit(0)
+            theirs.close()
+            code = Keeper._run(*got)
+        os._exit(code)
+    theirs.close()
+    return pid, ours
 
 
 class UsernsChild:
@@ -557,12 +590,14 @@ def _namespaces(join_netns: str | None) -> None:
 
 
 def _keeper_main(sock: socket.socket, req: dict[str, Any], namespaces_made: bool = False,
-                 prepared: UsernsChild | None = None) -> None:
+                 prepared: UsernsChild | None = None,
+                 prepared_exec: tuple[int, socket.socket] | None = None) -> None:
     if not namespaces_made:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()
     keeper = Keeper(sock, req)
     keeper.prepared = prepared
+    keeper.prepared_exec = prepared_exec
     try:
         keeper.setup(namespaces_made)
     except BaseException as e:  # noqa: BLE001 - reported to the harness
@@ -623,11 +658,15 @@ def _keeper_ahead(server: socket.socket, id_map: str | None = None) -> Ahead | N
             os.setsid()
             failed = None
             prepared = None
+            prepared_exec = None
             try:
                 _namespaces(None)
                 if id_map:
                     with contextlib.suppress(OSError):  # else made at the setup, as before
                         prepared = _userns_child(id_map)
+                    held = () if prepared is None else (prepared.ready_r, prepared.hold_w,
+                                                        prepared.userns)
+                    prepared_exec = _first_exec_child((theirs.fileno(), *held))
             except OSError as e:
                 failed = str(e)
             got = _recv_request(theirs)
@@ -640,7 +679,8 @@ def _keeper_ahead(server: socket.socket, id_map: str | None = None) -> Ahead | N
                 if failed is not None:
                     _send(keeper, {"error": failed})
                 else:
-                    _keeper_main(keeper, req, namespaces_made=True, prepared=prepared)
+                    _keeper_main(keeper, req, namespaces_made=True, prepared=prepared,
+                                 prepared_exec=prepared_exec)
         except BaseException:  # noqa: BLE001
             code = 1
         os._exit(code)
