@@ -11,9 +11,10 @@ Two roles, one file:
   namespace), mounts the sandbox tree, brings loopback up, makes the sandbox's user namespace
   and writes its id map, all by system calls (no program run); the id map's child, the
   sandbox's uid 0, makes the sandbox's mount namespace, prepares /dev in it and makes the
-  start's workdir and mount targets. A keeper forked ahead has made its namespaces and that
+  start's workdir and mount targets. A keeper forked ahead has made its namespaces, that
   child with its user namespace (the id map of the starts before, the same for every
-  sandbox) before its request; the first exec's child is forked while that child works. Then
+  sandbox) and the first exec's child (which gets its cgroup and the namespaces at the setup)
+  before its request; else the first exec's child is forked while that child works. Then
   the keeper says ``ready`` and serves exec
   requests: while idle it forks the next exec's child, which joins the sandbox's cgroup, a
   fresh session keyring, the user namespace (uid 0 there) and the sandbox's mount namespace
