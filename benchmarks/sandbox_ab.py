@@ -3,7 +3,9 @@ tree holding an older ``src`` (e.g. ``git archive COMMIT src | tar -x -C DIR``),
 this checkout's. Each tree runs in a worker process of its own; the driver asks them in turn for
 one lifecycle (start + exec ``true`` + stop) at a time, so the machine's load falls on both
 alike. Cases: a default spec and one with a trial's default limits; this tree also with spares
-(``LocalBackend(spares=2)``). Each lifecycle also by step (start, exec ``true``, stop), and its
+(``LocalBackend(spares=2)``); and ``execs10``: a default sandbox with ten execs of ``true``
+back to back (``exec_true``: their p50; the lifecycle: start, the ten, stop). Each lifecycle
+also by step (start, exec ``true``, stop), and its
 CPU time: each worker runs in a cpuacct cgroup of its own, which holds everything it starts
 (fork server, keepers, execs), so the CPU a lifecycle costs is read there, whatever else the
 machine runs (``cpu_ms``; cgroup v1 cpuacct or v2 cpu.stat; absent where neither can be made).
@@ -45,18 +47,26 @@ async def main():
         await b.prepare(spec)
     print("ok", flush=True)
     for line in sys.stdin:
-        spec = SPECS[line.strip()]
+        case = line.strip()
+        execs = 10 if case == "execs10" else 1  # ten back to back: exec_true is their p50
+        spec = SPECS["default" if execs > 1 else case]
         c = cpu_ns()
         t = time.perf_counter()
         sb = await b.start(spec)
         t1 = time.perf_counter()
-        r = await sb.exec(["true"])
-        t2 = time.perf_counter()
+        each = []
+        for _ in range(execs):
+            e = time.perf_counter()
+            r = await sb.exec(["true"])
+            each.append(time.perf_counter() - e)
+            assert r.exit_code == 0, r
+        t2 = t1 + sorted(each)[len(each) // 2]
         await sb.stop()
         t3 = time.perf_counter()
         c3 = cpu_ns()
         assert r.exit_code == 0, r
-        print(t3 - t, t1 - t, t2 - t1, t3 - t2, (c3 - c) / 1e9, flush=True)
+        stopped = t3 - (t1 + sum(each))
+        print(t3 - t, t1 - t, t2 - t1, stopped, (c3 - c) / 1e9, flush=True)
     if spares:
         await b.close()
 asyncio.run(main())
@@ -106,7 +116,7 @@ def main() -> dict[str, object]:
                "after_spares": worker(here, 2, groups["after_spares"])}
     times: dict[str, list[float]] = {}
     for _ in range(args.n):
-        for spec in ("default", "limits"):
+        for spec in ("default", "limits", "execs10"):
             for name, p in workers.items():
                 assert p.stdin is not None and p.stdout is not None
                 p.stdin.write(spec + "\n")
@@ -131,7 +141,8 @@ def main() -> dict[str, object]:
     res: dict[str, object] = {k: {"p50_ms": round(statistics.median(v[2:]) * 1000, 2),
                                   "n": len(v) - 2} for k, v in times.items()}  # 2 warm-ups
     for spec in ("default", "limits", "default/exec_true", "limits/exec_true", "default/start",
-                 "limits/start", "default/stop", "limits/stop", "default/cpu", "limits/cpu"):
+                 "limits/start", "default/stop", "limits/stop", "default/cpu", "limits/cpu",
+                 "execs10", "execs10/exec_true", "execs10/cpu"):
         b = res[f"before/{spec}"]["p50_ms"] or 1e-9  # type: ignore[index]
         res[f"after_over_before/{spec}"] = round(res[f"after/{spec}"]["p50_ms"] / b, 3)  # type: ignore[index]
         res[f"spares_over_before/{spec}"] = round(

@@ -21,7 +21,9 @@ An exec is thus bwrap + its init + the command. At its setup the keeper also mak
 sandbox's own mount namespace (a copy of its own, owned by the sandbox's user namespace) in
 which a child, the sandbox's uid 0, prepares /dev once (what bwrap's ``--dev`` makes: the same
 tmpfs, nodes, links and devpts, with the same flags and owners) and then, chrooted into the
-tree, makes the start's workdir and mount targets (no first bwrap). Each exec's child joins that
+tree, makes the start's workdir and mount targets (no first bwrap); a keeper forked ahead has
+that child with its user namespace, and the first exec's child, made before its request (off
+the start's and the first exec's path). Each exec's child joins that
 mount namespace and bwrap binds the prepared /dev (``--dev-bind``) instead of making its own:
 the execs of one sandbox share its /dev, as ``docker exec`` does. Stop shuts the socket's
 sending side and returns once the keeper has killed and reaped its execs (its end of the

@@ -11,7 +11,11 @@ Two roles, one file:
   namespace), mounts the sandbox tree, brings loopback up, makes the sandbox's user namespace
   and writes its id map, all by system calls (no program run); the id map's child, the
   sandbox's uid 0, makes the sandbox's mount namespace, prepares /dev in it and makes the
-  start's workdir and mount targets; then the keeper says ``ready`` and serves exec
+  start's workdir and mount targets. A keeper forked ahead has made its namespaces, that
+  child with its user namespace (the id map of the starts before, the same for every
+  sandbox) and the first exec's child (which gets its cgroup and the namespaces at the setup)
+  before its request; else the first exec's child is forked while that child works. Then
+  the keeper says ``ready`` and serves exec
   requests: while idle it forks the next exec's child, which joins the sandbox's cgroup, a
   fresh session keyring, the user namespace (uid 0 there) and the sandbox's mount namespace
   and waits; a request goes to it
@@ -142,6 +146,12 @@ class Keeper:
         self.pidfds: dict[int, int] = {}  # pidfd -> pid
         #: the next exec's child, forked ahead (pid, its socket)
         self.spare: tuple[int, socket.socket] | None = None
+        #: the user namespace's child made ahead (by a keeper forked ahead), if any
+        self.prepared: UsernsChild | None = None
+        #: the first exec's child forked ahead (by a keeper forked ahead), if any
+        self.prepared_exec: tuple[int, socket.socket] | None = None
+        #: the user namespace's child of the setup, until reaped
+        self.setup_child = -1
 
     def setup(self, namespaces_made: bool = False) -> None:
         """The keeper script of local_keeper.py, as system calls (``namespaces_made``: by a
@@ -165,65 +175,83 @@ class Keeper:
             _mount(src, dst, None, MS_BIND | MS_REC)
         self.userns, self.mntns = self._make_userns(r["id_map"], r.get("dev"), r.get("mkdir"))
 
-    @staticmethod
-    def _make_userns(id_map: str, dev: str | None,
+    def _make_userns(self, id_map: str, dev: str | None,
                      mkdir: dict[str, Any] | None = None) -> tuple[int, int]:
-        """A fresh user namespace with ``id_map`` (made by a short-lived child; held by fd);
-        with ``dev``, also the sandbox's mount namespace, owned by that user namespace, in
-        which the child (the sandbox's uid 0) prepared /dev at ``dev`` (:func:`_make_dev`),
-        then, chrooted into the sandbox tree, made ``mkdir``'s directories and files
-        (:func:`_make_paths`: the start's workdir and mount targets)."""
-        ready_r, ready_w = os.pipe()
-        hold_r, hold_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                os.close(ready_r)
-                os.close(hold_w)
-                _unshare(CLONE_NEWUSER)
-                os.write(ready_w, b"u")
-                if os.read(hold_r, 1) == b"d" and dev:  # the id map is written
-                    try:
-                        os.setgroups([])
-                        os.setresgid(0, 0, 0)
-                        os.setresuid(0, 0, 0)
-                        _unshare(CLONE_NEWNS)
-                        _make_dev(dev)
-                        if mkdir:
-                            _make_paths(mkdir["tree"], mkdir["dirs"], mkdir["files"])
-                        os.write(ready_w, b"m")
-                    except BaseException as e:  # noqa: BLE001 - said to the keeper
-                        os.write(ready_w, f"e{e}".encode()[:500])
-                    os.read(hold_r, 1)
-            finally:
-                os._exit(0)
-        os.close(ready_w)
-        os.close(hold_r)
+        """A fresh user namespace with ``id_map`` (made by a short-lived child; held by fd):
+        the one :func:`_keeper_ahead` prepared (``prepared``) when its id map is this one,
+        else made now (:func:`_userns_child`). With ``dev``, also the sandbox's mount
+        namespace, owned by that user namespace, in which the child (the sandbox's uid 0)
+        prepared /dev at ``dev`` (:func:`_make_dev`), then, chrooted into the sandbox tree,
+        made ``mkdir``'s directories and files (:func:`_make_paths`: the start's workdir and
+        mount targets). The child's exit is not waited for: it is reaped off the start's path
+        (:meth:`_reap_setup_child`)."""
+        child = self.prepared if self.prepared is not None and self.prepared.id_map == id_map else None
+        if child is None:
+            self._drop_prepared()
+            child = _userns_child(id_map)
+        self.prepared = None
+        self.setup_child = child.pid
+        early, self.prepared_exec = self.prepared_exec, None
         try:
-            if os.read(ready_r, 1) != b"u":
-                raise OSError("the user namespace's child failed")
-            for name in ("uid_map", "gid_map"):
-                with open(f"/proc/{pid}/{name}", "w") as f:
-                    f.write(id_map)
-            userns = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
             if not dev:
-                return userns, -1
-            os.write(hold_w, b"d")
-            said = os.read(ready_r, 512)
+                return os.dup(child.userns), -1
+            os.write(child.hold_w, json.dumps({"dev": dev, "mkdir": mkdir}).encode() + b"\n")
+            if early is None:  # the first exec's child, forked while that child works
+                early = _first_exec_child((child.ready_r, child.hold_w, self.sock.fileno()))
+            said = os.read(child.ready_r, 512)
             if said != b"m":
-                os.close(userns)
                 raise OSError(said[1:].decode(errors="replace") or "the user namespace's child failed")
-            return userns, os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+            mntns = os.open(f"/proc/{child.pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+            userns = os.dup(child.userns)
+            if early is not None:
+                enter = {"cgroup": self.req["cgroup"], "keyring": self.req["keyring"],
+                         "keyctl_nr": self.req.get("keyctl_nr")}
+                try:
+                    socket.send_fds(early[1], [_frame(enter)], [userns, mntns])
+                except OSError:
+                    self._drop(early)
+                    early = None
+                self.spare, early = early, None
+            return userns, mntns
         finally:
-            os.close(ready_r)
-            os.close(hold_w)
+            if early is not None:  # the setup failed
+                self._drop(early)
+            child.close()  # the child exits at its pipe's end
+
+    @staticmethod
+    def _drop(spare: tuple[int, socket.socket]) -> None:
+        """A child forked ahead, not to be used: killed and reaped."""
+        pid, line = spare
+        line.close()
+        _kill_group(pid)
+        with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
+
+    def _drop_prepared(self) -> None:
+        """The user namespace's child prepared ahead, not used: it exits at its pipe's end."""
+        if self.prepared is not None:
+            self.prepared.close()
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.prepared.pid, 0)
+            self.prepared = None
+        if self.prepared_exec is not None:
+            self._drop(self.prepared_exec)
+            self.prepared_exec = None
+
+    def _reap_setup_child(self, block: bool = False) -> None:
+        """Reap the user namespace's child once it has exited (it does once the setup is done)."""
+        if self.setup_child > 0:
+            with contextlib.suppress(ChildProcessError):
+                if os.waitpid(self.setup_child, 0 if block else os.WNOHANG)[0] == 0:
+                    return
+            self.setup_child = -1
 
     def serve(self) -> None:
         sel = selectors.DefaultSelector()
         sel.register(self.sock, selectors.EVENT_READ)
         prefork = True  # False after a failed fork: not again before something happens
         while True:
+            self._reap_setup_child()
             # the next exec's child, forked while nothing waits (off the exec's path)
             events = sel.select(0 if self.spare is None and prefork else None)
             if not events and self.spare is None and prefork:
@@ -312,23 +340,8 @@ class Keeper:
         return pid, ours
 
     def _enter(self, cgroup: list[str], keyring: bool) -> None:
-        """An exec's first process, before its request: the chain keyctl session -> cgroup ->
-        nsenter of before, in one process."""
-        os.setsid()  # bwrap leads its session: killing the group kills the exec
-        for f in cgroup:  # as host root, before the user namespace
-            with open(f, "w") as fh:
-                fh.write(str(os.getpid()))
-        if keyring:  # a fresh anonymous session keyring (keyctl session -)
-            _check(_libc.syscall(ctypes.c_long(self.req["keyctl_nr"]),
-                                 ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING), None),
-                   "keyctl join")
-        _setns(self.userns, CLONE_NEWUSER)  # uid 0 there is host SHIFT_BASE
-        if self.mntns >= 0:  # the sandbox's, with its /dev (a copy of the keeper's mounts)
-            _setns(self.mntns, CLONE_NEWNS)
-        os.setgroups([])
-        os.setresgid(0, 0, 0)
-        os.setresuid(0, 0, 0)
-        os.chdir("/")
+        """An exec's first process, before its request (:func:`_enter_exec`)."""
+        _enter_exec(cgroup, keyring, self.req.get("keyctl_nr"), self.userns, self.mntns)
 
     @staticmethod
     def _run(req: dict[str, Any], fds: list[int]) -> int:
@@ -372,6 +385,138 @@ class Keeper:
         for pid in started:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
+        self._reap_setup_child(block=True)
+
+
+def _enter_exec(cgroup: list[str], keyring: bool, keyctl_nr: int | None, userns: int,
+                mntns: int) -> None:
+    """An exec's first process, before its request: the chain keyctl session -> cgroup ->
+    nsenter of before, in one process."""
+    os.setsid()  # bwrap leads its session: killing the group kills the exec
+    for f in cgroup:  # as host root, before the user namespace
+        with open(f, "w") as fh:
+            fh.write(str(os.getpid()))
+    if keyring:  # a fresh anonymous session keyring (keyctl session -)
+        if keyctl_nr is None:
+            raise OSError("keyctl join: no system call number for this machine")
+        _check(_libc.syscall(ctypes.c_long(keyctl_nr), ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING),
+                             None), "keyctl join")
+    _setns(userns, CLONE_NEWUSER)  # uid 0 there is host SHIFT_BASE
+    if mntns >= 0:  # the sandbox's, with its /dev (a copy of the keeper's mounts)
+        _setns(mntns, CLONE_NEWNS)
+    os.setgroups([])
+    os.setresgid(0, 0, 0)
+    os.setresuid(0, 0, 0)
+    os.chdir("/")
+
+
+def _first_exec_child(close: tuple[int, ...]) -> tuple[int, socket.socket] | None:
+    """A sandbox's first exec's child, forked before the sandbox's namespaces exist (by a
+    keeper forked ahead, before its request, or during the setup): it closes ``close`` (its
+    keeper's descriptors), waits on its own socket pair for ``{"cgroup", "keyring",
+    "keyctl_nr"}`` with the user and mount namespaces' descriptors, enters as every exec's
+    child does (:func:`_enter_exec`), then waits there for the one exec it will become. It
+    exits when the socket ends first. None when the fork fails."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        pid = os.fork()
+    except OSError:
+        ours.close()
+        theirs.close()
+        return None
+    if pid == 0:
+        code = 127
+        with contextlib.suppress(BaseException):
+            ours.close()
+            for fd in close:
+                os.close(fd)
+            got = _recv_request(theirs)
+            if got is None or len(got[1]) != 2:  # the setup failed, or the keeper ended
+                os._exit(0)
+            what, (userns, mntns) = got
+            _enter_exec(what["cgroup"], what["keyring"], what["keyctl_nr"], userns, mntns)
+            got = _recv_request(theirs)
+            if got is None:  # the keeper ended
+                os._exit(0)
+            theirs.close()
+            code = Keeper._run(*got)
+        os._exit(code)
+    theirs.close()
+    return pid, ours
+
+
+class UsernsChild:
+    """A child in a fresh user namespace whose id map is written (:func:`_userns_child`),
+    waiting on ``hold_w`` for what to make in the sandbox's mount namespace."""
+
+    def __init__(self, pid: int, id_map: str, ready_r: int, hold_w: int, userns: int) -> None:
+        self.pid = pid
+        self.id_map = id_map
+        self.ready_r = ready_r
+        self.hold_w = hold_w
+        self.userns = userns
+
+    def close(self) -> None:
+        for fd in (self.ready_r, self.hold_w, self.userns):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _userns_child(id_map: str) -> UsernsChild:
+    """Fork a child that makes a fresh user namespace; write its id map; hold the namespace by
+    fd. The child then waits for one line on its pipe: ``{"dev", "mkdir"}``, on which it
+    becomes the namespace's uid 0, makes the sandbox's mount namespace (a copy of the keeper's,
+    mounts made since included), prepares /dev there (:func:`_make_dev`) and makes the paths
+    (:func:`_make_paths`), says ``m`` (or ``e`` and why) and exits at the pipe's end; it exits
+    at once when the pipe ends first."""
+    ready_r, ready_w = os.pipe()
+    hold_r, hold_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(ready_r)
+            os.close(hold_w)
+            _unshare(CLONE_NEWUSER)
+            os.write(ready_w, b"u")
+            line = b""
+            while not line.endswith(b"\n"):
+                chunk = os.read(hold_r, 65536)
+                if not chunk:
+                    break
+                line += chunk
+            if line.endswith(b"\n"):  # the id map is written; what to make
+                try:
+                    what = json.loads(line)
+                    os.setgroups([])
+                    os.setresgid(0, 0, 0)
+                    os.setresuid(0, 0, 0)
+                    _unshare(CLONE_NEWNS)
+                    _make_dev(what["dev"])
+                    if what["mkdir"]:
+                        mk = what["mkdir"]
+                        _make_paths(mk["tree"], mk["dirs"], mk["files"])
+                    os.write(ready_w, b"m")
+                except BaseException as e:  # noqa: BLE001 - said to the keeper
+                    os.write(ready_w, f"e{e}".encode()[:500])
+                os.read(hold_r, 1)
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    os.close(hold_r)
+    try:
+        if os.read(ready_r, 1) != b"u":
+            raise OSError("the user namespace's child failed")
+        for name in ("uid_map", "gid_map"):
+            with open(f"/proc/{pid}/{name}", "w") as f:
+                f.write(id_map)
+        userns = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    except BaseException:
+        os.close(ready_r)
+        os.close(hold_w)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+        raise
+    return UsernsChild(pid, id_map, ready_r, hold_w, userns)
 
 
 def _bind(source: str, target: str, flags: int) -> None:
@@ -445,15 +590,21 @@ def _namespaces(join_netns: str | None) -> None:
         f.write("0")
 
 
-def _keeper_main(sock: socket.socket, req: dict[str, Any], namespaces_made: bool = False) -> None:
+def _keeper_main(sock: socket.socket, req: dict[str, Any], namespaces_made: bool = False,
+                 prepared: UsernsChild | None = None,
+                 prepared_exec: tuple[int, socket.socket] | None = None) -> None:
     if not namespaces_made:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()
     keeper = Keeper(sock, req)
+    keeper.prepared = prepared
+    keeper.prepared_exec = prepared_exec
     try:
         keeper.setup(namespaces_made)
     except BaseException as e:  # noqa: BLE001 - reported to the harness
         _send(sock, {"error": str(e)})
+        keeper._drop_prepared()
+        keeper._reap_setup_child(block=True)  # it exits at its pipe's end, closed by now
         return
     _send(sock, {"ready": os.getpid(), "dev": keeper.mntns >= 0})
     keeper.serve()
@@ -482,11 +633,13 @@ class Ahead:
         os.close(self.mounts)
 
 
-def _keeper_ahead(server: socket.socket) -> Ahead | None:
+def _keeper_ahead(server: socket.socket, id_map: str | None = None) -> Ahead | None:
     """The next keeper, forked before its request: its session and its mount and network
-    namespaces made (:func:`_namespaces`) while no start waits; then it waits on a socket pair
-    of its own for the one start request it will serve (nothing of any sandbox is in it
-    before). None when the fork fails (the start then forks as before)."""
+    namespaces made (:func:`_namespaces`) while no start waits, and, given the ``id_map`` of
+    the starts before, the user namespace's child with that map written
+    (:func:`_userns_child`; used when the request's id map is the same); then it waits on a
+    socket pair of its own for the one start request it will serve (nothing of any sandbox is
+    in it before). None when the fork fails (the start then forks as before)."""
     mounts = os.open("/proc/self/mounts", os.O_RDONLY | os.O_CLOEXEC)
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -505,8 +658,16 @@ def _keeper_ahead(server: socket.socket) -> Ahead | None:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             os.setsid()
             failed = None
+            prepared = None
+            prepared_exec = None
             try:
                 _namespaces(None)
+                if id_map:
+                    with contextlib.suppress(OSError):  # else made at the setup, as before
+                        prepared = _userns_child(id_map)
+                    held = () if prepared is None else (prepared.ready_r, prepared.hold_w,
+                                                        prepared.userns)
+                    prepared_exec = _first_exec_child((theirs.fileno(), *held))
             except OSError as e:
                 failed = str(e)
             got = _recv_request(theirs)
@@ -519,7 +680,8 @@ def _keeper_ahead(server: socket.socket) -> Ahead | None:
                 if failed is not None:
                     _send(keeper, {"error": failed})
                 else:
-                    _keeper_main(keeper, req, namespaces_made=True)
+                    _keeper_main(keeper, req, namespaces_made=True, prepared=prepared,
+                                 prepared_exec=prepared_exec)
         except BaseException:  # noqa: BLE001
             code = 1
         os._exit(code)
@@ -531,13 +693,16 @@ def main() -> None:
     server = socket.socket(fileno=int(sys.argv[1]))
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # keepers are reaped by the kernel
     ahead: Ahead | None = None
+    id_map: str | None = None  # the last start's: a keeper ahead prepares a user namespace with it
     while True:
         if ahead is None:
-            ahead = _keeper_ahead(server)
+            ahead = _keeper_ahead(server, id_map)
         got = _recv_request(server)
         if got is None:
             return
         req, fds = got
+        if isinstance(req.get("id_map"), str):
+            id_map = req["id_map"]
         if len(fds) != 1:
             for fd in fds:
                 os.close(fd)
