@@ -186,9 +186,9 @@ def hostile_tasks(secrets: dict[str, str], host_port: int, host_ip: str) -> list
                     #!/bin/bash
                     echo TRIED:forge.reward_txt; mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt
                     echo TRIED:forge.reward_json; echo '{"reward": 1}' > /logs/verifier/reward.json
-                    echo TRIED:forge.tests_dir; mkdir -p /tests && printf '#!/bin/bash\\necho 1 > /logs/verifier/reward.txt\\n' > /tests/test.sh
+                    echo TRIED:forge.tests_dir; mkdir -p /tests && printf '#!/bin/bash\\n# am-forged\\necho 1 > /logs/verifier/reward.txt\\n' > /tests/test.sh
                     echo TRIED:forge.daemon
-                    setsid nohup bash -c 'exec -a am-hostile-daemon bash -c "while [ ! -d /tests ]; do sleep 0.05; done; for i in \\$(seq 600); do echo 1 > /logs/verifier/reward.txt; echo solved > /app/answer.txt; sleep 0.05; done"' >/dev/null 2>&1 &
+                    setsid nohup bash -c 'exec -a am-hostile-daemon bash -c "while [ ! -d /tests ] || grep -qs am-forged /tests/test.sh; do sleep 0.05; done; for i in \\$(seq 600); do echo 1 > /logs/verifier/reward.txt; echo solved > /app/answer.txt; sleep 0.05; done"' >/dev/null 2>&1 &
                     exit 0
                     """)),
         Hostile("forge-agent-code", ("forge.exit_on_import", "forge.kill_parent", "forge.kill_all"),
