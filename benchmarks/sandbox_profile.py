@@ -7,10 +7,10 @@ that shares are comparable within this one run.
 
 Then a hop-by-hop *timeline* of default lifecycles (``--timeline-n``): the fork server is
 started from a wrapper script (made here, in a temporary directory) that loads the real
-``zygote_server.py`` and wraps its steps with marks; every process (harness, fork server,
-keeper, the id map's child, the exec's child until its ``execve`` of bwrap) appends
-``CLOCK_MONOTONIC`` timestamps, its own CPU time and minor faults to one file. The keeper's
-reap adds the CPU of the exec's processes (bwrap and the command, from
+``zygote_server.py`` and its sibling modules and wraps their steps with marks; every process
+(harness, fork server, keeper, the id map's child, the exec's child until its ``execve`` of
+bwrap) appends ``CLOCK_MONOTONIC`` timestamps, its own CPU time and minor faults to one file.
+The keeper's reap adds the CPU of the exec's processes (bwrap and the command, from
 ``getrusage(RUSAGE_CHILDREN)``). Printed: the p50 of each hop on the start's, the exec's and
 the stop's path, CPU and minor faults per process, and the fork server's and a keeper's RSS at
 a fork. A second set runs ``date +%s%N`` instead of ``true``, which splits bwrap's own time
@@ -154,6 +154,8 @@ TRACE = os.open(%(trace)r, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
 _spec = importlib.util.spec_from_file_location("zygote_server", %(real)r)
 zs = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(zs)
+calls, wire, children, keeper, server = (zs.load(f"zygote_{m}") for m in (
+    "calls", "wire", "children", "keeper", "forkserver"))
 
 def mark(name, extra=""):
     ru = resource.getrusage(resource.RUSAGE_SELF)
@@ -178,7 +180,7 @@ def rss():
     with open("/proc/self/status") as f:
         return next(l.split()[1] for l in f if l.startswith("VmRSS"))
 
-_fork, _execve, _recv = os.fork, os.execve, zs._recv_request
+_fork, _execve, _recv = os.fork, os.execve, wire.recv_request
 def fork():
     mark("fork <")
     pid = _fork()
@@ -191,29 +193,30 @@ def recv(sock):
     got = _recv(sock)
     mark("request received")
     return got
-os.fork, os.execve, zs._recv_request = fork, execve, recv
-for attr, name in (("_namespaces", "namespaces"), ("_make_dev", "make /dev"),
-                   ("_make_paths", "make paths"), ("_send", "send"), ("_keeper_main", "keeper main")):
-    around(zs, attr, name)
+os.fork, os.execve, wire.recv_request = fork, execve, recv
+for mod, attr, name in ((calls, "namespaces", "namespaces"), (calls, "make_dev", "make /dev"),
+                        (calls, "make_paths", "make paths"), (wire, "send", "send"),
+                        (server, "keeper_main", "keeper main")):
+    around(mod, attr, name)
 for attr, name in (("setup", "keeper setup"), ("_make_userns", "userns+idmap+dev"),
                    ("_prefork", "prefork exec child"), ("_enter", "exec child enters"),
                    ("_handle", "keeper handles request"), ("_end", "keeper end")):
-    around(zs.Keeper, attr, name)
-_run = zs.Keeper._run
+    around(keeper.Keeper, attr, name)
+_run = children.run_exec
 def run(req, fds):
     mark("exec child runs bwrap")  # its descriptors closed next, this file's with them
     return _run(req, fds)
-zs.Keeper._run = staticmethod(run)
-_reap = zs.Keeper._reap
+children.run_exec = keeper.run_exec = run
+_reap = keeper.Keeper._reap
 def reap(self, pidfd, sel):
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     mark("reap exec <")
     _reap(self, pidfd, sel)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     mark("reap exec >", int((after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1e6))
-zs.Keeper._reap = reap
+keeper.Keeper._reap = reap
 mark("server starts", rss())
-zs.main()
+server.main()
 '''
 
 _TRACE_FD = -1

@@ -120,7 +120,7 @@ DEV_VIEW = ("awk '$5 ~ \"^/dev\" {print $5, $6, $(NF-2), $NF}' /proc/self/mounti
 
 
 async def test_the_prepared_dev_is_exactly_bwraps_dev(local_backend: LocalBackend) -> None:
-    """The keeper prepares /dev once per sandbox (zygote_server._make_dev) and each exec binds
+    """The keeper prepares /dev once per sandbox (zygote_calls.make_dev) and each exec binds
     it: an exec must see exactly what bwrap's own --dev gives (the same mounts with the same
     flags: nodev on the tmpfs, nosuid everywhere, noexec on devpts; the same nodes, links,
     owners and modes), and an agent may not change it."""

@@ -1,4 +1,4 @@
-"""What a keeper forked ahead prepares before its request (zygote_server._keeper_ahead): a user
+"""What a keeper forked ahead prepares before its request (zygote_forkserver.keeper_ahead): a user
 namespace with the id map of the starts before it, which a start may use only when its own id
 map is that one."""
 

@@ -1,4 +1,4 @@
-"""The keeper's loop (zygote_server.Keeper.serve) in-process, without namespaces: cheap checks
+"""The keeper's loop (zygote_keeper.Keeper.serve) in-process, without namespaces: cheap checks
 of its behaviour when the machine is full."""
 
 from __future__ import annotations
@@ -9,17 +9,18 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from agentmeter.sandbox import zygote, zygote_server
+from agentmeter.sandbox import zygote, zygote_keeper, zygote_wire
 
 
 def test_a_keeper_whose_fork_fails_does_not_spin(monkeypatch: pytest.MonkeyPatch) -> None:
     """At a pids limit (EAGAIN) the fork of the next exec's child fails; the idle keeper must
     wait for a request then, not retry the fork in a tight loop (64 keepers at 100% CPU)."""
     ours, theirs = socket.socketpair()
-    keeper = zygote_server.Keeper(theirs, {"cgroup": [], "keyring": False})
+    keeper = zygote_keeper.Keeper(theirs, {"cgroup": [], "keyring": False})
     calls = 0
 
     def failing_prefork() -> None:
@@ -54,7 +55,7 @@ def test_a_fork_server_whose_fork_fails_fails_that_start_only() -> None:
     try:
         for _ in range(2):
             keeper_ours, keeper_theirs = socket.socketpair()
-            socket.send_fds(ours, [zygote_server._frame({"tree": "/nonexistent"})],
+            socket.send_fds(ours, [zygote_wire.frame({"tree": "/nonexistent"})],
                             [keeper_theirs.fileno()])
             keeper_theirs.close()
             keeper_ours.settimeout(20)
@@ -68,6 +69,37 @@ def test_a_fork_server_whose_fork_fails_fails_that_start_only() -> None:
         if server.poll() is None:
             server.kill()
             server.wait()
+
+
+def test_the_fork_server_runs_only_its_own_directory_s_modules(tmp_path: Path) -> None:
+    """The fork server runs as host root, a script in isolated mode whose code is in sibling
+    modules: they must come from its own directory (the installed package's), never from a
+    module of the same name in the current directory or on ``PYTHONPATH``."""
+    marker = tmp_path / "planted module ran"
+    for name in ("zygote_forkserver", "zygote_keeper", "zygote_children", "zygote_calls",
+                 "zygote_wire", "agentmeter_zygote"):
+        (tmp_path / f"{name}.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    ours, theirs = socket.socketpair()
+    server = subprocess.Popen([sys.executable, "-I", "-S", str(zygote.SERVER),
+                               str(theirs.fileno())], pass_fds=(theirs.fileno(),),
+                              cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)})
+    theirs.close()
+    try:
+        keeper_ours, keeper_theirs = socket.socketpair()
+        socket.send_fds(ours, [zygote_wire.frame({"tree": "/nonexistent"})],
+                        [keeper_theirs.fileno()])
+        keeper_theirs.close()
+        keeper_ours.settimeout(20)
+        line = keeper_ours.makefile("rb").readline()  # the real keeper's answer
+        keeper_ours.close()
+        assert b"error" in line, line
+        ours.close()
+        assert server.wait(20) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    assert not marker.exists()
 
 
 def test_a_keeper_that_never_gets_ready_fails_its_start(monkeypatch: pytest.MonkeyPatch) -> None:

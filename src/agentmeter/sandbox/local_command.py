@@ -81,7 +81,7 @@ class CommandSandbox(KeeperSandbox):
                 cmd.append("-U")  # entered last; nsenter then becomes its uid 0 (host SHIFT_BASE)
             cmd.append("-n")  # network: the sandbox's own namespace, with or without pasta
             cmd.append("bwrap")
-        # /dev: the one the zygote keeper prepared for this sandbox (zygote_server._make_dev,
+        # /dev: the one the zygote keeper prepared for this sandbox (zygote_calls.make_dev,
         # what --dev makes), else bwrap's own
         dev = (["--dev-bind", local_dirs.DEV_DIR, "/dev"]
                if isinstance(self._keeper, zygote.Keeper) and self._keeper.dev else ["--dev", "/dev"])

@@ -26,7 +26,7 @@ from agentmeter.sandbox.fsnames import remove_tree
 #: ("d0", "f1", ...: directories, files) for the sandbox's root to reach: empty mount points on
 #: the host, mounted on only in each keeper's own mount namespace
 STAGE_DIR = "/run/agentmeter-stage"
-#: where a root-run zygote keeper prepares the sandbox's /dev once (zygote_server._make_dev), in
+#: where a root-run zygote keeper prepares the sandbox's /dev once (zygote_calls.make_dev), in
 #: the sandbox's own mount namespace; each exec's bwrap binds it on /dev
 DEV_DIR = f"{STAGE_DIR}/dev"
 

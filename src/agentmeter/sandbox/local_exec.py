@@ -14,7 +14,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 
-from agentmeter.sandbox import seccomp, zygote
+from agentmeter.sandbox import seccomp, zygote, zygote_wire
 from agentmeter.sandbox.local_command import CommandSandbox
 from agentmeter.sandbox.local_keeper import DEFAULT_PATH
 from agentmeter.sandbox.masks import SessionNoticeFilter
@@ -61,7 +61,7 @@ class ExecSandbox(CommandSandbox):
         keeper = self._keeper
         through_zygote = isinstance(keeper, zygote.Keeper)
         full = self._command(argv, cwd or self.workdir, run_env, user,
-                             None if sfd is None else zygote.SECCOMP_FD if through_zygote else sfd,
+                             None if sfd is None else zygote_wire.SECCOMP_FD if through_zygote else sfd,
                              busybox)
         # bwrap's own init stays visible inside as /proc/1/environ: give it nothing of ours
         bwrap_env = {"PATH": os.environ.get("PATH", DEFAULT_PATH)}

@@ -46,18 +46,16 @@ import select
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import threading
 from pathlib import Path
 from typing import Any
 
+from agentmeter.sandbox import zygote_wire
 from agentmeter.sandbox.spec import SandboxError
 
 SERVER = Path(__file__).with_name("zygote_server.py")
-#: where an exec's seccomp program is (zygote_server.SECCOMP_FD)
-SECCOMP_FD = 3
 
 _lock = threading.Lock()
 _server: tuple[subprocess.Popen[bytes], socket.socket] | None = None
@@ -74,11 +72,6 @@ os.register_at_fork(after_in_child=_forget_in_child)
 
 #: how long a keeper's setup (namespaces, mounts, id map) may take before the start fails
 READY_TIMEOUT_S = 120.0
-
-
-def _frame(msg: dict[str, Any]) -> bytes:
-    data = json.dumps(msg).encode()
-    return struct.pack("!I", len(data)) + data
 
 
 def _fork_server() -> socket.socket:
@@ -102,12 +95,12 @@ def _fork_server() -> socket.socket:
 
 
 def start_keeper(request: dict[str, Any]) -> Keeper:
-    """A keeper for ``request`` (zygote_server.Keeper.setup), ready; blocking (on a thread)."""
+    """A keeper for ``request`` (zygote_keeper.Keeper.setup), ready; blocking (on a thread)."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         with _lock:
             server = _fork_server()
-            socket.send_fds(server, [_frame(request)], [theirs.fileno()])
+            socket.send_fds(server, [zygote_wire.frame(request)], [theirs.fileno()])
     except OSError as e:
         ours.close()
         raise SandboxError(f"the sandbox zygote is not running: {e}") from e
@@ -240,7 +233,7 @@ class Keeper:
             raise SandboxError("the sandbox's keeper exited")
         self._attach()
         assert self._send_lock is not None and self._loop is not None
-        payload = _frame(msg)
+        payload = zygote_wire.frame(msg)
         async with self._send_lock:
             while True:
                 try:
