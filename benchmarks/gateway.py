@@ -59,7 +59,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import multiprocessing as mp
 import os
 import sys
 import tempfile
@@ -68,30 +67,13 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from gateway_load import serve_raw_upstream
+from gateway_load import RawLoad, cpu_s
+from gateway_servers import BODY, Servers, run_passes, serve_gateway, stored_calls, summarize
 
-# the source tree's agentmeter, not an installed one (the spawned processes inherit the path)
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-BODY = {"model": "any", "messages": [
-    {"role": "system", "content": "You are a coding agent. " * 40},
-    {"role": "user", "content": "Fix the failing test in app.py"}],
-    "tools": [{"type": "function", "function": {"name": "bash", "parameters": {
-        "type": "object", "properties": {"command": {"type": "string"}}}}}]}
 GEMINI_BODY = {"systemInstruction": {"parts": [{"text": "You are a coding agent. " * 40}]},
                "contents": [{"role": "user", "parts": [{"text": "Fix the failing test in app.py"}]}],
                "tools": [{"functionDeclarations": [{"name": "bash", "parametersJsonSchema": {
                    "type": "object", "properties": {"command": {"type": "string"}}}}]}]}
-
-
-def _run(main: Any, loop: str) -> None:
-    """``main()`` on asyncio's own event loop, or on uvloop's (``--loop uvloop``: optional)."""
-    if loop == "uvloop":
-        import uvloop  # type: ignore[import-not-found,unused-ignore]
-
-        uvloop.run(main())
-    else:
-        asyncio.run(main())
 
 
 def _serve_upstream(q: Any) -> None:
@@ -109,48 +91,6 @@ def _serve_upstream(q: Any) -> None:
         await asyncio.Event().wait()
 
     asyncio.run(main())
-
-
-def _serve_gateway(q: Any, upstream_port: int, store_dir: str | None, conc: int,
-                   ctl: Any, loop: str = "asyncio", thread_commits: bool = False,
-                   switch_ms: float | None = None, raw_port: int = 0) -> None:
-    from agentmeter.gateway import Gateway, ModelRegistry, UpstreamModel
-    from agentmeter.gateway.bounds import GatewayLimits
-    from agentmeter.gateway.metering import StoreSink
-    from agentmeter.pricing import PriceBook
-    from agentmeter.records import RunRecord
-    from agentmeter.store.db import Store
-
-    if switch_ms is not None:  # --switch-interval: how long a thread may hold the GIL
-        sys.setswitchinterval(switch_ms / 1000)
-    sink: StoreSink | None = None
-    if store_dir is not None:  # as the runner wires it (runner/trial.py: _call_sink)
-        store = Store.open(store_dir)
-        store.create_run(RunRecord(id="bench", backend="local", attempts=1, concurrency=1))
-        sink = StoreSink(store, "bench", 0)
-
-    async def main() -> None:
-        models = ModelRegistry({"bench/up": UpstreamModel(
-            name="bench/up", base_url=f"http://127.0.0.1:{upstream_port}/v1", wire_api="chat",
-            price_key="scripted/bench"), "bench/gemini": UpstreamModel(
-            name="bench/gemini", base_url=f"http://127.0.0.1:{upstream_port}/v1beta",
-            wire_api="gemini", price_key="scripted/bench"), "bench/raw": UpstreamModel(
-            name="bench/raw", base_url=f"http://127.0.0.1:{raw_port}/v1", wire_api="chat",
-            price_key="scripted/bench")})
-        # a trial's requests in flight are bounded (16 by default): the load's are allowed
-        gw = Gateway(models, PriceBook(), limits=GatewayLimits(max_in_flight=max(16, conc)))
-        if thread_commits:  # every call to the writer thread, a lone one too (before 11-29)
-            gw._writer._lone = None
-        await gw.start(host="127.0.0.1", port=0)
-        q.put((gw.port, gw.open_trial("bench", "bench/up", sink=sink),
-               gw.open_trial("bench-inproc", "scripted/explorer-1000", sink=sink),
-               gw.open_trial("bench-gemini", "bench/gemini", sink=sink),
-               gw.open_trial("bench-raw", "bench/raw", sink=sink), os.getpid()))
-        while True:  # each message asks for the writer's (batches, calls, on the loop) so far
-            await asyncio.to_thread(ctl.get)
-            q.put((*gw.commits, gw._writer.on_loop))
-
-    _run(main, loop)
 
 
 async def _one(s: aiohttp.ClientSession, url: str, token: str, stream: bool) -> tuple[float, float]:
@@ -220,13 +160,6 @@ async def _interleaved(direct_url: str, targets: dict[str, tuple[str, str]],
     return out
 
 
-def _cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) process ``pid`` has used so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def _throughput(url: str, token: str, n: int, conc: int,
                       pids: dict[str, int] | None = None) -> tuple[float, dict[str, float]]:
     """Requests/s of ``conc`` clients, and the CPU ms per request of each process in ``pids``
@@ -245,48 +178,12 @@ async def _throughput(url: str, token: str, n: int, conc: int,
 
         await asyncio.gather(*(worker() for _ in range(conc)))  # warm-up connections
         left = n
-        c0 = {name: _cpu_s(pid) for name, pid in pids.items()}
+        c0 = {name: cpu_s(pid) for name, pid in pids.items()}
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(conc)))
         rps = n / (time.perf_counter() - t0)
-        cpu = {name: (_cpu_s(pid) - c0[name]) * 1000 / n for name, pid in pids.items()}
+        cpu = {name: (cpu_s(pid) - c0[name]) * 1000 / n for name, pid in pids.items()}
         return rps, cpu
-
-
-def _serve_floor(q: Any, kind: str, upstream_port: int, loop: str = "asyncio") -> None:
-    """The floor of a gateway on aiohttp, same client: ``hello``, a bare aiohttp server that
-    reads the body and answers a fixed reply of the upstream's size; ``proxy``, a bare aiohttp
-    proxy (read the body, post it to the upstream on a kept-alive session, return its reply:
-    no parsing, metering, storing or bounds)."""
-    from aiohttp import web
-
-    reply = json.dumps({"id": "x", "choices": [{"message": {"content": "y" * 600}}]}).encode()
-
-    async def main() -> None:
-        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
-        up = f"http://127.0.0.1:{upstream_port}/v1/chat/completions"
-
-        async def hello(request: web.Request) -> web.Response:
-            await request.read()
-            return web.Response(body=reply, content_type="application/json")
-
-        async def proxy(request: web.Request) -> web.Response:
-            body = await request.read()
-            async with session.post(up, data=body, headers={
-                    "Content-Type": "application/json"}) as r:
-                got = await r.read()
-                return web.Response(status=r.status, body=got, content_type="application/json")
-
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", hello if kind == "hello" else proxy)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        q.put(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
-        await asyncio.Event().wait()
-
-    _run(main, loop)
 
 
 async def bench(up: int, gw: int, token: str, inproc: str, gemini: str, n: int, conc: int,
@@ -295,10 +192,10 @@ async def bench(up: int, gw: int, token: str, inproc: str, gemini: str, n: int, 
                 loop: str = "asyncio", throughput_only: bool = False,
                 others: dict[str, tuple[int, str]] | None = None) -> dict[str, Any]:
     """``commits()``: the gateway's (batches, calls, calls committed on its loop) written so
-    far. ``floors``: the bare aiohttp servers' (port, pid) by kind (``_serve_floor``).
-    ``others``: (port, token) of more gateways by name, their added latency interleaved with
-    this one's (``--compare-commits``: ``thread_commits``, every call committed on the writer
-    thread; ``no_store``, no sink)."""
+    far. ``floors``: the bare aiohttp servers' (port, pid) by kind
+    (``gateway_servers.serve_floor``). ``others``: (port, token) of more gateways by name, their
+    added latency interleaved with this one's (``--compare-commits``: ``thread_commits``,
+    every call committed on the writer thread; ``no_store``, no sink)."""
     floors = floors or {}
     floor: dict[str, float] = {}
     _, lc0, lo0 = await asyncio.to_thread(commits)
@@ -428,13 +325,9 @@ def pg_store_cost() -> dict[str, float]:
         return store_cost(url, prefix="pg_store")
 
 
-def _median(xs: list[float]) -> float:
-    return sorted(xs)[len(xs) // 2]
-
-
-def raw_ceiling(ctx: Any, q: Any, raw_port: int, raw_pid: int, loops: list[str], n: int,
-                rounds: int, clients: int, conns: int, store: bool,
-                floor: bool, no_store_too: bool = False) -> dict[str, Any]:
+def raw_ceiling(raw_port: int, raw_pid: int, loops: list[str], n: int, rounds: int,
+                clients: int, conns: int, store: bool, floor: bool,
+                no_store_too: bool = False) -> dict[str, Any]:
     """The gateway's own ceiling: the raw load (``gateway_load``: keep-alive sockets, a
     prebuilt request, ``clients`` processes of ``conns`` connections) against a gateway whose
     model is the raw upstream, for each event loop in ``loops``, with (``floor``) a bare aiohttp
@@ -443,84 +336,43 @@ def raw_ceiling(ctx: Any, q: Any, raw_port: int, raw_pid: int, loops: list[str],
     call (``store``) and the count stored is checked against the count served;
     ``no_store_too`` adds, on the first loop, the same gateway storing nothing
     (``raw_gateway_no_store_*``: what durability costs per request)."""
-    from gateway_load import RawLoad
-
-    body = json.dumps(BODY).encode()
-    path = "/v1/chat/completions"
-    dirs: list[tempfile.TemporaryDirectory[str]] = []
-    procs: list[Any] = []
     loads: dict[tuple[str, str], tuple[RawLoad, dict[str, int]]] = {}
     stores: dict[str, str] = {}
-    ctl = ctx.Queue()
-    try:
-        loads[("direct", "-")] = (RawLoad(ctx, raw_port, path, "direct", body, clients, conns),
+    with Servers() as s:
+        loads[("direct", "-")] = (s.raw_load(raw_port, "direct", clients, conns),
                                   {"upstream": raw_pid})
         gateways = [("gateway", loop, store) for loop in loops]
         if no_store_too:
             gateways.insert(1, ("gateway_no_store", loops[0], False))
         for target, loop, stored in gateways:
-            d = tempfile.TemporaryDirectory(prefix="agentmeter-bench-")
-            dirs.append(d)
-            gw = ctx.Process(target=_serve_gateway, daemon=True, args=(
-                q, raw_port, d.name if stored else None, conns * clients, ctl, loop, False,
-                None, raw_port))
-            gw.start()
-            procs.append(gw)
-            port, _, _, _, token, gw_pid = q.get(timeout=60)
-            if stored:
-                stores[loop] = d.name
-            loads[(target, loop)] = (RawLoad(ctx, port, path, token, body, clients, conns),
+            where = os.path.join(s.tmp.name, f"{target}-{loop}") if stored else None
+            if where is not None:
+                os.mkdir(where)
+                stores[loop] = where
+            port, token, gw_pid = s.gateway(raw_port, where, conns * clients, loop)
+            loads[(target, loop)] = (s.raw_load(port, token, clients, conns),
                                      {"server": gw_pid, "upstream": raw_pid})
             if target != "gateway":
                 continue
             for kind in ("hello", "proxy_raw") if floor else ():
-                fp = ctx.Process(target=_serve_floor, args=(q, kind, raw_port, loop), daemon=True)
-                fp.start()
-                procs.append(fp)
-                fport = q.get(timeout=60)
-                loads[(kind, loop)] = (RawLoad(ctx, fport, path, "x", body, clients, conns),
-                                       {"server": fp.pid or 0, "upstream": raw_pid})
-        for load, pids in loads.values():  # warm-up: connections, caches, the store's file
-            load.run(max(n // 4, clients * conns), pids)
-        got: dict[tuple[str, str], list[dict[str, float]]] = {k: [] for k in loads}
-        for _ in range(rounds):
-            for key, (load, pids) in loads.items():
-                got[key].append(load.run(n, pids))
+                fport, fpid = s.floor(kind, raw_port, loop)
+                loads[(kind, loop)] = (s.raw_load(fport, "x", clients, conns),
+                                       {"server": fpid, "upstream": raw_pid})
+        warm = max(n // 4, clients * conns)
+        got = run_passes(loads, n, rounds, warm)
         out: dict[str, Any] = {"raw_requests": n, "raw_rounds": rounds, "raw_clients": clients,
                                "raw_connections": conns * clients}
         for (target, loop), runs in got.items():
             name = "raw_direct" if target == "direct" else (
                 "raw_gateway_no_store" if target == "gateway_no_store" else f"raw_{target}_{loop}")
-            out[f"{name}_rps"] = round(_median([r["rps"] for r in runs]), 1)
-            for who in ("server", "upstream", "client"):
-                if f"{who}_cpu_ms" in runs[0]:
-                    out[f"{name}_{who}_cpu_ms_per_request"] = round(
-                        _median([r[f"{who}_cpu_ms"] for r in runs]), 4)
-            out[f"{name}_errors"] = int(sum(r["errors"] for r in runs))
-            if target.startswith("gateway"):  # one event loop: its ceiling on a core alone
-                out[f"{name}_ceiling_rps"] = round(
-                    1000 / out[f"{name}_server_cpu_ms_per_request"], 1)
-        for p in procs:
-            p.terminate()
-            p.join(5)
-        if store:
-            from agentmeter.store.db import Store
-
-            served = max(n // 4, clients * conns) // clients * clients + rounds * (
-                n // clients * clients)
-            for loop, where in stores.items():
-                with Store.open(where) as st:
-                    out[f"raw_gateway_{loop}_stored_calls"] = len(st.model_calls("bench"))
-                out[f"raw_gateway_{loop}_served_calls"] = served
+            # a gateway has one event loop: its ceiling on a core alone
+            out.update(summarize(name, runs, ceiling=target.startswith("gateway")))
+        s.stop()
+        served = warm // clients * clients + rounds * (n // clients * clients)
+        for loop, where in stores.items():
+            out[f"raw_gateway_{loop}_stored_calls"] = stored_calls(where)
+            out[f"raw_gateway_{loop}_served_calls"] = served
         return out
-    finally:
-        for load, _ in loads.values():
-            load.close()
-        for p in procs:
-            p.terminate()
-            p.join(5)
-        for d in dirs:
-            d.cleanup()
 
 
 def main() -> None:
@@ -566,100 +418,86 @@ def main() -> None:
     ap.add_argument("--raw-no-store-too", action="store_true",
                     help="raw-load passes also against the gateway storing nothing (first loop)")
     args = ap.parse_args()
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    raw_up = ctx.Process(target=serve_raw_upstream, args=(q,), daemon=True)
-    raw_up.start()
-    raw_port = q.get(timeout=30)
-    raw: dict[str, Any] = {}
-    if not args.no_raw:
-        if args.raw_loops is not None:
-            loops = args.raw_loops.split(",")
-        else:
-            loops = ["asyncio"]
-            try:
-                import uvloop  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
-                loops.append("uvloop")
-            except ImportError:
-                pass
-        try:
-            raw = raw_ceiling(ctx, q, raw_port, raw_up.pid or 0, loops,
+    with Servers() as s:
+        raw_port, raw_pid = s.raw_upstream()
+        raw: dict[str, Any] = {}
+        if not args.no_raw:
+            raw = raw_ceiling(raw_port, raw_pid, _raw_loops(args.raw_loops),
                               args.raw_requests or args.requests * 3, args.raw_rounds,
                               args.raw_clients, args.raw_connections, not args.no_store,
                               args.floor, args.raw_no_store_too)
-        finally:
             if args.ceiling_only:
-                raw_up.terminate()
-        if args.ceiling_only:
-            print(json.dumps({"benchmark": "gateway_ceiling", "cpus": os.cpu_count(),
-                              "python": sys.version.split()[0], "calls_stored": not args.no_store,
-                              **raw, "targets": {"gateway_rps": 5000}}))
-            return
-    tmp = tempfile.TemporaryDirectory(prefix="agentmeter-bench-")
-    store_dir = None if args.no_store else tmp.name
-    ctl = ctx.Queue()
-    upstream = ctx.Process(target=_serve_upstream, args=(q,), daemon=True)
-    upstream.start()
-    up_port = q.get(timeout=30)
-    gateway = ctx.Process(target=_serve_gateway,
-                          args=(q, up_port, store_dir, args.concurrency, ctl, args.loop,
-                                args.thread_commits, args.switch_interval, raw_port),
-                          daemon=True)
-    gateway.start()
-    gw_port, token, inproc, gemini, _, _ = q.get(timeout=30)
-    procs = [gateway, upstream, raw_up]
-    others: dict[str, tuple[int, str]] = {}
-    ctls = []
-    tdir = tempfile.TemporaryDirectory(prefix="agentmeter-bench-")
-    udir = tempfile.TemporaryDirectory(prefix="agentmeter-bench-")
-    other_loop = "uvloop" if args.loop == "asyncio" else "asyncio"
-    compared = [("thread_commits", tdir.name, True, args.loop),
-                ("no_store", None, False, args.loop)] if args.compare_commits else []
-    if args.compare_loops:  # the same gateway (storing every call) on the other event loop
-        compared.append((other_loop, None if args.no_store else udir.name, False, other_loop))
-    for name, where, thread, other_loop in compared:
-        other_ctl = ctx.Queue()  # kept: a queue collected before the child starts is gone
-        ctls.append(other_ctl)
-        other = ctx.Process(target=_serve_gateway, args=(
-            q, up_port, where, args.concurrency, other_ctl, other_loop, thread, None, raw_port),
-            daemon=True)
-        other.start()
-        procs.append(other)
-        port, tok, *_ = q.get(timeout=30)
-        others[name] = (port, tok)
-    floors: dict[str, tuple[int, int]] = {}
-    for kind in ("hello", "proxy") if args.floor else ():
-        proc = ctx.Process(target=_serve_floor, args=(q, kind, up_port, args.loop), daemon=True)
-        proc.start()
-        procs.append(proc)
-        floors[kind] = (q.get(timeout=30), proc.pid or 0)
-
-    def commits() -> tuple[int, int, int]:
-        ctl.put(None)
-        return q.get(timeout=30)  # type: ignore[no-any-return]
-    try:
-        result = asyncio.run(bench(up_port, gw_port, token, inproc, gemini, args.requests,
-                                   args.concurrency, store_dir is not None,
-                                   gateway.pid or 0, commits, upstream.pid or 0, floors,
-                                   args.loop, args.throughput_only, others))
-        if store_dir is not None:  # every served call is in the store
-            from agentmeter.store.db import Store
-
-            with Store.open(store_dir) as st:
-                result["stored_calls"] = len(st.model_calls("bench"))
-    finally:
-        for p in procs:
-            p.terminate()
-            p.join(5)
-        tmp.cleanup()
-        tdir.cleanup()
-        udir.cleanup()
+                print(json.dumps({"benchmark": "gateway_ceiling", "cpus": os.cpu_count(),
+                                  "python": sys.version.split()[0],
+                                  "calls_stored": not args.no_store, **raw,
+                                  "targets": {"gateway_rps": 5000}}))
+                return
+        result = _aiohttp_passes(s, args, raw_port)
     result["gateway_switch_interval_ms"] = args.switch_interval or 5.0
     result.update(raw)
     result.update(store_cost())
     if args.postgres:
         result.update(pg_store_cost())
     print(json.dumps(result))
+
+
+def _raw_loops(arg: str | None) -> list[str]:
+    """``--raw-loops``'s event loops (default: asyncio, and uvloop when installed)."""
+    if arg is not None:
+        return arg.split(",")
+    loops = ["asyncio"]
+    try:
+        import uvloop  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
+        loops.append("uvloop")
+    except ImportError:
+        pass
+    return loops
+
+
+def _aiohttp_passes(s: Servers, args: argparse.Namespace, raw_port: int) -> dict[str, Any]:
+    """``bench``'s latency pairs and throughput passes (the aiohttp client, the scripted
+    upstream), their processes in ``s``."""
+    dirs = {name: os.path.join(s.tmp.name, name) for name in ("main", "thread", "other_loop")}
+    for d in dirs.values():
+        os.mkdir(d)
+    store_dir = None if args.no_store else dirs["main"]
+    q, ctl = s.q, s.ctx.Queue()
+    upstream = s.start(_serve_upstream, q)
+    up_port = q.get(timeout=30)
+    gateway = s.start(serve_gateway, q, up_port, store_dir, args.concurrency, ctl, args.loop,
+                      args.thread_commits, args.switch_interval, raw_port)
+    gw_port, token, inproc, gemini, _, _ = q.get(timeout=30)
+    others: dict[str, tuple[int, str]] = {}
+    ctls = []
+    other_loop = "uvloop" if args.loop == "asyncio" else "asyncio"
+    compared = [("thread_commits", dirs["thread"], True, args.loop),
+                ("no_store", None, False, args.loop)] if args.compare_commits else []
+    if args.compare_loops:  # the same gateway (storing every call) on the other event loop
+        compared.append((other_loop, None if args.no_store else dirs["other_loop"], False,
+                         other_loop))
+    for name, where, thread, other_loop in compared:
+        other_ctl = s.ctx.Queue()  # kept: a queue collected before the child starts is gone
+        ctls.append(other_ctl)
+        s.start(serve_gateway, q, up_port, where, args.concurrency, other_ctl, other_loop,
+                thread, None, raw_port)
+        port, tok, *_ = q.get(timeout=30)
+        others[name] = (port, tok)
+    floors: dict[str, tuple[int, int]] = {}
+    for kind in ("hello", "proxy") if args.floor else ():
+        floors[kind] = s.floor(kind, up_port, args.loop)
+
+    def commits() -> tuple[int, int, int]:
+        ctl.put(None)
+        return q.get(timeout=30)  # type: ignore[no-any-return]
+
+    result = asyncio.run(bench(up_port, gw_port, token, inproc, gemini, args.requests,
+                               args.concurrency, store_dir is not None, gateway.pid or 0,
+                               commits, upstream.pid or 0, floors, args.loop,
+                               args.throughput_only, others))
+    s.stop()
+    if store_dir is not None:  # every served call is in the store
+        result["stored_calls"] = stored_calls(store_dir)
+    return result
 
 
 if __name__ == "__main__":

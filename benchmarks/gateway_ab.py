@@ -13,31 +13,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gateway import BODY, _median, _serve_gateway  # noqa: E402
-from gateway_load import RawLoad, serve_raw_upstream  # noqa: E402
+from gateway_load import RawLoad  # noqa: E402
+from gateway_servers import Servers, median, run_passes, stored_calls, summarize  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _serve_from(src: str, *args: Any) -> None:
-    """``gateway._serve_gateway`` with agentmeter imported from ``src``."""
-    sys.path.insert(0, src)
-    for name in [m for m in sys.modules if m == "agentmeter" or m.startswith("agentmeter.")]:
-        del sys.modules[name]
-    import agentmeter
-
-    assert Path(agentmeter.__file__).resolve().is_relative_to(Path(src).resolve())
-    _serve_gateway(*args)
 
 
 def _tree(rev: str, into: str) -> str:
@@ -58,68 +45,33 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--connections", type=int, default=32)
     args = ap.parse_args()
-    ctx = mp.get_context("spawn")
-    q, ctl = ctx.Queue(), ctx.Queue()
-    body = json.dumps(BODY).encode()
-    path = "/v1/chat/completions"
-    tmp = tempfile.TemporaryDirectory(prefix="agentmeter-bench-")
-    procs: list[Any] = []
-    loads: dict[str, tuple[RawLoad, dict[str, int]]] = {}
-    try:
-        raw_up = ctx.Process(target=serve_raw_upstream, args=(q,), daemon=True)
-        raw_up.start()
-        procs.append(raw_up)
-        raw_port = q.get(timeout=30)
+    with Servers() as s:
+        raw_port, raw_pid = s.raw_upstream()
         stores: dict[str, str] = {}
+        loads: dict[str, tuple[RawLoad, dict[str, int]]] = {}
         for side, rev in (("a", args.a), ("b", args.b)):
-            d = os.path.join(tmp.name, side)
+            d = os.path.join(s.tmp.name, side)
             os.makedirs(os.path.join(d, "store"))
-            src = _tree(rev, d)
             stores[side] = os.path.join(d, "store")
-            p = ctx.Process(target=_serve_from, daemon=True, args=(
-                src, q, raw_port, stores[side], args.connections, ctl, "asyncio", False, None,
-                raw_port))
-            p.start()
-            procs.append(p)
-            port, _, _, _, token, pid = q.get(timeout=60)
-            loads[side] = (RawLoad(ctx, port, path, token, body, 1, args.connections),
-                           {"server": pid, "upstream": raw_up.pid or 0})
+            port, token, pid = s.gateway(raw_port, stores[side], args.connections,
+                                         src=_tree(rev, d))
+            loads[side] = (s.raw_load(port, token, 1, args.connections),
+                           {"server": pid, "upstream": raw_pid})
         warm = max(args.requests // 4, args.connections)
-        for load, pids in loads.values():
-            load.run(warm, pids)
-        got: dict[str, list[dict[str, float]]] = {"a": [], "b": []}
-        for i in range(args.rounds):  # a b, b a, a b, ...: neither always goes first
-            for side in ("a", "b") if i % 2 == 0 else ("b", "a"):
-                load, pids = loads[side]
-                got[side].append(load.run(args.requests, pids))
+        # a b, b a, a b, ...: neither always goes first
+        got = run_passes(loads, args.requests, args.rounds, warm, alternate=True)
         out: dict[str, Any] = {"benchmark": "gateway_ab", "a": args.a, "b": args.b,
                                "requests": args.requests, "rounds": args.rounds}
         for side, runs in got.items():
-            out[f"{side}_server_cpu_ms_per_request"] = round(
-                _median([r["server_cpu_ms"] for r in runs]), 4)
+            out.update(summarize(side, runs, ceiling=False))
             out[f"{side}_server_cpu_ms_each"] = [round(r["server_cpu_ms"], 4) for r in runs]
-            out[f"{side}_rps"] = round(_median([r["rps"] for r in runs]), 1)
-            out[f"{side}_errors"] = int(sum(r["errors"] for r in runs))
-        out["b_over_a_cpu"] = round(_median([b["server_cpu_ms"] / a["server_cpu_ms"]
-                                             for a, b in zip(got["a"], got["b"], strict=True)]), 3)
-        for p in procs:
-            p.terminate()
-            p.join(5)
-        from agentmeter.store.db import Store
-
-        served = warm + args.rounds * args.requests
+        out["b_over_a_cpu"] = round(median([b["server_cpu_ms"] / a["server_cpu_ms"]
+                                            for a, b in zip(got["a"], got["b"], strict=True)]), 3)
+        s.stop()
         for side, where in stores.items():
-            with Store.open(where) as st:
-                out[f"{side}_stored_calls"] = len(st.model_calls("bench"))
-            out[f"{side}_served_calls"] = served
-        print(json.dumps(out))
-    finally:
-        for load, _ in loads.values():
-            load.close()
-        for p in procs:
-            p.terminate()
-            p.join(5)
-        tmp.cleanup()
+            out[f"{side}_stored_calls"] = stored_calls(where)
+            out[f"{side}_served_calls"] = warm + args.rounds * args.requests
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

@@ -82,7 +82,7 @@ def serve_raw_upstream(q: Any) -> None:
         uvloop.run(main())
 
 
-def _request(port: int, path: str, token: str, body: bytes) -> bytes:
+def request_bytes(port: int, path: str, token: str, body: bytes) -> bytes:
     return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
             f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n\r\n").encode() + body
@@ -143,7 +143,7 @@ def client_process(port: int, path: str, token: str, body: bytes, conns: int,
                    jobs: Any, results: Any) -> None:
     """A load process: for each ``n`` from ``jobs`` (None ends it) drives ``n`` requests and
     puts (ok, bad, wall s, this process's CPU s) on ``results``."""
-    request = _request(port, path, token, body)
+    request = request_bytes(port, path, token, body)
     while (n := jobs.get()) is not None:
         c0, t0 = time.process_time(), time.perf_counter()
         ok, bad = _drive(port, request, n, conns)

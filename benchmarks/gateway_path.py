@@ -27,6 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gateway as bench  # noqa: E402  (benchmarks/gateway.py: its processes and pairs)
+from gateway_servers import serve_gateway  # noqa: E402
 
 #: consecutive marks whose differences are reported, in path order (a mark missing on a path
 #: is skipped: the loop path has no hand-off)
@@ -96,8 +97,8 @@ def _serve(q: Any, ctl: Any, upstream_port: int, store_dir: str, thread_commits:
             segments.clear()
 
     threading.Thread(target=report, daemon=True).start()
-    bench._serve_gateway(q, upstream_port, store_dir, 32, mp.get_context("spawn").Queue(),
-                         thread_commits=thread_commits)
+    serve_gateway(q, upstream_port, store_dir, 32, mp.get_context("spawn").Queue(),
+                  thread_commits=thread_commits)
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ No coroutines or tasks: each step is a callback.
 
 Against the same raw load and raw upstream as ``benchmarks/gateway.py``'s raw-load passes
 (``gateway_load``), one run, targets alternating pass by pass: the real gateway (every call
-stored), the bare aiohttp proxy (``gateway._serve_floor``), the prototype with ``json`` and,
+stored), the bare aiohttp proxy (``gateway_servers.serve_floor``), the prototype with ``json`` and,
 when installed, with ``orjson``, and with ``--no-store-too`` the prototype storing nothing.
 Prints CPU ms per request of each server (``/proc/<pid>/stat`` over its timed passes), its
 requests/s, its ceiling on a core of its own (1000 ÷ CPU ms), and with ``--pairs`` the added
@@ -32,12 +32,10 @@ import argparse
 import asyncio
 import collections
 import json
-import multiprocessing as mp
 import os
 import socket
 import sqlite3
 import sys
-import tempfile
 import threading
 import time
 from datetime import UTC, datetime
@@ -46,7 +44,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gateway_load import RawLoad, serve_raw_upstream  # noqa: E402
+from gateway_load import request_bytes  # noqa: E402
+from gateway_servers import (  # noqa: E402
+    BODY,
+    CHAT_PATH,
+    Servers,
+    run_passes,
+    stored_calls,
+    summarize,
+)
 
 #: per-million-token prices of the prototype's one model (input, output)
 PRICE_IN, PRICE_OUT = 3.0, 15.0
@@ -310,8 +316,6 @@ def _pairs(targets: dict[str, tuple[int, str]], raw_port: int, body: bytes,
            n: int) -> dict[str, float]:
     """Added latency p50 (ms) of each target over the direct upstream: one connection each,
     one request at a time, direct and each target in turn, ``n`` rounds."""
-    from gateway_load import _request
-
     def conn(port: int) -> socket.socket:
         s = socket.create_connection(("127.0.0.1", port))
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -331,9 +335,8 @@ def _pairs(targets: dict[str, tuple[int, str]], raw_port: int, body: bytes,
                 if len(buf) >= end + 4 + length:
                     return time.perf_counter() - t0
 
-    path = "/v1/chat/completions"
-    direct = (conn(raw_port), _request(raw_port, path, "direct", body))
-    via = {name: (conn(port), _request(port, path, token, body))
+    direct = (conn(raw_port), request_bytes(raw_port, CHAT_PATH, "direct", body))
+    via = {name: (conn(port), request_bytes(port, CHAT_PATH, token, body))
            for name, (port, token) in targets.items()}
     added: dict[str, list[float]] = {name: [] for name in targets}
     for i in range(n + 50):
@@ -348,8 +351,6 @@ def _pairs(targets: dict[str, tuple[int, str]], raw_port: int, body: bytes,
 
 
 def main() -> None:
-    from gateway import BODY, _median, _serve_floor, _serve_gateway
-
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=4000, help="requests per pass")
     ap.add_argument("--rounds", type=int, default=3)
@@ -361,19 +362,6 @@ def main() -> None:
     ap.add_argument("--no-gateway", action="store_true",
                     help="not the real gateway nor the aiohttp proxy: the prototypes only")
     args = ap.parse_args()
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    ctl = ctx.Queue()
-    body = json.dumps(BODY).encode()
-    path = "/v1/chat/completions"
-    raw_up = ctx.Process(target=serve_raw_upstream, args=(q,), daemon=True)
-    raw_up.start()
-    raw_port = q.get(timeout=30)
-    raw_pid = raw_up.pid or 0
-    tmp = tempfile.TemporaryDirectory(prefix="agentmeter-bench-")
-    procs: list[Any] = [raw_up]
-    targets: dict[str, tuple[int, int, str]] = {}  # name: (port, pid, token)
-    stores: dict[str, str] = {}
     try:
         import httptools  # noqa: F401
     except ImportError:
@@ -384,95 +372,59 @@ def main() -> None:
         codecs.append("orjson")
     except ImportError:
         pass
-    loads: dict[str, RawLoad] = {}
-    try:
+    targets: dict[str, tuple[int, int, str]] = {}  # name: (port, pid, token)
+    stores: dict[str, str] = {}
+    with Servers() as s:
+        raw_port, raw_pid = s.raw_upstream()
         if not args.no_gateway:
-            gw_store = os.path.join(tmp.name, "gateway")
+            gw_store = os.path.join(s.tmp.name, "gateway")
             os.mkdir(gw_store)
-            gw = ctx.Process(target=_serve_gateway, daemon=True, args=(
-                q, raw_port, gw_store, args.connections, ctl, "asyncio", False, None, raw_port))
-            gw.start()
-            procs.append(gw)
-            port, _, _, _, token, gw_pid = q.get(timeout=60)
+            port, token, gw_pid = s.gateway(raw_port, gw_store, args.connections)
             targets["gateway"] = (port, gw_pid, token)
-            fp = ctx.Process(target=_serve_floor, args=(q, "proxy_raw", raw_port), daemon=True)
-            fp.start()
-            procs.append(fp)
-            targets["aiohttp_proxy"] = (q.get(timeout=60), fp.pid or 0, "x")
+            fport, fpid = s.floor("proxy_raw", raw_port)
+            targets["aiohttp_proxy"] = (fport, fpid, "x")
         variants = [(f"raw_floor_{c}", c, True) for c in codecs]
         if args.no_store_too:
             variants.append(("raw_floor_json_no_store", "json", False))
         for name, codec, stored in variants:
-            where = os.path.join(tmp.name, f"{name}.db") if stored else None
-            p = ctx.Process(target=serve_raw_gateway, args=(q, raw_port, codec, where),
-                            daemon=True)
-            p.start()
-            procs.append(p)
-            port, pid = q.get(timeout=60)
+            where = os.path.join(s.tmp.name, f"{name}.db") if stored else None
+            s.start(serve_raw_gateway, s.q, raw_port, codec, where)
+            port, pid = s.q.get(timeout=60)
             targets[name] = (port, pid, "raw-floor-token")
             if where is not None:
                 stores[name] = where
-        for name, (port, _, token) in targets.items():
-            loads[name] = RawLoad(ctx, port, path, token, body, 1, args.connections)
-        loads["direct"] = RawLoad(ctx, raw_port, path, "direct", body, 1, args.connections)
-        served = {name: 0 for name in loads}
+        loads = {name: (s.raw_load(port, token, 1, args.connections),
+                        {"server": pid, "upstream": raw_pid})
+                 for name, (port, pid, token) in targets.items()}
+        loads["direct"] = (s.raw_load(raw_port, "direct", 1, args.connections),
+                           {"upstream": raw_pid})
         warm = max(args.requests // 4, args.connections)
-        for name, load in loads.items():
-            pids = {"upstream": raw_pid} if name == "direct" else \
-                {"server": targets[name][1], "upstream": raw_pid}
-            load.run(warm, pids)
-            served[name] += warm
-        got: dict[str, list[dict[str, float]]] = {name: [] for name in loads}
-        for _ in range(args.rounds):
-            for name, load in loads.items():
-                pids = {"upstream": raw_pid} if name == "direct" else \
-                    {"server": targets[name][1], "upstream": raw_pid}
-                got[name].append(load.run(args.requests, pids))
-                served[name] += args.requests
+        got = run_passes(loads, args.requests, args.rounds, warm)
+        served = dict.fromkeys(loads, warm + args.rounds * args.requests)
         out: dict[str, Any] = {"benchmark": "gateway_raw_floor", "cpus": os.cpu_count(),
                                "python": sys.version.split()[0], "parser": "httptools",
                                "requests": args.requests, "rounds": args.rounds,
                                "connections": args.connections}
         for name, runs in got.items():
-            out[f"{name}_rps"] = round(_median([r["rps"] for r in runs]), 1)
-            for who in ("server", "upstream", "client"):
-                if f"{who}_cpu_ms" in runs[0]:
-                    out[f"{name}_{who}_cpu_ms_per_request"] = round(
-                        _median([r[f"{who}_cpu_ms"] for r in runs]), 4)
-            out[f"{name}_errors"] = int(sum(r["errors"] for r in runs))
-            if name != "direct":
-                out[f"{name}_ceiling_rps"] = round(
-                    1000 / max(out[f"{name}_server_cpu_ms_per_request"], 1e-6), 1)
+            out.update(summarize(name, runs, ceiling=name != "direct"))
         if args.pairs:
             added = _pairs({name: (port, token) for name, (port, _, token) in targets.items()},
-                           raw_port, body, args.pairs)
+                           raw_port, json.dumps(BODY).encode(), args.pairs)
             for name, ms in added.items():
                 out[f"{name}_added_p50_ms"] = round(ms, 3)
             for name in targets:
                 served[name] += args.pairs + 50
-        for p in procs:
-            p.terminate()
-            p.join(5)
+        s.stop()
         for name, where in stores.items():
             with sqlite3.connect(where) as db:
                 out[f"{name}_stored_calls"] = db.execute(
                     "SELECT count(*) FROM model_calls").fetchone()[0]
             out[f"{name}_served_calls"] = served[name]
         if "gateway" in targets:
-            from agentmeter.store.db import Store
-
-            with Store.open(gw_store) as st:
-                out["gateway_stored_calls"] = len(st.model_calls("bench"))
+            out["gateway_stored_calls"] = stored_calls(gw_store)
             out["gateway_served_calls"] = served["gateway"]
         out["targets"] = {"gateway_rps": 5000, "added_p50_ms": 0.5}
-        print(json.dumps(out))
-    finally:
-        for load in loads.values():
-            load.close()
-        for p in procs:
-            p.terminate()
-            p.join(5)
-        tmp.cleanup()
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":
