@@ -9,6 +9,8 @@ results, fails the cases it attacks while the engine goes on and every other cas
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -252,3 +254,20 @@ async def test_scripted_solver_writes_the_reference_through_the_agents_shell(
     by_model = {t.config_id: t for t in store.latest_completed_trials(rid)}
     rewards = sorted((t.rewards["build"], t.reward) for t in by_model.values())
     assert rewards == [(0.0, 0.0), (1.0, 1.0)], [(t.status, t.error) for t in by_model.values()]
+
+
+def test_the_engine_runs_only_its_own_directory_s_modules(tmp_path: Path) -> None:
+    """The engine runs as root after the agent (``python3 -I engine.py``), its code in sibling
+    modules: they must come from its own (staged, root-only) directory, never from a module of
+    the same name in the current directory or on ``PYTHONPATH`` (the agent's workdir)."""
+    from agentmeter.verify.difftest import engine
+
+    marker = tmp_path / "planted module ran"
+    for name in ("engine_main", "engine_install", "engine_proc", "agentmeter_difftest_engine"):
+        (tmp_path / f"{name}.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    r = subprocess.run([sys.executable, "-I", engine.__file__, "--config", "/nonexistent",
+                        "--cases", "/nonexistent", "--out", str(tmp_path / "out")],
+                       cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)}, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "engine: " in r.stderr, r  # the real engine: no config
+    assert not marker.exists()

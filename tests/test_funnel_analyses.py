@@ -17,7 +17,7 @@ import pytest
 from agentmeter.metrics import funnel_analyses as fa
 from agentmeter.verify.difftest import compare
 from agentmeter.verify.difftest.config import Case, DifftestConfig, class_keys
-from agentmeter.verify.difftest.engine import structure
+from agentmeter.verify.difftest.engine_install import structure
 from agentmeter.verify.difftest.verifier import build_cause
 
 FIX = Path(__file__).parent / "fixtures" / "imports" / "clitoolbench"

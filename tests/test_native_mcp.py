@@ -1,4 +1,4 @@
-"""The native agent's MCP client (agents/native/mcp.py, mcp_transport.py) against a tiny MCP
+"""The native agent's MCP client (agents/native/mcp.py, its transports) against a tiny MCP
 server run inside a real local sandbox (tests/data/mcp_server.py): stdio and streamable HTTP
 (JSON and SSE replies), driven by the scripted model through the real gateway; and the hostile
 servers (a reply over the cap, a server that never answers), which cost the model an error
@@ -24,7 +24,8 @@ from agentmeter.agents.native.mcp import (
     McpTools,
     tool_name,
 )
-from agentmeter.agents.native.mcp_transport import HttpTransport, McpError, parse_http
+from agentmeter.agents.native.mcp_http import HttpTransport, parse_http
+from agentmeter.agents.native.mcp_transport import McpError
 from agentmeter.gateway import Gateway, ModelRegistry, ScriptedContext
 from agentmeter.pricing import PriceBook
 from agentmeter.records import NATIVE_TRANSCRIPT
@@ -224,7 +225,7 @@ async def test_a_trickled_reply_is_not_parsed_once_per_chunk(
     """Security review 2: every chunk re-parsed the whole reply so far (quadratic: 1 MB in
     100-byte writes took 17 s of the runner loop's CPU). Now the bytes parsed stay a small
     multiple of the reply, and a response at the end of an open stream is still found."""
-    from agentmeter.agents.native import mcp_transport
+    from agentmeter.agents.native import mcp_http
 
     parsed = [0]
 
@@ -232,7 +233,7 @@ async def test_a_trickled_reply_is_not_parsed_once_per_chunk(
         parsed[0] += len(raw)
         return parse_http(raw, eof, want)
 
-    monkeypatch.setattr(mcp_transport, "parse_http", counting)
+    monkeypatch.setattr(mcp_http, "parse_http", counting)
     transport = HttpTransport(_Trickler(), "http://mcp:8000/mcp", "/")  # type: ignore[arg-type]
     reply = await asyncio.wait_for(
         transport.request({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, 30), 20)

@@ -7,7 +7,7 @@ client is our own small JSON-RPC one (MCP's wire format is a few messages): no M
 Every byte to and from a server goes through the sandbox, never from the host into the task's
 network: ``streamable-http`` as one ``exec`` of a bash ``/dev/tcp`` script per request, ``stdio``
 as the server's ``command`` run in the sandbox for the whole run, fed through a FIFO (the
-transports: agents/native/mcp_transport.py).
+transports: agents/native/mcp_transport.py, mcp_http.py, mcp_stdio.py).
 
 Replies are untrusted data: one reply is at most ``MAX_REPLY_BYTES`` (mcp_transport; the exec
 is stopped beyond it), every request has a time limit, at most ``MAX_TOOLS`` tools per server
@@ -26,14 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentmeter.agents.native.mcp_transport import (
-    PROTOCOL_VERSION,
-    HttpTransport,
-    McpError,
-    StdioTransport,
-    Transport,
-    clip,
-)
+from agentmeter.agents.native.mcp_http import HttpTransport
+from agentmeter.agents.native.mcp_stdio import StdioTransport
+from agentmeter.agents.native.mcp_transport import PROTOCOL_VERSION, McpError, Transport, clip
 from agentmeter.agents.native.tools import ToolSpec
 from agentmeter.sandbox.protocol import Sandbox
 from agentmeter.tasks.models import McpServer

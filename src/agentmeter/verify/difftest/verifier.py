@@ -48,7 +48,8 @@ RESULTS_MAX_BYTES = 256 << 20
 
 def engine_files() -> dict[str, bytes]:
     pkg = resources.files("agentmeter.verify.difftest")
-    return {name: (pkg / name).read_bytes() for name in ("engine.py",)}
+    return {name: (pkg / name).read_bytes()
+            for name in ("engine.py", "engine_main.py", "engine_install.py", "engine_proc.py")}
 
 
 def engine_config(cfg: DifftestConfig, workspace: str) -> bytes:
