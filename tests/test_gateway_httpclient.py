@@ -145,10 +145,10 @@ class FakeTransport(asyncio.Transport):
         self.paused = False
 
 
-def _conn(stream: bool = False, limit: int | None = None) -> httpclient._Conn:
+def _conn(stream: bool = False) -> httpclient._Conn:
     conn = httpclient._Conn(UpstreamClient(), ("http", "h", 80))
     conn.connection_made(FakeTransport())
-    conn.begin(limit, stream=stream)
+    conn.begin(stream=stream)
     conn.active = True
     return conn
 
@@ -469,5 +469,41 @@ async def test_https_with_sni_and_verification(serve: Any, tmp_path: Path) -> No
     try:
         with pytest.raises(ConnectFailed, match="CERTIFICATE_VERIFY_FAILED"):
             await post(client, target)
+    finally:
+        client.close()
+
+
+async def test_interim_replies_are_skipped_within_the_head_bound() -> None:
+    conn = _conn()
+    conn.data_received(b"HTTP/1.1 100 Continue\r\n\r\n" + ok())
+    assert (conn.status, conn.complete, conn.take()) == (200, True, b'{"ok":true}')
+    conn = _conn()  # endless interim replies: bounded as one head
+    for _ in range(10000):
+        conn.data_received(b"HTTP/1.1 100 Continue\r\nX: y\r\n\r\n")
+        if conn.error is not None:
+            break
+    assert isinstance(conn.error, ReplyBroken) and not conn.headers_done
+
+
+async def test_a_large_whole_reply_is_read_and_a_streamed_request_read_whole_is_bounded(
+        serve: Any, monkeypatch: Any) -> None:
+    """Beyond the stream buffer a whole read goes on (it never pauses); a streamed request's
+    reply read whole (an error, not an event stream) is bounded like any whole reply."""
+    big = ok(b"x" * (4 * httpclient.STREAM_BUFFER))
+    _, target = await serve(replies(big, big, ok(b"y" * 3000)))
+    client = UpstreamClient()
+    try:
+        r = await post(client, target, read_timeout=2)
+        assert len(await r.read()) == 4 * httpclient.STREAM_BUFFER
+        r.release()
+        r = await post(client, target, stream=True, read_timeout=2)
+        await asyncio.sleep(0.1)  # the stream's buffer fills and reading pauses first
+        assert len(await r.read()) == 4 * httpclient.STREAM_BUFFER
+        r.release()
+        monkeypatch.setattr(httpclient, "MAX_REPLY_BYTES", 2000)
+        r = await post(client, target, stream=True)
+        with pytest.raises(ReplyTooLarge):
+            await r.read()
+        r.release()
     finally:
         client.close()

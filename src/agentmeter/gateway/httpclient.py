@@ -32,7 +32,7 @@ MAX_REPLY_BYTES = 32 * 1024 * 1024
 #: a stream's bytes received and not yet taken by its reader before reading pauses
 STREAM_BUFFER = 256 * 1024
 #: kept-alive connections per origin, and how long one stays idle before it is closed
-MAX_IDLE = 64
+MAX_IDLE = 256
 IDLE_S = 30.0
 
 
@@ -94,10 +94,13 @@ class _Conn(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.idle_since = 0.0
         self.active = False
-        self.begin(None, stream=False)
+        self.begin(stream=False)
 
-    def begin(self, limit: int | None, *, stream: bool) -> None:
-        self.limit, self.stream = limit, stream
+    def begin(self, *, stream: bool) -> None:
+        """A new reply: read whole (its body bounded by ``MAX_REPLY_BYTES``) or streamed (its
+        unread bytes bounded by ``STREAM_BUFFER``)."""
+        self.stream = stream
+        self.limit: int | None = None if stream else MAX_REPLY_BYTES
         self.status = 0
         self.headers: dict[str, str] = {}
         self.head_bytes = self.header_count = 0
@@ -159,8 +162,11 @@ class _Conn(asyncio.Protocol):
         self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
-        self.headers_done = True
         self.status = self.parser.get_status_code()
+        if self.status < 200:  # an interim reply (100 Continue): its head counts in the bounds
+            self.headers = {}
+            return
+        self.headers_done = True
         chunked = "chunked" in self.headers.get("transfer-encoding", "").lower()
         self.until_close = not chunked and "content-length" not in self.headers \
             and self.status not in (204, 304) and self.status >= 200
@@ -173,13 +179,16 @@ class _Conn(asyncio.Protocol):
             raise self.error
         self.body.append(body)
         self.buffered += len(body)
-        if self.buffered > STREAM_BUFFER and not self.paused and self.transport is not None:
+        if self.limit is None and self.buffered > STREAM_BUFFER and not self.paused \
+                and self.transport is not None:
             self.paused = True
             self.transport.pause_reading()
         if self.stream:
             self._wake()
 
     def on_message_complete(self) -> None:
+        if not self.headers_done:  # the end of an interim reply: the real one follows
+            return
         self.complete = True
         self.keep_alive = self.parser.should_keep_alive()  # only true until this returns
         self._wake()
@@ -216,6 +225,17 @@ class _Conn(asyncio.Protocol):
             self.timer.cancel()
             self.timer = self.waiter = None
 
+    def whole(self) -> None:
+        """Read the rest whole: bounded by ``MAX_REPLY_BYTES``, no longer paused."""
+        self.stream, self.limit = False, MAX_REPLY_BYTES
+        if self.total > self.limit:  # received before, while streamed
+            error = ReplyTooLarge(f"reply body beyond {self.limit} bytes")
+            self._fail(error)
+            raise error
+        if self.paused and self.transport is not None:
+            self.paused = False
+            self.transport.resume_reading()
+
     def take(self) -> bytes:
         """The body read so far (reading resumes if it paused)."""
         data = self.body[0] if len(self.body) == 1 else b"".join(self.body)
@@ -246,6 +266,7 @@ class Reply:
 
     async def read(self) -> bytes:
         conn = self._conn
+        conn.whole()
         while not conn.complete:
             if conn.error is not None:
                 raise conn.error
@@ -297,7 +318,7 @@ class UpstreamClient:
             if conn is None:
                 fresh = True
                 conn = await self._connect(target, connect_timeout)
-            conn.begin(None if stream else MAX_REPLY_BYTES, stream=stream)
+            conn.begin(stream=stream)
             conn.active = True
             try:
                 assert conn.transport is not None
