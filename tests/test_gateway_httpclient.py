@@ -315,13 +315,27 @@ async def test_a_body_read_until_close(serve: Any) -> None:
 
 async def test_an_oversized_whole_reply_is_refused(serve: Any, monkeypatch: Any) -> None:
     monkeypatch.setattr(httpclient, "MAX_REPLY_BYTES", 1000)
-    _, target = await serve(replies(ok(b"x" * 1001), ok(b"x" * 1000)))
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n")
+        for _ in range(100):  # the body after the head, while it is read
+            await asyncio.sleep(0.01)
+            writer.write(b"x" * 10000)
+            await writer.drain()
+
+    _, target = await serve(handle)
     client = UpstreamClient()
     try:
         r = await post(client, target)
         with pytest.raises(ReplyTooLarge):
             await r.read()
         r.release()
+    finally:
+        client.close()
+    _, target = await serve(replies(ok(b"x" * 1000)))
+    client = UpstreamClient()
+    try:
         r = await post(client, target)  # at the limit: read
         assert len(await r.read()) == 1000
         r.release()
@@ -369,10 +383,15 @@ async def test_a_stream_the_reader_does_not_take_pauses_reading() -> None:
     assert len(conn.take()) == conn.total and not conn.paused
 
 
-async def test_unasked_bytes_on_an_idle_connection_close_it(serve: Any) -> None:
+@pytest.mark.parametrize("later", [False, True], ids=["with-the-reply", "when-idle"])
+async def test_unasked_bytes_close_the_connection(serve: Any, later: bool) -> None:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
-        writer.write(ok() + ok())  # a second reply nobody asked for
+        writer.write(ok())
+        if later:
+            await writer.drain()
+            await asyncio.sleep(0.02)
+        writer.write(ok())  # a second reply nobody asked for
         await writer.drain()
         await reader.read()
 
@@ -382,7 +401,7 @@ async def test_unasked_bytes_on_an_idle_connection_close_it(serve: Any) -> None:
         r = await post(client, target)
         await r.read()
         r.release()
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.1)
         assert client._take(target.origin) is None  # not kept: it is closed
     finally:
         client.close()

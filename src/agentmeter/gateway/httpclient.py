@@ -123,9 +123,6 @@ class _Conn(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
-        if not self.active or self.complete or self.error is not None:
-            self._fail(ReplyBroken("the upstream sent bytes no request asked for"))
-            return
         self.received = True
         self.last_data = self.loop.time()
         if not self.headers_done:
@@ -150,7 +147,7 @@ class _Conn(asyncio.Protocol):
 
     # -- httptools callbacks ---------------------------------------------------------------
     def on_message_begin(self) -> None:
-        if self.complete:  # a second reply in the bytes of the first
+        if self.complete:  # a second reply, with the first or on an idle connection
             self.error = ReplyBroken("the upstream sent bytes no request asked for")
             raise self.error
 
