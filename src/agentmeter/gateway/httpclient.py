@@ -31,7 +31,8 @@ MAX_HEADERS = 100
 MAX_REPLY_BYTES = 32 * 1024 * 1024
 #: a stream's bytes received and not yet taken by its reader before reading pauses
 STREAM_BUFFER = 256 * 1024
-#: kept-alive connections per origin, and how long one stays idle before it is closed
+#: kept-alive connections per origin, and how long one may stay idle (those idle longer are
+#: closed when a connection is next given back; a peer closing one is seen at once)
 MAX_IDLE = 256
 IDLE_S = 30.0
 
@@ -166,7 +167,7 @@ class _Conn(asyncio.Protocol):
         self.headers_done = True
         chunked = "chunked" in self.headers.get("transfer-encoding", "").lower()
         self.until_close = not chunked and "content-length" not in self.headers \
-            and self.status not in (204, 304) and self.status >= 200
+            and self.status not in (204, 304)
         self._wake()
 
     def on_body(self, body: bytes) -> None:
