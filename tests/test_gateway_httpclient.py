@@ -269,3 +269,27 @@ async def test_idle_connections_are_closed_after_idle_s(serve: Any, monkeypatch:
         assert idle.transport is not None and idle.transport.is_closing()
     finally:
         client.close()
+
+
+async def test_a_read_cancelled_closes_the_connection_at_once(serve: Any) -> None:
+    """A local provider's call whose client hung up is cancelled: the server sees the
+    connection end while it is still generating."""
+    ended = asyncio.Event()
+
+    async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\nstill generat")
+        await writer.drain()
+        await reader.read()  # EOF: the client closed
+        ended.set()
+
+    _, target = await serve(slow)
+    client = UpstreamClient()
+    try:
+        r = await post(client, target)
+        task = asyncio.ensure_future(r.read())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        await asyncio.wait_for(ended.wait(), 5)
+    finally:
+        client.close()

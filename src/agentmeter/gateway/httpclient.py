@@ -263,12 +263,18 @@ class Reply:
         self._released = False
 
     async def read(self) -> bytes:
+        """The whole body. On an error or a cancellation (a local provider's client hung up)
+        the connection is closed at once, so the upstream stops generating."""
         conn = self._conn
-        conn.whole()
-        while not conn.complete:
-            if conn.error is not None:
-                raise conn.error
-            await conn.wait(self._timeout)
+        try:
+            conn.whole()
+            while not conn.complete:
+                if conn.error is not None:
+                    raise conn.error
+                await conn.wait(self._timeout)
+        except BaseException:
+            self.abort()
+            raise
         return conn.take()
 
     async def chunks(self) -> AsyncIterator[bytes]:
