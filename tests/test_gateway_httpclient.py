@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import gc
 import ssl
 from pathlib import Path
 from typing import Any
@@ -291,5 +292,30 @@ async def test_a_read_cancelled_closes_the_connection_at_once(serve: Any) -> Non
         await asyncio.sleep(0.05)
         task.cancel()
         await asyncio.wait_for(ended.wait(), 5)
+    finally:
+        client.close()
+
+
+async def test_a_reply_dropped_unreleased_closes_its_connection(serve: Any) -> None:
+    """A stream whose reader failed before it took anything (say, the client's side broke
+    first) does not hold its connection, nor let the upstream go on, once dropped."""
+    ended = asyncio.Event()
+
+    async def stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+        await writer.drain()
+        await reader.read()
+        ended.set()
+
+    _, target = await serve(stream)
+    client = UpstreamClient()
+    try:
+        r = await post(client, target, stream=True)
+        chunks = r.chunks()
+        del r, chunks
+        gc.collect()
+        await asyncio.wait_for(ended.wait(), 5)
+        assert not client._open
     finally:
         client.close()

@@ -16,6 +16,7 @@ stream's unread bytes (``STREAM_BUFFER``: reading pauses until the reader takes 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import ssl
 from collections.abc import AsyncIterator
@@ -293,6 +294,11 @@ class Reply:
         if not self._released:
             self._released = True
             self._conn.client._give_back(self._conn)
+
+    def __del__(self) -> None:  # a reply dropped unreleased (its reader failed): never leaked
+        if not self._released and self._conn.transport is not None:
+            with contextlib.suppress(RuntimeError):  # the loop already closed
+                self._conn.transport.abort()
 
     def abort(self) -> None:
         """Close the connection now (the upstream stops sending)."""
