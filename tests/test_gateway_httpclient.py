@@ -15,7 +15,7 @@ import pytest
 from upstream_servers import CHUNKED, fed_conn, ok, post, read_request, replies, serve
 
 from agentmeter.gateway import httpclient
-from agentmeter.gateway.httpclient import ConnectFailed, ReplyBroken, UpstreamClient
+from agentmeter.gateway.httpclient import ConnectFailed, ReplyBroken, Target, UpstreamClient
 
 __all__ = ["serve"]  # the fixture
 
@@ -319,3 +319,14 @@ async def test_a_reply_dropped_unreleased_closes_its_connection(serve: Any) -> N
         assert not client._open
     finally:
         client.close()
+
+
+def test_targets_parsed_once_as_urls_are() -> None:
+    t = Target.parse("https://h.example/v1beta/models/gemini 2:streamGenerateContent?alt=sse")
+    assert (t.origin, t.host_header) == (("https", "h.example", 443), "h.example")
+    assert t.path == "/v1beta/models/gemini%202:streamGenerateContent?alt=sse"
+    t = Target.parse("http://[::1]:8080/v1/models/é%20x")
+    assert (t.origin, t.host_header, t.path) == (("http", "::1", 8080), "[::1]:8080",
+                                                  "/v1/models/%C3%A9%20x")
+    with pytest.raises(ValueError):
+        Target.parse("ftp://h/x")

@@ -21,7 +21,7 @@ import socket
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import httptools
 
@@ -58,6 +58,10 @@ class ReplyTooLarge(UpstreamError):
     """A whole reply's body beyond its limit (``MAX_REPLY_BYTES``)."""
 
 
+#: characters a URL's path or query keeps as they are (others are percent-encoded)
+_SAFE = "/:@!$&'()*+,;=-._~%?"
+
+
 @dataclass(frozen=True)
 class Target:
     """A parsed URL: its origin (the pool's key), its request target and ``Host`` header."""
@@ -82,7 +86,8 @@ class Target:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {url!r}")
         port = parts.port or (443 if parts.scheme == "https" else 80)
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        path = quote(parts.path or "/", safe=_SAFE) + \
+            (f"?{quote(parts.query, safe=_SAFE)}" if parts.query else "")  # as yarl did
         return cls(parts.scheme, parts.hostname, port, path, parts.netloc.rpartition("@")[2])
 
 
