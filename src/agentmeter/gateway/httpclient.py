@@ -369,7 +369,7 @@ class UpstreamClient:
                     server_hostname=target.host if tls is not None else None)
         except TimeoutError:
             raise ConnectFailed(f"no connection within {timeout:g} s") from None
-        except OSError as e:  # refused, unreachable, DNS, TLS (ssl.SSLError)
+        except (OSError, ValueError) as e:  # refused, unreachable, DNS, TLS, a bad host name
             raise ConnectFailed(f"{type(e).__name__}: {e}") from e
         self._open.add(conn)
         return conn
