@@ -12,7 +12,6 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from agentmeter.gateway import translate
@@ -30,6 +29,7 @@ from agentmeter.gateway.call import (
     hung_up,
 )
 from agentmeter.gateway.errors import error_body, error_message
+from agentmeter.gateway.httpclient import UpstreamError
 from agentmeter.gateway.metering import StreamUsage, body_usage
 from agentmeter.gateway.neutral import completion_events
 from agentmeter.gateway.sse import SseEvent, SseParser, encode, loads_object
@@ -302,7 +302,7 @@ async def _stream(client: ClientStream, reply: UpstreamReply,
                 await emit(reframed(rest) + framing.close())
             elif drop_usage_chunk:
                 await emit(b"".join(ev.raw for ev in rest if not _usage_only(ev)))
-        except (TimeoutError, aiohttp.ClientError) as e:
+        except (TimeoutError, UpstreamError) as e:
             _upstream_problem(call, f"upstream stream broke: {type(e).__name__}: {e}")
             broke = True
         if tracker.error:

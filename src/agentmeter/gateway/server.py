@@ -19,6 +19,7 @@ from agentmeter.gateway.bounds import BodyRefused, GatewayLimits
 from agentmeter.gateway.call import JSON, Call, CallEnv, settle, worst_case
 from agentmeter.gateway.calls import forward, refuse_budget, refuse_request
 from agentmeter.gateway.errors import error_bytes
+from agentmeter.gateway.httpclient import UpstreamClient
 from agentmeter.gateway.localmodels import LocalModelError, LocalServers
 from agentmeter.gateway.metering import (
     Budget,
@@ -91,7 +92,7 @@ class Gateway:
         self._upstreams: dict[str, Upstream] = {}
         self._scripted = ScriptedModel()
         self._local = LocalServers()  # local/<model>: llama.cpp servers this gateway started
-        self._session: aiohttp.ClientSession | None = None
+        self._client: UpstreamClient | None = None  # kept-alive connections to upstreams
         self._runner: web.AppRunner | None = None
         self._writer = CallWriter(lone=lambda: len(self._live) <= 1)
         self._own_socket_dir: Path | None = None
@@ -128,9 +129,7 @@ class Gateway:
         for path in ("/v1/models", "/models"):
             app.router.add_get(path, self._list_models)
         app.router.add_route("*", "/{tail:.*}", self._fallback)
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300),
-            auto_decompress=True)
+        self._client = UpstreamClient()
         # a body left unread (a refused request) closes its connection at once (no lingering)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
                                      lingering_time=0,
@@ -179,9 +178,9 @@ class Gateway:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), 5)
         self._servers.clear()
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
         await self._writer.close()
         self._upstreams.clear()
         await self._local.stop()
@@ -290,10 +289,10 @@ class Gateway:
             if um.scripted:
                 up = ScriptedUpstream(um, self._scripted)
             else:
-                if self._session is None:
+                if self._client is None:
                     raise GatewayError("the gateway is not started")
                 target = um if base_url is None else um.model_copy(update={"base_url": base_url})
-                up = HttpUpstream(target, key, self._session, self.retry)
+                up = HttpUpstream(target, key, self._client, self.retry)
             self._upstreams[cache_key] = up
         return up, key
 

@@ -10,10 +10,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import aiohttp
-from yarl import URL
-
 from agentmeter.gateway.errors import error_bytes
+from agentmeter.gateway.httpclient import (
+    ReadTimeout,
+    Reply,
+    ReplyTooLarge,
+    Target,
+    UpstreamClient,
+    UpstreamError,
+)
 from agentmeter.gateway.registry import UpstreamModel
 from agentmeter.gateway.scripted.model import ScriptedModel
 from agentmeter.gateway.scripted.policy import Policy
@@ -80,14 +85,18 @@ def read_timed_out(e: BaseException) -> bool:
     may be generating (and billing) it still, and each retry would be another unmetered
     generation. It is the call's failure, charged its reservation (``calls.finish_call``); a
     request whose generation outlasts ``read_timeout`` is the agent's (stream it instead)."""
-    return isinstance(e, aiohttp.ServerTimeoutError) and \
-        not isinstance(e, aiohttp.ConnectionTimeoutError)
+    return isinstance(e, ReadTimeout)
 
 
 def _unanswered(req: UpstreamRequest, url: str, e: BaseException, attempts: int) -> UpstreamReply:
-    problem = (f"no answer from {url} within the read timeout after the request was sent "
-               f"({type(e).__name__}): not retried, charged its reservation")
-    return UpstreamReply(504, "application/json", body=error_bytes(req.api, 504, problem),
+    """A sent request with no usable answer: a read timeout, or a whole reply beyond
+    ``httpclient.MAX_REPLY_BYTES`` (generated, so likely billed: not retried either)."""
+    timed_out = read_timed_out(e)
+    what = "within the read timeout" if timed_out else "within the reply size limit"
+    problem = (f"no answer from {url} {what} after the request was sent "
+               f"({type(e).__name__}: {e}): not retried, charged its reservation")
+    status = 504 if timed_out else 502
+    return UpstreamReply(status, "application/json", body=error_bytes(req.api, status, problem),
                          attempts=attempts, unanswered=problem)
 
 
@@ -117,13 +126,13 @@ class ScriptedUpstream:
 
 def retry_after(headers: Any) -> float | None:
     """Seconds from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date)."""
-    ms = headers.get("retry-after-ms")
+    ms = headers.get("retry-after-ms")  # names as sent, or lower-case (httpclient.Reply)
     if ms:
         try:
             return max(float(ms) / 1000, 0.0)
         except ValueError:
             pass
-    value = headers.get("Retry-After")
+    value = headers.get("Retry-After") or headers.get("retry-after")
     if not value:
         return None
     try:
@@ -137,31 +146,33 @@ def retry_after(headers: Any) -> float | None:
     return max(when.timestamp() - time.time(), 0.0)
 
 
+#: header values never forwarded as they are: they would end the header (injection)
+_UNSAFE = str.maketrans("", "", "\r\n\0")
+
+
 class HttpUpstream:
     """A provider endpoint. The real key is injected here, from the host environment."""
 
-    def __init__(self, model: UpstreamModel, key: str | None, session: aiohttp.ClientSession,
+    def __init__(self, model: UpstreamModel, key: str | None, client: UpstreamClient,
                  retry: RetryPolicy) -> None:
-        self.model, self.key, self.session, self.retry = model, key, session, retry
-        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=retry.connect_timeout,
-                                              sock_read=retry.read_timeout)
-        self._urls: dict[tuple[WireApi, bool], URL] = {}  # parsed once, not per request
+        self.model, self.key, self.client, self.retry = model, key, client, retry
+        self._targets: dict[tuple[WireApi, bool], Target] = {}  # parsed once, not per request
 
-    def _url(self, req: UpstreamRequest) -> URL:
+    def _target(self, req: UpstreamRequest) -> Target:
         key = (req.api, req.api == "gemini" and req.stream)
-        url = self._urls.get(key)
-        if url is None:
+        target = self._targets.get(key)
+        if target is None:
             path = GEMINI_STREAM_PATH if key[1] else API_PATHS[req.api]
-            url = self._urls[key] = URL(self.model.base_url.rstrip("/") + path.replace(
+            target = self._targets[key] = Target.parse(self.model.base_url.rstrip("/") + path.replace(
                 "{model}", self.model.model_id))
-        return url
+        return target
 
     def _headers(self, req: UpstreamRequest) -> dict[str, str]:
         headers = {"Content-Type": "application/json",
                    "Accept": "text/event-stream" if req.stream else "application/json"}
         for name in FORWARDED_HEADERS:
             if name in req.headers:
-                headers[name] = req.headers[name]
+                headers[name] = req.headers[name].translate(_UNSAFE)
         if req.api == "messages":
             headers.setdefault("anthropic-version", "2023-06-01")
             if self.key:
@@ -173,51 +184,60 @@ class HttpUpstream:
             headers["Authorization"] = f"Bearer {self.key}"
         return headers
 
+    def _head(self, target: Target, req: UpstreamRequest, length: int) -> bytes:
+        """The request line and headers, ended by a blank line."""
+        lines = [f"POST {target.path} HTTP/1.1", f"Host: {target.host_header}",
+                 f"Content-Length: {length}", "Accept-Encoding: identity"]
+        lines += [f"{name}: {value}" for name, value in self._headers(req).items()]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape")
+
     async def send(self, req: UpstreamRequest) -> UpstreamReply:
-        url = self._url(req)
+        target = self._target(req)
+        url = target.url
         data = json.dumps(req.body).encode()
-        headers = self._headers(req)
-        timeout = self._timeout
+        head = self._head(target, req, len(data))
+        retry = self.retry
         last: UpstreamReply | None = None
         problem = ""
-        attempts = self.retry.max_retries + 1
+        attempts = retry.max_retries + 1
         for attempt in range(attempts):
-            delay = self.retry.backoff(attempt)
+            delay = retry.backoff(attempt)
             try:
-                resp = await self.session.post(url, data=data, headers=headers, timeout=timeout)
-            except (TimeoutError, aiohttp.ClientError, OSError) as e:
+                resp = await self.client.request(
+                    target, head, data, connect_timeout=retry.connect_timeout,
+                    read_timeout=retry.read_timeout, stream=req.stream)
+            except UpstreamError as e:
                 if read_timed_out(e):
-                    return _unanswered(req, str(url), e, attempt + 1)
+                    return _unanswered(req, url, e, attempt + 1)
                 problem = f"cannot reach {url}: {type(e).__name__}: {e}"
                 last = None
             else:
-                ctype = resp.content_type or "application/json"
+                ctype = resp.content_type
                 if resp.status == 429 or resp.status >= 500:
                     try:
                         body = await resp.read()
-                    except (TimeoutError, aiohttp.ClientError):
+                    except UpstreamError:
                         body = b""
                     resp.release()
                     last = UpstreamReply(resp.status, ctype, body=body, attempts=attempt + 1)
                     problem = f"upstream answered {resp.status}"
                     hinted = retry_after(resp.headers)
                     if hinted is not None:
-                        delay = min(hinted, self.retry.max_delay)
+                        delay = min(hinted, retry.max_delay)
                 elif resp.status == 200 and req.stream and ctype == "text/event-stream":
 
-                    async def release(r: aiohttp.ClientResponse = resp) -> None:
+                    async def release(r: Reply = resp) -> None:
                         r.release()
 
-                    return UpstreamReply(200, ctype, chunks=resp.content.iter_any(),
-                                         release=release, abort=resp.close,
-                                         attempts=attempt + 1)
+                    return UpstreamReply(200, ctype, chunks=resp.chunks(), release=release,
+                                         abort=resp.abort, attempts=attempt + 1)
                 else:
                     try:
                         body = await resp.read()
-                    except (TimeoutError, aiohttp.ClientError) as e:
+                    except UpstreamError as e:
                         resp.release()
-                        if read_timed_out(e):
-                            return _unanswered(req, str(url), e, attempt + 1)
+                        if read_timed_out(e) or isinstance(e, ReplyTooLarge):
+                            return _unanswered(req, url, e, attempt + 1)
                         problem = f"upstream body lost: {type(e).__name__}: {e}"
                         last = None
                         if attempt + 1 < attempts:
