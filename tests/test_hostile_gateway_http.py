@@ -314,3 +314,23 @@ async def test_obs_fold_and_bare_lf_heads_are_refused_or_read_one_way(tcp: Targe
     conn.close()
     assert tcp.calls() == (got is not None and got.status == 200) and tcp.calls("b") == 0
     await tcp.serves()
+
+
+@pytest.mark.parametrize("endless", [b"X-T: ", b"X-T"], ids=["value", "name"])
+async def test_an_endless_trailer_is_refused_before_it_fills_memory(endless: bytes) -> None:
+    """A chunked body's last chunk, then one trailer line that never ends (far off the body
+    deadline): the trailer is held to the head's limits, not buffered until the deadline."""
+    gw = await start(LIMITS.model_copy(update={"body_timeout_s": 20.0}))
+    try:
+        t = target_of(gw, "tcp")
+        conn = await t.conn()
+        base = rss()
+        sent = await flood(conn, chunked(t.token, b"5\r\nhello\r\n0\r\n" + endless),
+                           b"v" * 65536)
+        grew = rss() - base
+        assert sent < 16 * MIB and grew < 32 * MIB, (sent / MIB, grew / MIB)
+        conn.reset()
+        assert await eventually_async(lambda: t.held() == (0, 0), timeout=5)
+        await t.serves()
+    finally:
+        await gw.stop(drain_s=1)
