@@ -334,3 +334,25 @@ async def test_an_endless_trailer_is_refused_before_it_fills_memory(endless: byt
         await t.serves()
     finally:
         await gw.stop(drain_s=1)
+
+
+@pytest.mark.parametrize("target", [
+    b"*", b"http://[::1/v1/chat/completions", b"//", b"\xff\xfe/x", b"http://a:99999999/x",
+    b"/v1/chat%2Fcompletions", b"/v1/chat/completions%00", b"/%", b"/?key=%zz&key",
+    b"http://user:pw@gw" + CHAT.encode(),
+], ids=["star", "bracket", "slashes", "bytes", "port", "pct-slash", "pct-nul", "pct", "query",
+        "userinfo"])
+async def test_an_odd_request_target_is_answered_and_leaks_nothing(tcp: Target,
+                                                                   target: bytes) -> None:
+    """A target the URL parser may choke on (inside the server's callbacks): answered or
+    closed, never a 5xx, and its connection released (no descriptor left)."""
+    base = fds()
+    conn = await tcp.conn()
+    await conn.send(b"POST " + target + b" HTTP/1.1\r\nHost: gw\r\nContent-Length: 0\r\n"
+                    b"Connection: close\r\n\r\n")
+    got = await conn.final()
+    assert got is None or got.status < 500, (got.status, got.body[:200])
+    await conn.closed()
+    conn.close()
+    assert await eventually_async(lambda: fds() <= base, timeout=5)
+    await tcp.serves()
