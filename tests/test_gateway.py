@@ -197,7 +197,7 @@ def test_forwarded_headers_only_the_listed_ones() -> None:
     from unittest import mock
 
     from agentmeter.gateway.calls import forwarded_headers
-    from agentmeter.gateway.http import Headers
+    from agentmeter.gateway.httprequest import Headers
 
     request = mock.Mock(headers=Headers([(k.lower(), v) for k, v in [
         ("Authorization", "Bearer am-token"), ("X-Api-Key", "am-token"), ("Cookie", "c=1"),

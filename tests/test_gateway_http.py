@@ -17,6 +17,7 @@ from test_hostile_gateway import GatedUpstream, closed_within, gated, head, star
 
 from agentmeter.gateway import Gateway
 from agentmeter.gateway import http as gw_http
+from agentmeter.gateway.httprequest import Request
 
 __all__ = ["gated"]  # the fixture, used by name
 
@@ -176,7 +177,7 @@ async def test_a_pipelined_body_is_not_read_ahead(gated: tuple[GatedUpstream, in
         writer.write(b"x" * size)  # not drained: the gateway takes little of it
         await asyncio.sleep(0.5)
         (conn,) = gw._http.connections if gw._http else ()
-        assert conn.waiting and isinstance(conn.waiting[0], gw_http.Request)
+        assert conn.waiting and isinstance(conn.waiting[0], Request)
         assert conn.waiting[0].buffered <= gw_http.BODY_BUFFER + 256 * 1024
         assert writer.transport.get_write_buffer_size() > size // 2
         writer.close()

@@ -14,6 +14,9 @@ sends. :class:`GatewayLimits` says how much; the rest enforces it:
   (then the connection is aborted; a call under way is still metered);
 - per connecting client (an IP address over TCP, a process over the Unix socket: each trial's
   bridge is its own), ``max_connections_per_client`` connections at once (beyond: 503, closed).
+
+The server (``http``) enforces the per-connection bounds and the gate; the handlers read the
+body through ``read_body``.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
-    from agentmeter.gateway.http import Request
+    from agentmeter.gateway.httprequest import Request
 
 MIB = 1024 * 1024
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from agentmeter.gateway import translate
 from agentmeter.gateway import usage as usage_fields
 from agentmeter.gateway.errors import convert_error, error_bytes
-from agentmeter.gateway.http import Request
+from agentmeter.gateway.httprequest import Request
 from agentmeter.gateway.httpresponse import Response
 from agentmeter.gateway.metering import Reservation, TrialState, body_usage
 from agentmeter.gateway.neutral import NeutralUsage

@@ -29,7 +29,7 @@ from agentmeter.gateway.call import (
 )
 from agentmeter.gateway.clientstream import ClientStream, _restream, _stream
 from agentmeter.gateway.errors import error_bytes, gemini_budget_bytes
-from agentmeter.gateway.http import Request
+from agentmeter.gateway.httprequest import Request
 from agentmeter.gateway.httpresponse import Response, StreamResponse
 from agentmeter.gateway.metering import REQUEST_REFUSED
 from agentmeter.gateway.sse import loads_object

@@ -29,7 +29,7 @@ from agentmeter.gateway.call import (
     hung_up,
 )
 from agentmeter.gateway.errors import error_body, error_message
-from agentmeter.gateway.http import Request
+from agentmeter.gateway.httprequest import Request
 from agentmeter.gateway.httpresponse import StreamResponse
 from agentmeter.gateway.metering import StreamUsage, body_usage
 from agentmeter.gateway.neutral import completion_events

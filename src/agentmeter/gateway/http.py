@@ -11,7 +11,7 @@ pipelined ahead (reading paused while one waits; beyond ``MAX_PIPELINED`` parsed
 the connection ends after answering them). Ambiguous framing (``Content-Length`` with
 ``Transfer-Encoding``, several ``Content-Length``, a coding other than chunked), an ``Expect``
 other than ``100-continue``, a protocol upgrade and an unparsable request are refused (400 or
-417), and the connection closed. The responses are in ``httpresponse``.
+417), and the connection closed. The requests are in ``httprequest``, the responses in ``httpresponse``.
 """
 
 from __future__ import annotations
@@ -20,20 +20,17 @@ import asyncio
 import collections
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, cast, overload
-from urllib.parse import parse_qsl, unquote
+from typing import cast
 
 import httptools
 
 from agentmeter.gateway.bounds import ConnectionGate, GatewayLimits, client_key
+from agentmeter.gateway.httprequest import Headers, Refused, Request, check_framing
 from agentmeter.gateway.httpresponse import (
     Response,
     StreamResponse,
     refusal_bytes,
 )
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
 
 log = logging.getLogger(__name__)
 
@@ -48,130 +45,8 @@ BODY_BUFFER = 64 * 1024
 #: requests parsed ahead of the one handled (one read can hold many small ones; beyond: the
 #: rest of the connection is dropped once they are answered)
 MAX_PIPELINED = 16
-_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 Handler = Callable[["Request"], Awaitable[Response | StreamResponse]]
-
-
-class Refused(Exception):
-    """A request the server answers itself, then closes the connection."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status, self.message = status, message
-
-
-class Headers:
-    """A request's headers, looked up by name whatever its case (names stored lower-case)."""
-
-    __slots__ = ("_map",)
-
-    def __init__(self, pairs: list[tuple[str, str]]) -> None:
-        self._map: dict[str, list[str]] = {}
-        for name, value in pairs:
-            self._map.setdefault(name, []).append(value)
-
-    @overload
-    def get(self, name: str) -> str | None: ...
-
-    @overload
-    def get(self, name: str, default: str) -> str: ...
-
-    def get(self, name: str, default: str | None = None) -> str | None:
-        values = self._map.get(name.lower())
-        return values[0] if values else default
-
-    def getall(self, name: str) -> list[str]:
-        return self._map.get(name.lower(), [])
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name.lower() in self._map
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._map)
-
-
-class Request:
-    """One request: its head, and its body read through ``readany`` (fed by the connection)."""
-
-    def __init__(self, conn: Connection, method: str, url: bytes, headers: Headers,
-                 version: str, keep_alive: bool) -> None:
-        self.conn, self.method, self.headers = conn, method, headers
-        self.version, self.keep_alive = version, keep_alive
-        parsed = httptools.parse_url(url)
-        raw_path = parsed.path.decode("latin-1") if parsed.path else "/"
-        self.path = unquote(raw_path) if "%" in raw_path else raw_path
-        self.query_string = parsed.query.decode("latin-1") if parsed.query else ""
-        self._query: dict[str, str] | None = None
-        self.match = ""  # the ``{target}`` of a pattern route (``Router.add_prefix``)
-        length = headers.getall("content-length")
-        self.content_length = int(length[0]) if length else None
-        self.expect_continue = False
-        self.complete = False  # the whole body has arrived
-        self.failed: Exception | None = None  # the body will not arrive
-        self._chunks: list[bytes] = []
-        self.buffered = 0
-        self._waiter: asyncio.Future[None] | None = None
-
-    @property
-    def query(self) -> dict[str, str]:
-        """The query's parameters (of a repeated one, its first value), parsed on first use."""
-        if self._query is None:
-            self._query = {}
-            for k, v in parse_qsl(self.query_string, keep_blank_values=True):
-                self._query.setdefault(k, v)
-        return self._query
-
-    @property
-    def transport(self) -> asyncio.Transport | None:
-        return self.conn.transport
-
-    def hung_up(self) -> bool:
-        return self.conn.transport is None or self.conn.transport.is_closing()
-
-    # -- the body ----------------------------------------------------------------------------
-    def read_nowait(self) -> bytes:
-        data = b"".join(self._chunks)
-        self._chunks.clear()
-        self.buffered = 0
-        self.conn.update_reading()
-        return data
-
-    async def readany(self) -> bytes:
-        """The body's next bytes (all buffered), ``b""`` at its end; raises ConnectionError when
-        it will not arrive. The first wait answers ``Expect: 100-continue``."""
-        while True:
-            if self._chunks:
-                return self.read_nowait()
-            if self.complete:
-                return b""
-            if self.failed is not None:
-                raise ConnectionResetError(str(self.failed))
-            if self.expect_continue:
-                self.expect_continue = False
-                self.conn.write(_CONTINUE)
-            self._waiter = asyncio.get_running_loop().create_future()
-            self.conn.update_reading()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-
-    def feed(self, data: bytes) -> None:
-        self._chunks.append(data)
-        self.buffered += len(data)
-        self._wake()
-
-    def end(self, failure: Exception | None = None) -> None:
-        if failure is None:
-            self.complete = True
-        elif not self.complete:
-            self.failed = failure
-        self._wake()
-
-    def _wake(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
 
 
 class Router:
@@ -228,6 +103,7 @@ class Connection(asyncio.Protocol):
         self.key: str | None = None  # the client, as the gate counts it; None: not admitted
         self.waiting: collections.deque[Request | Refused] = collections.deque()
         self.current: Request | None = None  # being handled
+        self.task: asyncio.Task[None] | None = None  # handling it (held: the loop's is weak)
         self.receiving: Request | None = None  # whose body is arriving
         self.dead = False  # parsing stopped: answer what is parsed, then close
         self.in_head = True  # between messages or in a head: bytes read count as head bytes
@@ -322,7 +198,7 @@ class Connection(asyncio.Protocol):
         method = parser.get_method().decode("ascii", "replace")
         req = Request(self, method, self._url, headers, parser.get_http_version(),
                       parser.should_keep_alive())
-        _check_framing(headers)
+        check_framing(headers)
         if parser.should_upgrade():
             raise Refused(400, "protocol upgrades are not supported")
         expect = headers.get("expect")
@@ -372,7 +248,7 @@ class Connection(asyncio.Protocol):
     def _start(self, req: Request) -> None:
         self.current = req
         self.deadline = None
-        asyncio.get_running_loop().create_task(self._serve(req))
+        self.task = asyncio.get_running_loop().create_task(self._serve(req))
 
     async def _serve(self, req: Request) -> None:
         try:
@@ -493,17 +369,3 @@ class Connection(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-
-
-def _check_framing(headers: Headers) -> None:
-    """Refuse a body whose length two parties could read differently (request smuggling)."""
-    lengths = headers.getall("content-length")
-    coding = headers.getall("transfer-encoding")
-    if len(lengths) > 1:
-        raise Refused(400, "several Content-Length headers")
-    if coding and lengths:
-        raise Refused(400, "both Content-Length and Transfer-Encoding")
-    if coding and (len(coding) > 1 or coding[0].strip().lower() != "chunked"):
-        raise Refused(400, "a Transfer-Encoding other than chunked")
-    if lengths and not lengths[0].isdigit():
-        raise Refused(400, "an invalid Content-Length")

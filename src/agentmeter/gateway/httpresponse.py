@@ -8,7 +8,7 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agentmeter.gateway.http import Request
+    from agentmeter.gateway.httprequest import Request
 
 JSON = "application/json"
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}

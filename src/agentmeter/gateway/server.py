@@ -18,7 +18,8 @@ from agentmeter.gateway.bounds import BodyRefused, GatewayLimits
 from agentmeter.gateway.call import JSON, Call, CallEnv, settle, worst_case
 from agentmeter.gateway.calls import forward, refuse_budget, refuse_request
 from agentmeter.gateway.errors import error_bytes
-from agentmeter.gateway.http import HttpServer, Request, Router
+from agentmeter.gateway.http import HttpServer, Router
+from agentmeter.gateway.httprequest import Request
 from agentmeter.gateway.httpresponse import Response, StreamResponse, json_response
 from agentmeter.gateway.localmodels import LocalModelError, LocalServers
 from agentmeter.gateway.metering import (
