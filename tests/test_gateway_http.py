@@ -15,7 +15,7 @@ from polling import eventually_async
 from test_gateway import PATHS, request_body
 from test_hostile_gateway import GatedUpstream, closed_within, gated, head, start_gateway
 
-from agentmeter.gateway import Gateway
+from agentmeter.gateway import Gateway, GatewayLimits
 from agentmeter.gateway import http as gw_http
 from agentmeter.gateway.httprequest import Request
 
@@ -231,3 +231,29 @@ async def test_head_gets_the_headers_without_the_body(gw: Gateway) -> None:
     assert headers.startswith(b"HTTP/1.1 200") and b"Content-Length: 19" in headers
     assert rest == b""
 
+
+
+async def test_whole_responses_the_client_never_takes_end_the_connection() -> None:
+    """Requests whose answers (16 KiB each: a 404 naming its long path) the client never
+    reads: once the client's socket is full, a response not taken within
+    ``write_timeout_s`` aborts the connection (the answers do not pile up in the gateway)."""
+    gw = await start_gateway(GatewayLimits(write_timeout_s=0.5))
+    try:
+        assert gw.port is not None
+        reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+        request = f"GET /{'a' * 16000} HTTP/1.1\r\nHost: gw\r\n\r\n".encode()
+
+        async def send() -> None:
+            with contextlib.suppress(ConnectionError):
+                for _ in range(2000):  # 32 MB of answers: more than the sockets hold
+                    writer.write(request)
+                    await writer.drain()
+                    await asyncio.sleep(0.001)  # one at a time: within the pipelining bound
+
+        sender = asyncio.create_task(send())
+        assert await eventually_async(lambda: gw._gate.open != {})
+        assert await eventually_async(lambda: gw._gate.open == {}, timeout=60)
+        sender.cancel()
+        writer.close()
+    finally:
+        await gw.stop()
