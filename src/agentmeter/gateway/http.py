@@ -195,10 +195,10 @@ class Connection(asyncio.Protocol):
         self.in_head, self.head_raw = False, 0
         parser = self.parser
         headers = Headers(self._pairs)
+        check_framing(headers)
         method = parser.get_method().decode("ascii", "replace")
         req = Request(self, method, self._url, headers, parser.get_http_version(),
                       parser.should_keep_alive())
-        check_framing(headers)
         if parser.should_upgrade():
             raise Refused(400, "protocol upgrades are not supported")
         expect = headers.get("expect")

@@ -148,5 +148,5 @@ def check_framing(headers: Headers) -> None:
         raise Refused(400, "both Content-Length and Transfer-Encoding")
     if coding and (len(coding) > 1 or coding[0].strip().lower() != "chunked"):
         raise Refused(400, "a Transfer-Encoding other than chunked")
-    if lengths and not lengths[0].isdigit():
+    if lengths and not (lengths[0].isascii() and lengths[0].isdigit()):
         raise Refused(400, "an invalid Content-Length")
