@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
-
 from agentmeter.gateway import translate
 from agentmeter.gateway import usage as usage_fields
 from agentmeter.gateway.errors import convert_error, error_bytes
+from agentmeter.gateway.httprequest import Request
+from agentmeter.gateway.httpresponse import Response
 from agentmeter.gateway.metering import Reservation, TrialState, body_usage
 from agentmeter.gateway.neutral import NeutralUsage
 from agentmeter.gateway.persist import CallWriter
@@ -193,7 +193,7 @@ def _cancelled(call: Call) -> None:
         f"{call.error}; {CANCELLED_BY_HARNESS}"
 
 
-def _whole(call: Call, env: CallEnv, reply: UpstreamReply) -> web.Response:
+def _whole(call: Call, env: CallEnv, reply: UpstreamReply) -> Response:
     body = reply.body or b""
     call.status = reply.status
     call.upstream_bytes = len(body)
@@ -226,7 +226,7 @@ def _whole(call: Call, env: CallEnv, reply: UpstreamReply) -> web.Response:
     call.bytes_out = len(body)
     if call.out_log is not None:
         call.out_log.append(body)
-    return web.Response(status=call.status, body=body, content_type=ctype)
+    return Response(call.status, body, ctype)
 
 
 def call_id(call: Call) -> str:
@@ -246,6 +246,5 @@ LOCAL_CANCELLED = "upstream request cancelled (local provider: its client hung u
 LOCAL_POLL_S = 0.25
 
 
-def hung_up(request: web.Request) -> bool:
-    transport = request.transport
-    return transport is None or transport.is_closing()
+def hung_up(request: Request) -> bool:
+    return request.hung_up()

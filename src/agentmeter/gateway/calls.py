@@ -13,8 +13,6 @@ import asyncio
 import contextlib
 import time
 
-from aiohttp import web
-
 from agentmeter.gateway import translate
 from agentmeter.gateway.call import (
     JSON,
@@ -31,6 +29,8 @@ from agentmeter.gateway.call import (
 )
 from agentmeter.gateway.clientstream import ClientStream, _restream, _stream
 from agentmeter.gateway.errors import error_bytes, gemini_budget_bytes
+from agentmeter.gateway.httprequest import Request
+from agentmeter.gateway.httpresponse import Response, StreamResponse
 from agentmeter.gateway.metering import REQUEST_REFUSED
 from agentmeter.gateway.sse import loads_object
 from agentmeter.gateway.upstream import FORWARDED_HEADERS, UpstreamReply, UpstreamRequest
@@ -39,7 +39,7 @@ from agentmeter.gateway.upstream import FORWARDED_HEADERS, UpstreamReply, Upstre
 MAX_RECORDED_REFUSALS = 1000
 
 
-async def refuse_budget(call: Call, env: CallEnv, reason: str) -> web.Response:
+async def refuse_budget(call: Call, env: CallEnv, reason: str) -> Response:
     call.trial.budget_exceeded = True
     call.seq = call.trial.take_seq()
     if call.client_api == "messages":
@@ -53,10 +53,10 @@ async def refuse_budget(call: Call, env: CallEnv, reason: str) -> web.Response:
     call.error = "budget_exceeded"
     call.bytes_out = len(body)
     await finish_call(call, env)
-    return web.Response(status=call.status, body=body, content_type=JSON)
+    return Response(call.status, body, JSON)
 
 
-async def refuse_request(call: Call, env: CallEnv, message: str, reason: str) -> web.Response:
+async def refuse_request(call: Call, env: CallEnv, message: str, reason: str) -> Response:
     """A request the gateway will not serve (``hosted``): a 400 the agent sees, recorded as a
     refusal (never sent upstream, charged nothing, not counted against ``max_calls``). Beyond
     ``MAX_RECORDED_REFUSALS`` in a trial they are answered, counted, no longer recorded: an
@@ -65,20 +65,19 @@ async def refuse_request(call: Call, env: CallEnv, message: str, reason: str) ->
     call.status, body = 400, error_bytes(call.client_api, 400, message)
     call.trial.refused += 1
     if call.trial.refused > MAX_RECORDED_REFUSALS:
-        return web.Response(status=call.status, body=body, content_type=JSON)
+        return Response(call.status, body, JSON)
     call.seq = call.trial.take_seq()
     call.error = f"{REQUEST_REFUSED}: {reason}"
     call.bytes_out = len(body)
     await finish_call(call, env)
-    return web.Response(status=call.status, body=body, content_type=JSON)
+    return Response(call.status, body, JSON)
 
 
-async def forward(request: web.Request, call: Call, env: CallEnv) -> web.StreamResponse:
+async def forward(request: Request, call: Call, env: CallEnv) -> Response | StreamResponse:
     try:
         sent, injected = upstream_body(call)
     except translate.UnsupportedRequest as e:  # refused before it is a call: not metered
-        return web.Response(status=400, body=error_bytes(call.client_api, 400, str(e)),
-                            content_type=JSON)
+        return Response(400, error_bytes(call.client_api, 400, str(e)), JSON)
     restream = whole_then_stream(call)
     if restream:
         sent = {k: v for k, v in sent.items() if k != "stream_options"}
@@ -97,7 +96,7 @@ async def forward(request: web.Request, call: Call, env: CallEnv) -> web.StreamR
         if got is None:  # a local provider's client hung up: nobody to answer
             await finish_call(call, env)
             return client.resp if client is not None and client.opened else \
-                web.Response(status=499)
+                Response(499, close=True)
         reply = got
     except asyncio.CancelledError:
         _cancelled(call)
@@ -135,12 +134,12 @@ async def forward(request: web.Request, call: Call, env: CallEnv) -> web.StreamR
     return response
 
 
-def forwarded_headers(request: web.Request) -> dict[str, str]:
+def forwarded_headers(request: Request) -> dict[str, str]:
     """The client's headers the upstream may see (``FORWARDED_HEADERS``, lower-case names; of a
     repeated header its last value), looked up by name rather than copying every header."""
     headers: dict[str, str] = {}
     for name in FORWARDED_HEADERS:
-        values = request.headers.getall(name, None)
+        values = request.headers.getall(name)
         if values:
             headers[name] = values[-1]
     return headers
@@ -169,7 +168,7 @@ def _answered(call: Call, reply: UpstreamReply) -> bool:
 OPEN_AFTER_S = 1.0
 
 
-async def _send(request: web.Request, call: Call, env: CallEnv, req: UpstreamRequest,
+async def _send(request: Request, call: Call, env: CallEnv, req: UpstreamRequest,
                 client: ClientStream | None) -> UpstreamReply | None:
     """The upstream's reply; for a local provider, ``None`` when the client hung up first (the
     request is then cancelled: its connection closed, which stops the server). While a streamed

@@ -12,7 +12,6 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from aiohttp import web
 
 from agentmeter.gateway import translate
 from agentmeter.gateway.call import (
@@ -30,6 +29,8 @@ from agentmeter.gateway.call import (
 )
 from agentmeter.gateway.errors import error_body, error_message
 from agentmeter.gateway.httpclient import UpstreamError
+from agentmeter.gateway.httprequest import Request
+from agentmeter.gateway.httpresponse import StreamResponse
 from agentmeter.gateway.metering import StreamUsage, body_usage
 from agentmeter.gateway.neutral import completion_events
 from agentmeter.gateway.sse import SseEvent, SseParser, encode, loads_object
@@ -40,7 +41,7 @@ from agentmeter.gateway.wire_responses import ResponsesStreamWriter
 from agentmeter.records import WireApi
 
 
-async def _restream(client: ClientStream, reply: UpstreamReply) -> web.StreamResponse:
+async def _restream(client: ClientStream, reply: UpstreamReply) -> StreamResponse:
     """A whole chat reply (with choices) sent to a streaming client as a stream in its own API
     (the translation's stream writers, fed the completion's events); metered with the reply's
     usage before the client sees the end of the stream."""
@@ -119,15 +120,15 @@ class ClientStream:
     """The client's side of a streamed call: its 200 response, opened once (headers, then the
     translation's start events), its keep-alives and writes."""
 
-    def __init__(self, request: web.Request, call: Call, env: CallEnv) -> None:
+    def __init__(self, request: Request, call: Call, env: CallEnv) -> None:
         self.request, self.call, self.env = request, call, env
         self.framing = Framing(call.sse) if call.client_api == "gemini" else None
         self.writer = translate.stream_writer(call.client_api, call.body, _client_model(call),
                                               call_id(call), self.framing) \
             if call.translated else None
         self.keepalive = KEEPALIVES.get(call.client_api)
-        self.resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream",
-                                                            "Cache-Control": "no-cache"})
+        self.resp = StreamResponse(200, {"Content-Type": "text/event-stream",
+                                         "Cache-Control": "no-cache"})
         if self.framing is not None and not self.framing.sse:  # a Gemini stream as one array
             self.resp.content_type = JSON
         self.sent_at = time.perf_counter()  # when the client was last sent something
@@ -154,8 +155,7 @@ class ClientStream:
         except TimeoutError:  # the client takes nothing: drop it, keep reading the upstream
             call.client_gone = True
             call.error = f"client disconnected: took no data for {env.write_timeout_s:g} s"
-            if self.request.transport is not None:
-                self.request.transport.abort()
+            self.request.conn.abort()
 
     async def emit(self, data: bytes, content: bool = True) -> None:
         """Send ``data``; ``content``: it carries the model's output (the first such is the
@@ -181,14 +181,14 @@ class ClientStream:
             await self.emit(self.writer.keepalive() if isinstance(
                 self.writer, ResponsesStreamWriter) else self.keepalive, content=False)
 
-    async def fail(self, reply: UpstreamReply) -> web.StreamResponse:
+    async def fail(self, reply: UpstreamReply) -> StreamResponse:
         """An upstream reply that is no answer (an error status, a malformed body) once the
         stream is open: metered as ``_whole`` meters it, sent as the client API's stream error
         (``stream_error``), and the stream ended."""
         call = self.call
         sent, logged = call.bytes_out, len(call.out_log) if call.out_log is not None else 0
         answer = _whole(call, self.env, reply)
-        body = answer.body if isinstance(answer.body, bytes) else b""
+        body = answer.body
         call.bytes_out = sent  # what ``_whole`` would have sent was not: the stream error is
         if call.out_log is not None:
             del call.out_log[logged:]
@@ -233,7 +233,7 @@ def _usage_only(ev: SseEvent) -> bool:
 
 
 async def _stream(client: ClientStream, reply: UpstreamReply,
-                  drop_usage_chunk: bool) -> web.StreamResponse:
+                  drop_usage_chunk: bool) -> StreamResponse:
     assert reply.chunks is not None
     request, call, env = client.request, client.call, client.env
     call.status = 200

@@ -1,4 +1,4 @@
-"""The gateway: an aiohttp server on a Unix socket and/or TCP, one random token per trial."""
+"""The gateway: an HTTP server (``http``) on a Unix socket and/or TCP, one random token per trial."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-from aiohttp import web
 
 from agentmeter.gateway import bounds, hosted, sockdir, translate
 from agentmeter.gateway.bounds import BodyRefused, GatewayLimits
@@ -20,6 +18,9 @@ from agentmeter.gateway.call import JSON, Call, CallEnv, settle, worst_case
 from agentmeter.gateway.calls import forward, refuse_budget, refuse_request
 from agentmeter.gateway.errors import error_bytes
 from agentmeter.gateway.httpclient import UpstreamClient
+from agentmeter.gateway.http import HttpServer, Router
+from agentmeter.gateway.httprequest import Request
+from agentmeter.gateway.httpresponse import Response, StreamResponse, json_response
 from agentmeter.gateway.localmodels import LocalModelError, LocalServers
 from agentmeter.gateway.metering import (
     Budget,
@@ -63,7 +64,7 @@ class GatewayError(RuntimeError):
 GEMINI_PREFIXES = ("/v1beta/models", "/v1/models")
 
 
-def _api_of(request: web.Request) -> WireApi:
+def _api_of(request: Request) -> WireApi:
     if request.path.startswith(GEMINI_PREFIXES) and request.path.count("/") == 3 or \
             "x-goog-api-key" in request.headers or "key" in request.query:
         return "gemini"
@@ -93,7 +94,7 @@ class Gateway:
         self._scripted = ScriptedModel()
         self._local = LocalServers()  # local/<model>: llama.cpp servers this gateway started
         self._client: UpstreamClient | None = None  # kept-alive connections to upstreams
-        self._runner: web.AppRunner | None = None
+        self._http: HttpServer | None = None
         self._writer = CallWriter(lone=lambda: len(self._live) <= 1)
         self._own_socket_dir: Path | None = None
         self.port: int | None = None
@@ -116,28 +117,21 @@ class Gateway:
             unix_socket = self._own_socket_dir / "gw.sock"
         if unix_socket is None and host is None and port is None:
             host, port = "127.0.0.1", 0
-        app = web.Application(client_max_size=self.limits.max_body_bytes,
-                              middlewares=[bounds.middleware(self.limits)])
+        router = Router(self._fallback)
         for path in CALL_ROUTES:
-            app.router.add_post(path, self._handle_call)
+            router.add("POST", path, self._handle_call)
         for path in ("/v1/messages/count_tokens", "/messages/count_tokens"):
-            app.router.add_post(path, self._count_tokens)
+            router.add("POST", path, self._count_tokens)
         for prefix in GEMINI_PREFIXES:
-            app.router.add_post(prefix + "/{target}", self._gemini)
-        app.router.add_get("/v1beta/models/{target}", self._gemini_model)  # /v1: OpenAI's
-        app.router.add_get("/v1beta/models", self._list_models)
+            router.add_prefix("POST", prefix, self._gemini)
+        router.add_prefix("GET", "/v1beta/models", self._gemini_model)  # /v1: OpenAI's
+        router.add("GET", "/v1beta/models", self._list_models)
         for path in ("/v1/models", "/models"):
-            app.router.add_get(path, self._list_models)
-        app.router.add_route("*", "/{tail:.*}", self._fallback)
+            router.add("GET", path, self._list_models)
         self._client = UpstreamClient()
-        # a body left unread (a refused request) closes its connection at once (no lingering)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                                     lingering_time=0,
-                                     keepalive_timeout=self.limits.header_timeout_s)
-        await self._runner.setup()
-        # aiohttp's protocol behind the connection gate (bounds.BoundedConnection)
-        assert self._runner.server is not None
-        factory = self._gate.factory(self._runner.server)
+        # a body left unread (a refused request) closes its connection at once (``http``)
+        self._http = HttpServer(router, self.limits, self._gate)
+        factory = self._http.connection
         loop = asyncio.get_running_loop()
         if unix_socket is not None:
             unix_socket.parent.mkdir(parents=True, exist_ok=True)
@@ -171,9 +165,9 @@ class Gateway:
         for server in self._servers:
             server.close()
         await self.drain(drain_s)
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._http is not None:
+            self._http.close_all()
+            self._http = None
         for server in self._servers:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), 5)
@@ -297,7 +291,7 @@ class Gateway:
         return up, key
 
     # -- HTTP --------------------------------------------------------------------------------
-    def _auth(self, request: web.Request) -> TrialState | None:
+    def _auth(self, request: Request) -> TrialState | None:
         auth = request.headers.get("Authorization", "")
         token = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
         token = token or request.headers.get("x-api-key", "") or request.headers.get("api-key", "")
@@ -305,15 +299,14 @@ class Gateway:
         return self._tokens.get(token) if token else None
 
     @staticmethod
-    def _error(api: WireApi, status: int, message: str, **kw: Any) -> web.Response:
-        return web.Response(status=status, body=error_bytes(api, status, message, **kw),
-                            content_type=JSON)
+    def _error(api: WireApi, status: int, message: str, **kw: Any) -> Response:
+        return Response(status, error_bytes(api, status, message, **kw), JSON)
 
-    async def _handle_call(self, request: web.Request) -> web.StreamResponse:
+    async def _handle_call(self, request: Request) -> Response | StreamResponse:
         return await self._call(request, CALL_ROUTES[request.path])
 
-    async def _gemini(self, request: web.Request) -> web.StreamResponse:
-        model, _, method = request.match_info["target"].rpartition(":")
+    async def _gemini(self, request: Request) -> Response | StreamResponse:
+        model, _, method = request.match.rpartition(":")
         if method == "countTokens":
             return await self._count_tokens(request, "gemini")
         if not model or method not in GEMINI_METHODS:
@@ -323,8 +316,8 @@ class Gateway:
         return await self._call(request, "gemini", stream=stream,
                                 sse=request.query.get("alt") == "sse")
 
-    async def _read(self, request: web.Request, trial: TrialState, api: WireApi,
-                    held: list[int]) -> bytes | web.Response:
+    async def _read(self, request: Request, trial: TrialState, api: WireApi,
+                    held: list[int]) -> bytes | Response:
         """The request's body within the limits, or the answer refusing it."""
         try:
             return await bounds.read_body(request, trial.load, self.limits, held)
@@ -332,19 +325,19 @@ class Gateway:
             refusal = self._error(api, e.status, e.message)
             if e.status == 429:
                 refusal.headers["Retry-After"] = "1"
-        except (aiohttp.ClientError, ConnectionError):
+        except ConnectionError:
             refusal = self._error(api, 400, "could not read the request body")
-        refusal.force_close()  # what is left of the body is never read
+        refusal.close = True  # what is left of the body is never read
         return refusal
 
-    def _too_busy(self, api: WireApi) -> web.Response:
+    def _too_busy(self, api: WireApi) -> Response:
         resp = self._error(api, 429, f"the trial has {self.limits.max_in_flight} requests in "
                            "flight, the gateway's limit; retry when one has ended")
         resp.headers["Retry-After"] = "1"
         return resp
 
-    async def _call(self, request: web.Request, client_api: WireApi, *,
-                    stream: bool | None = None, sse: bool = True) -> web.StreamResponse:
+    async def _call(self, request: Request, client_api: WireApi, *,
+                    stream: bool | None = None, sse: bool = True) -> Response | StreamResponse:
         trial = self._auth(request)
         if trial is None:
             return self._error(client_api, 401, "invalid or unknown agentmeter trial token",
@@ -358,11 +351,11 @@ class Gateway:
             bounds.release_body(trial.load, held)
             trial.load.leave()
 
-    async def _bounded_call(self, request: web.Request, trial: TrialState, client_api: WireApi,
+    async def _bounded_call(self, request: Request, trial: TrialState, client_api: WireApi,
                             held: list[int], stream: bool | None,
-                            sse: bool) -> web.StreamResponse:
+                            sse: bool) -> Response | StreamResponse:
         raw = await self._read(request, trial, client_api, held)
-        if isinstance(raw, web.Response):
+        if isinstance(raw, Response):
             return raw
         body = request_object(raw)
         if isinstance(body, str):
@@ -412,8 +405,7 @@ class Gateway:
             settle(call)  # a call never served gives its reservation back
             trial.end_call()
 
-    async def _count_tokens(self, request: web.Request,
-                            api: WireApi = "messages") -> web.Response:
+    async def _count_tokens(self, request: Request, api: WireApi = "messages") -> Response:
         """An estimate of a request's input tokens (not metered, not sent upstream)."""
         trial = self._auth(request)
         if trial is None:
@@ -423,7 +415,7 @@ class Gateway:
         held = [0]
         try:
             raw = await self._read(request, trial, api, held)
-            if isinstance(raw, web.Response):
+            if isinstance(raw, Response):
                 return raw
             body = request_object(raw)
         finally:
@@ -437,24 +429,24 @@ class Gateway:
             inner = body.get("generateContentRequest", body.get("generate_content_request"))
             estimate = tokens(read("gemini", inner if isinstance(inner, dict) else body)
                               .prompt_text)
-            return web.json_response({"totalTokens": max(estimate, 1)})
+            return json_response({"totalTokens": max(estimate, 1)})
         estimate = tokens(read("messages", body).prompt_text)
-        return web.json_response({"input_tokens": max(estimate, 1)})
+        return json_response({"input_tokens": max(estimate, 1)})
 
-    async def _gemini_model(self, request: web.Request) -> web.Response:
+    async def _gemini_model(self, request: Request) -> Response:
         trial = self._auth(request)
         if trial is None:
             return self._error("gemini", 401, "invalid or unknown agentmeter trial token")
-        return web.json_response(gemini_entry(trial.model.name))
+        return json_response(gemini_entry(trial.model.name))
 
-    async def _list_models(self, request: web.Request) -> web.Response:
+    async def _list_models(self, request: Request) -> Response:
         trial = self._auth(request)
         api = "gemini" if request.path.startswith("/v1beta") else _api_of(request)
         if trial is None:
             return self._error(api, 401, "invalid or unknown agentmeter trial token")
-        return web.json_response(model_list(api, trial.model.name))
+        return json_response(model_list(api, trial.model.name))
 
-    async def _fallback(self, request: web.Request) -> web.Response:
+    async def _fallback(self, request: Request) -> Response:
         if request.path == "/" and request.method in ("GET", "HEAD"):
-            return web.Response(text="agentmeter gateway\n")
+            return Response(200, b"agentmeter gateway\n", "text/plain; charset=utf-8")
         return self._error(_api_of(request), 404, f"no route {request.method} {request.path}")
