@@ -12,7 +12,6 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
-
 from agentmeter.gateway import translate
 from agentmeter.gateway.call import (
     JSON,

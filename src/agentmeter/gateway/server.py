@@ -11,14 +11,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-
 from agentmeter.gateway import bounds, hosted, sockdir, translate
 from agentmeter.gateway.bounds import BodyRefused, GatewayLimits
 from agentmeter.gateway.call import JSON, Call, CallEnv, settle, worst_case
 from agentmeter.gateway.calls import forward, refuse_budget, refuse_request
 from agentmeter.gateway.errors import error_bytes
-from agentmeter.gateway.httpclient import UpstreamClient
 from agentmeter.gateway.http import HttpServer, Router
+from agentmeter.gateway.httpclient import UpstreamClient
 from agentmeter.gateway.httprequest import Request
 from agentmeter.gateway.httpresponse import Response, StreamResponse, json_response
 from agentmeter.gateway.localmodels import LocalModelError, LocalServers
