@@ -95,10 +95,6 @@ async def cap_released_once(t: Target) -> None:
         x.close()
 
 
-@pytest.mark.xfail(reason="the server closes the connection at the client's FIN (main's aiohttp "
-                   "behind bounds.BoundedConnection, and wt-gw-server's http.Connection."
-                   "eof_received): the reply is lost, the call still metered ('client "
-                   "disconnected'); found by this battery", strict=False)
 @pytest.mark.parametrize("over", ["tcp", "unix"])
 async def test_a_half_closed_client_still_gets_its_reply(
         gated: tuple[GatedUpstream, int], over: str) -> None:

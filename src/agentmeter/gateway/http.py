@@ -106,6 +106,7 @@ class Connection(asyncio.Protocol):
         self.task: asyncio.Task[None] | None = None  # handling it (held: the loop's is weak)
         self.receiving: Request | None = None  # whose body is arriving
         self.dead = False  # parsing stopped: answer what is parsed, then close
+        self.eof = False  # the client sent its FIN: close once nothing is left to answer
         self.in_head = True  # between messages or in a head: bytes read count as head bytes
         self.head_raw = 0
         self._url = b""
@@ -135,7 +136,7 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.key is None or self.dead:
             return
-        if self.in_head:
+        if self.in_head or self.receiving is not None:
             self.head_raw += len(data)
         try:
             self.parser.feed_data(data)
@@ -148,11 +149,18 @@ class Connection(asyncio.Protocol):
             self.fail(cause if isinstance(cause, Refused) else
                       Refused(400, f"invalid HTTP request: {e}"))
         else:
-            if self.in_head and self.head_raw > MAX_HEAD_BYTES:
+            if (self.in_head or self.receiving is not None) and self.head_raw > MAX_HEAD_BYTES:
                 self.fail(Refused(431, "request header fields too large"))
 
     def eof_received(self) -> bool | None:
-        return None  # the transport closes: a client that stops sending has hung up
+        """No more requests: those parsed are still answered (a half-closed client reads its
+        replies), then the connection closes; an idle one closes now."""
+        if self.current is None and not self.waiting:
+            return None
+        self.dead = self.eof = True
+        if self.receiving is not None and not self.receiving.complete:
+            self.receiving.end(ConnectionResetError("the client stopped sending"))
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timer()
@@ -215,6 +223,7 @@ class Connection(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         assert self.receiving is not None
+        self.head_raw = 0  # framing and trailers since the last body byte: held to the head's
         self.receiving.feed(body)
         if self.receiving.buffered > BODY_BUFFER:
             self.update_reading()
@@ -291,6 +300,10 @@ class Connection(asyncio.Protocol):
             else:
                 self._start(nxt)
             self.update_reading()
+            return
+        if self.eof:
+            if self.transport is not None:
+                self.transport.close()
             return
         self.idle()
         self.update_reading()
