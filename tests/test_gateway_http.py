@@ -257,3 +257,21 @@ async def test_whole_responses_the_client_never_takes_end_the_connection() -> No
         writer.close()
     finally:
         await gw.stop()
+
+
+async def test_a_response_that_cannot_be_written_closes_its_connection(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A handler's response the server cannot encode (a content type beyond latin-1) is logged
+    and its connection closed, not left open with no request and no deadline."""
+    from agentmeter.gateway.httpresponse import Response
+
+    async def unencodable(self: Gateway, request: Request) -> Response:
+        return Response(200, b"x", "text/\u2603")
+
+    monkeypatch.setattr(Gateway, "_fallback", unencodable)
+    gateway = await start_gateway(None)
+    try:
+        answer = await exchange(gateway, b"GET /nowhere HTTP/1.1\r\nHost: gw\r\n\r\n", 5)
+        assert answer == b""
+    finally:
+        await gateway.stop()

@@ -274,6 +274,10 @@ class Connection(asyncio.Protocol):
             close = resp.close or not resp.ended
         except ConnectionError:
             close = True
+        except Exception:  # a response that cannot be written (say, a header it cannot encode)
+            log.exception("gateway response failed: %s %s", req.method, req.path)
+            self.abort()
+            close = True
         self._finish(req, close)
 
     async def _send_whole(self, req: Request, resp: Response) -> None:
