@@ -106,7 +106,6 @@ class Connection(asyncio.Protocol):
         self.task: asyncio.Task[None] | None = None  # handling it (held: the loop's is weak)
         self.receiving: Request | None = None  # whose body is arriving
         self.dead = False  # parsing stopped: answer what is parsed, then close
-        self.eof = False  # the client sent its FIN: close once nothing is left to answer
         self.in_head = True  # between messages or in a head: bytes read count as head bytes
         self.head_raw = 0
         self._url = b""
@@ -153,14 +152,11 @@ class Connection(asyncio.Protocol):
                 self.fail(Refused(431, "request header fields too large"))
 
     def eof_received(self) -> bool | None:
-        """No more requests: those parsed are still answered (a half-closed client reads its
-        replies), then the connection closes; an idle one closes now."""
-        if self.current is None and not self.waiting:
-            return None
-        self.dead = self.eof = True
-        if self.receiving is not None and not self.receiving.complete:
-            self.receiving.end(ConnectionResetError("the client stopped sending"))
-        return True
+        """The client's FIN is its hang-up (a client closing while it waits for a whole reply
+        sends nothing else): the transport closes, so the call under way sees its client gone
+        (a local provider stops generating; the call is recorded as disconnected). A client
+        that only half-closes after its request loses its reply, as with aiohttp."""
+        return None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timer()
@@ -304,10 +300,6 @@ class Connection(asyncio.Protocol):
             else:
                 self._start(nxt)
             self.update_reading()
-            return
-        if self.eof:
-            if self.transport is not None:
-                self.transport.close()
             return
         self.idle()
         self.update_reading()
