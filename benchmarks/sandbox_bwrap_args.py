@@ -1,7 +1,10 @@
-"""What each class of a local exec's bwrap arguments costs (issue 30): one root-run sandbox, its
-exec ``true``'s bwrap argv captured, then that argv with one class of arguments dropped at a
-time (and no bwrap at all: ``/bin/true`` from the keeper's exec child) run through the same
-keeper, the variants taking turns, N rounds; p50 of each and what dropping the class saves.
+"""What each class of a local exec's bwrap arguments costs (issue 30): one root-run sandbox;
+the bwrap argv of its exec ``true`` (``_command``, the bwrap path), then that argv with one
+class of arguments dropped at a time, run through the same keeper, the variants taking turns,
+N rounds; p50 of each and what dropping the class saves. Each bwrap exec drops the keeper's
+spare child (made for an exec without bwrap) and forks one on its path; the last row, an exec
+without bwrap (``sb.exec``) after a bwrap one, so builds its root on its path too: see
+``sandbox_ab.py`` for a lifecycle's figures.
 Usage: PYTHONPATH=src python benchmarks/sandbox_bwrap_args.py [N]
 """
 
@@ -13,10 +16,9 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
 
-from agentmeter.sandbox import seccomp, zygote
-from agentmeter.sandbox.local import LocalBackend
+from agentmeter.sandbox import seccomp, zygote, zygote_wire
+from agentmeter.sandbox.local import LocalBackend, LocalSandbox
 from agentmeter.sandbox.spec import SandboxSpec
 
 #: how many values each bwrap option takes
@@ -24,7 +26,6 @@ ARITY = {"--bind": 2, "--ro-bind": 2, "--dev-bind": 2, "--proc": 1, "--tmpfs": 1
          "--hostname": 1, "--chdir": 1, "--setenv": 2, "--cap-add": 1, "--cap-drop": 1,
          "--seccomp": 1, "--dev": 1, "--uid": 1, "--gid": 1}
 Pred = Callable[[str, list[str]], bool]
-CAPTURED: dict[str, Any] = {}
 
 
 def drop(argv: list[str], pred: Pred) -> list[str]:
@@ -58,16 +59,19 @@ VARIANTS: dict[str, Pred | None] = {
                                                    "--unshare-cgroup-try", "--hostname"),
     "-pid": lambda o, v: o == "--unshare-pid",
     "bwrap --bind tree / only": lambda o, v: not (o == "--bind" and v[1] == "/"),
-    "no bwrap (/bin/true)": None,
+    "no bwrap (exec without bwrap)": None,
 }
 
 
-async def run_once(keeper: zygote.Keeper, argv: list[str]) -> int:
+async def run_once(sb: LocalSandbox, argv: list[str] | None) -> int:
+    """``argv`` through the keeper as a bwrap exec; None: ``true`` as an exec without bwrap."""
+    if argv is None:
+        return (await sb.exec(["true"], user="root")).exit_code
+    assert isinstance(sb._keeper, zygote.Keeper)
     sfd = seccomp.program_fd()
-    kw = CAPTURED["kw"]
     try:
-        ex = await keeper.spawn(argv, CAPTURED["env"], cgroup=kw["cgroup"], keyring=kw["keyring"],
-                                stdin=False, seccomp_fd=sfd)
+        ex = await sb._keeper.spawn({"argv": argv, "env": {"PATH": os.environ["PATH"]}},
+                                    cgroup=[], keyring=sb._keyring, stdin=False, seccomp_fd=sfd)
     finally:
         os.close(sfd)
 
@@ -82,26 +86,15 @@ async def run_once(keeper: zygote.Keeper, argv: list[str]) -> int:
 
 
 async def main(n: int) -> None:
-    spawn = zygote.Keeper.spawn
-
-    async def spy(self: zygote.Keeper, argv: list[str], env: dict[str, str], **kw: Any) -> zygote.Exec:
-        CAPTURED.setdefault("argv", list(argv))
-        CAPTURED.setdefault("env", env)
-        CAPTURED.setdefault("kw", kw)
-        return await spawn(self, argv, env, **kw)
-
-    zygote.Keeper.spawn = spy  # type: ignore[method-assign]
     sb = await LocalBackend().start(SandboxSpec())
-    await sb.exec(["true"])
-    argv = CAPTURED["argv"]
+    argv = sb._command(["true"], sb.workdir, sb._env("root", None), "root", zygote_wire.SECCOMP_FD)
     print(" ".join(argv))
-    assert isinstance(sb._keeper, zygote.Keeper)
     times: dict[str, list[float]] = {k: [] for k in VARIANTS}
     for _ in range(n):
         for name, pred in VARIANTS.items():
-            variant = ["/bin/true"] if pred is None else drop(argv, pred)
+            variant = None if pred is None else drop(argv, pred)
             t = time.perf_counter()
-            if await run_once(sb._keeper, variant) != 0:
+            if await run_once(sb, variant) != 0:
                 print("exit status not 0:", name)
             times[name].append((time.perf_counter() - t) * 1000)
     base = statistics.median(times["full"])

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from agentmeter.sandbox import seccomp, zygote, zygote_wire
 from agentmeter.sandbox.local_command import CommandSandbox
@@ -60,19 +61,25 @@ class ExecSandbox(CommandSandbox):
         run_env = {"PATH": DEFAULT_PATH, "LC_ALL": "C"} if busybox else self._env(user, env)
         keeper = self._keeper
         through_zygote = isinstance(keeper, zygote.Keeper)
-        full = self._command(argv, cwd or self.workdir, run_env, user,
-                             None if sfd is None else zygote_wire.SECCOMP_FD if through_zygote else sfd,
-                             busybox)
         # bwrap's own init stays visible inside as /proc/1/environ: give it nothing of ours
         bwrap_env = {"PATH": os.environ.get("PATH", DEFAULT_PATH)}
+        what: dict[str, Any]
+        if isinstance(keeper, zygote.Keeper) and keeper.dev and not busybox:  # no bwrap
+            what = {"direct": self._direct(argv, cwd or self.workdir, run_env, user)}
+        else:
+            full = self._command(argv, cwd or self.workdir, run_env, user,
+                                 None if sfd is None else zygote_wire.SECCOMP_FD if through_zygote
+                                 else sfd, busybox)
+            what = {"argv": full, "env": bwrap_env}
         started = time.monotonic()
         proc: asyncio.subprocess.Process | zygote.Exec
         try:
             if isinstance(keeper, zygote.Keeper):
                 proc = await keeper.spawn(
-                    full, bwrap_env, cgroup=[] if self._cgroup is None else self._cgroup.procs_files,
+                    what, cgroup=[] if self._cgroup is None else self._cgroup.procs_files,
                     keyring=self._keyring, stdin=stdin is not None, seccomp_fd=sfd)
             else:
+                full = what["argv"]
                 proc = await asyncio.create_subprocess_exec(
                     *full, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,

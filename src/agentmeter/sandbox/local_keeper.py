@@ -11,10 +11,12 @@ import os
 import platform
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from agentmeter.sandbox import accounts, cgroups, idmap, local_dirs, rootfs, seccomp, zygote
 from agentmeter.sandbox.bridge import BridgeProcess
 from agentmeter.sandbox.layers import LayerMeta
+from agentmeter.sandbox.masks import proc_mask_list
 from agentmeter.sandbox.netsetup import SandboxNetwork
 from agentmeter.sandbox.pasta import Pasta, resolv_conf
 from agentmeter.sandbox.spec import SandboxError, SandboxSpec
@@ -172,6 +174,16 @@ class KeeperSandbox:
         RUNNING[self.id] = self
         (self.dir / "owner.json").write_text(local_dirs.owner_record(keeper.pid))
 
+    def _exec_root(self) -> dict[str, Any]:
+        """What an exec without bwrap builds as its root (zygote_direct.py): what
+        local_command.py's bwrap arguments make, in the keeper's mount namespace's paths."""
+        mounts = [[local_dirs.stage_point(i, m.source.is_dir()), m.target, m.read_only]
+                  for i, m in enumerate(self.spec.mounts)]
+        if self.spec.network == "full" and self.spec.base != "host":
+            mounts.append([self._resolv_conf, "/etc/resolv.conf", True])
+        return {"tree": self._tree, "dev": local_dirs.DEV_DIR, "hostname": self.spec.hostname,
+                "masks": [list(m) for m in proc_mask_list()], "mounts": mounts}
+
     def _start_zygote(self, opts: str, host_dirs: str) -> None:
         """The keeper as a zygote (zygote.py): the script above, as system calls."""
         binds = [[str(m.source), local_dirs.stage_point(i, m.source.is_dir())]
@@ -195,7 +207,7 @@ class KeeperSandbox:
                 "disk_mb": self.spec.limits.disk_mb or 0, "owner": idmap.SHIFT_BASE,
                 "binds": binds, "id_map": f"0 {idmap.SHIFT_BASE} {idmap.SHIFT_SIZE}\n",
                 "join_netns": join, "keyctl_nr": _keyctl_nr(), "keyring": self._keyring,
-                "dev": local_dirs.DEV_DIR, "mkdir": mkdir,
+                "dev": local_dirs.DEV_DIR, "mkdir": mkdir, "root": self._exec_root(),
                 "cgroup": [] if self._cgroup is None else self._cgroup.procs_files})
         except SandboxError as e:
             raise SandboxError(f"sandbox {self.id} failed to start: {e}") from e

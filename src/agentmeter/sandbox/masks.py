@@ -51,17 +51,30 @@ class SessionNoticeFilter(CappedBuffer):
 
 
 @functools.cache
-def proc_masks() -> tuple[str, ...]:
-    """bwrap arguments protecting the proc paths this kernel has (to follow ``--proc /proc``;
-    bwrap cannot cover a path that does not exist)."""
-    args: list[str] = []
-    for name in PROC_READ_ONLY:
-        if os.path.exists(f"/proc/{name}"):
-            args += ["--ro-bind", f"/proc/{name}", f"/proc/{name}"]
+def proc_mask_list() -> tuple[tuple[str, str], ...]:
+    """The proc paths this kernel has that every exec protects, in order, as (how, name): "ro"
+    the host's proc path read-only over it, "null" /dev/null over a file, "tmpfs" an empty
+    read-only tmpfs over a directory (bwrap cannot cover a path that does not exist)."""
+    masks = [("ro", name) for name in PROC_READ_ONLY if os.path.exists(f"/proc/{name}")]
     for name in PROC_MASKED:
         path = f"/proc/{name}"
         if os.path.isdir(path):
-            args += ["--tmpfs", path, "--remount-ro", path]
+            masks.append(("tmpfs", name))
         elif os.path.exists(path):
+            masks.append(("null", name))
+    return tuple(masks)
+
+
+@functools.cache
+def proc_masks() -> tuple[str, ...]:
+    """:func:`proc_mask_list` as bwrap arguments (to follow ``--proc /proc``)."""
+    args: list[str] = []
+    for how, name in proc_mask_list():
+        path = f"/proc/{name}"
+        if how == "ro":
+            args += ["--ro-bind", path, path]
+        elif how == "tmpfs":
+            args += ["--tmpfs", path, "--remount-ro", path]
+        else:
             args += ["--ro-bind", "/dev/null", path]
     return tuple(args)

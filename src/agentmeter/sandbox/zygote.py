@@ -250,10 +250,12 @@ class Keeper:
             if sent < len(payload):
                 await self._loop.sock_sendall(self._sock, payload[sent:])
 
-    async def spawn(self, argv: list[str], env: dict[str, str], *, cgroup: list[str],
-                    keyring: bool, stdin: bool, seccomp_fd: int | None) -> Exec:
-        """Start ``argv`` (bwrap's, with ``--seccomp 3`` when ``seccomp_fd`` is given) through
-        the keeper; pipes for its stdout/stderr (and stdin when ``stdin``)."""
+    async def spawn(self, what: dict[str, Any], *, cgroup: list[str], keyring: bool, stdin: bool,
+                    seccomp_fd: int | None) -> Exec:
+        """Start an exec through the keeper: ``what`` is ``{"argv", "env"}`` (bwrap's, with
+        ``--seccomp 3`` when ``seccomp_fd`` is given) or ``{"direct"}`` (an exec without bwrap:
+        zygote_direct.py, when the keeper has its root: :attr:`dev`); pipes for its
+        stdout/stderr (and stdin when ``stdin``)."""
         loop = asyncio.get_running_loop()
         self._attach()
         rid = self._next
@@ -282,8 +284,8 @@ class Keeper:
             if seccomp_fd is not None:
                 theirs.append(seccomp_fd)
             self._execs[rid] = ex
-            await self.request({"op": "exec", "id": rid, "argv": argv, "env": env,
-                                "cgroup": cgroup, "keyring": keyring}, theirs)
+            await self.request({"op": "exec", "id": rid, **what, "cgroup": cgroup,
+                                "keyring": keyring}, theirs)
         except BaseException:
             self._execs.pop(rid, None)
             ex.close()

@@ -13,7 +13,12 @@ from collections.abc import Callable
 from typing import Any
 
 from . import zygote_calls as calls
+from . import zygote_direct as direct
 from . import zygote_wire as wire
+
+#: what an exec's child became on entering its sandbox: False (not entered: it exits), True
+#: (it will exec bwrap) or the exec's root (it will run its exec without bwrap: zygote_direct.py)
+Entered = bool | dict[str, Any]
 
 
 def run_exec(req: dict[str, Any], fds: list[int]) -> int:
@@ -36,11 +41,13 @@ def run_exec(req: dict[str, Any], fds: list[int]) -> int:
     return 127
 
 def fork_exec_child(close: tuple[int, ...],
-                    enter: Callable[[socket.socket], bool]) -> tuple[int, socket.socket] | None:
+                    enter: Callable[[socket.socket], Entered]) -> tuple[int, socket.socket] | None:
     """An exec's child, forked on a socket pair of its own: it closes ``close`` (its keeper's
     descriptors), enters the sandbox (``enter``, given its end of the pair; False: the keeper
     ended or the setup failed, and it exits), then waits for the one exec it will become
-    (:func:`run_exec`). It exits when the socket ends first. None when the fork fails."""
+    (:func:`run_exec`; given the exec's root, the monitor of an exec without bwrap, whose init
+    builds that root first and then waits: :func:`direct.monitor`). It exits when the socket
+    ends first. None when the fork fails."""
     forked = calls.fork_paired()
     if forked is None or forked[0] > 0:
         return forked
@@ -49,8 +56,11 @@ def fork_exec_child(close: tuple[int, ...],
     with contextlib.suppress(BaseException):
         for fd in close:
             os.close(fd)
-        if not enter(line):
+        entered = enter(line)
+        if entered is False:
             os._exit(0)
+        if isinstance(entered, dict):
+            direct.monitor(entered, line, None)
         got = wire.recv_request(line)
         if got is None:  # the keeper ended
             os._exit(0)
@@ -62,16 +72,20 @@ def fork_exec_child(close: tuple[int, ...],
 def first_exec_child(close: tuple[int, ...]) -> tuple[int, socket.socket] | None:
     """A sandbox's first exec's child, forked before the sandbox's namespaces exist (by a
     keeper forked ahead, before its request, or during the setup): it waits on its socket for
-    ``{"cgroup", "keyring", "keyctl_nr"}`` with the user and mount namespaces' descriptors and
-    enters as every exec's child does (:func:`calls.enter_exec`); see :func:`fork_exec_child`."""
+    ``{"cgroup", "keyring", "keyctl_nr", "root"}`` with the user and mount namespaces'
+    descriptors and enters as every exec's child does (:func:`calls.enter_exec`); see
+    :func:`fork_exec_child`."""
 
-    def enter(line: socket.socket) -> bool:
+    def enter(line: socket.socket) -> Entered:
         got = wire.recv_request(line)
         if got is None or len(got[1]) != 2:  # the setup failed, or the keeper ended
             return False
         what, (userns, mntns) = got
         calls.enter_exec(what["cgroup"], what["keyring"], what["keyctl_nr"], userns, mntns)
-        return True
+        os.close(userns)
+        os.close(mntns)
+        root: dict[str, Any] | None = what.get("root")
+        return True if root is None else root
 
     return fork_exec_child(close, enter)
 

@@ -14,7 +14,15 @@ from typing import Any
 from . import zygote_calls as calls
 from . import zygote_wire as wire
 from .zygote_calls import MS_BIND, MS_NODEV, MS_NOSUID, MS_RDONLY, MS_REC, MS_REMOUNT
-from .zygote_children import UsernsChild, first_exec_child, fork_exec_child, run_exec, userns_child
+from .zygote_children import (
+    Entered,
+    UsernsChild,
+    first_exec_child,
+    fork_exec_child,
+    run_exec,
+    userns_child,
+)
+from .zygote_direct import monitor
 
 
 class Keeper:
@@ -27,8 +35,12 @@ class Keeper:
         self.mntns = -1
         self.children: dict[int, int] = {}  # pid -> request id
         self.pidfds: dict[int, int] = {}  # pidfd -> pid
-        #: the next exec's child, forked ahead (pid, its socket)
+        #: the next exec's child, forked ahead (pid, its socket); for an exec without bwrap
+        #: when :attr:`root` is set (it has built the exec's root: zygote_direct.py)
         self.spare: tuple[int, socket.socket] | None = None
+        #: the root of an exec without bwrap (req["root"]), once the sandbox's mount namespace
+        #: with its /dev exists; None: every exec is a bwrap
+        self.root: dict[str, Any] | None = None
         #: the user namespace's child made ahead (by a keeper forked ahead), if any
         self.prepared: UsernsChild | None = None
         #: the first exec's child forked ahead (by a keeper forked ahead), if any
@@ -86,9 +98,10 @@ class Keeper:
                 raise OSError(said[1:].decode(errors="replace") or "the user namespace's child failed")
             mntns = os.open(f"/proc/{child.pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
             userns = os.dup(child.userns)
+            self.root = self.req.get("root")
             if early is not None:
                 enter = {"cgroup": self.req["cgroup"], "keyring": self.req["keyring"],
-                         "keyctl_nr": self.req.get("keyctl_nr")}
+                         "keyctl_nr": self.req.get("keyctl_nr"), "root": self.root}
                 try:
                     socket.send_fds(early[1], [wire.frame(enter)], [userns, mntns])
                 except OSError:
@@ -167,6 +180,13 @@ class Keeper:
                     calls.kill_group(pid)
             return
         pid = -1
+        direct = "direct" in req
+        if direct and self.root is None:
+            wire.send(self.sock, {"id": req["id"], "error": "no root for an exec without bwrap"})
+            return
+        if self.spare is not None and not direct and self.root is not None:
+            self._drop(self.spare)  # forked for an exec without bwrap: this one is a bwrap
+            self.spare = None
         if (self.spare is not None and req["cgroup"] == self.req["cgroup"]
                 and req["keyring"] == self.req["keyring"]):
             pid, line = self.spare
@@ -190,6 +210,9 @@ class Keeper:
                 code = 127
                 with contextlib.suppress(BaseException):
                     self._enter(req["cgroup"], req["keyring"])
+                    if direct:
+                        assert self.root is not None
+                        monitor(self.root, None, (req, fds))
                     code = run_exec(req, fds)  # never returns but on failure
                 os._exit(code)
         pidfd = os.pidfd_open(pid)
@@ -202,9 +225,9 @@ class Keeper:
         socket (only the keeper answers the harness) and joins the cgroup, a fresh session
         keyring and the user namespace before its request."""
 
-        def enter(_line: socket.socket) -> bool:
+        def enter(_line: socket.socket) -> Entered:
             self._enter(self.req["cgroup"], self.req["keyring"])
-            return True
+            return True if self.root is None else self.root
 
         return fork_exec_child((self.sock.fileno(),), enter)
 

@@ -1,0 +1,343 @@
+"""An exec without bwrap (standard library only; see zygote_server.py): what bwrap and setpriv
+did for each exec of a root-run sandbox, done by the keeper's exec child itself.
+
+The child (host root until :func:`calls.enter_exec`, then the sandbox's uid 0 in its user and
+mount namespaces, in its cgroup and a fresh session keyring) becomes the exec's *monitor*: it
+makes a PID namespace and forks the exec's *init*, PID 1 there, which dies with it
+(``PR_SET_PDEATHSIG``); the monitor waits for the init and exits with its status, as bwrap's
+monitor does. The init, before the request (off the exec's path when the child was forked
+ahead), makes the exec's mount, IPC, UTS and cgroup namespaces, sets the hostname and builds
+the root as bwrap's arguments did (local_command.py): the tree bound nosuid,nodev, the
+sandbox's prepared /dev bound nosuid, a /proc of the exec's PID namespace with the masks of
+masks.py, the task mounts and resolv.conf (read-only ones read-only; all nosuid,nodev), each
+made as a detached copy (``open_tree``) whose flags are set on it and its submounts before it is
+attached (``mount_setattr``, ``move_mount``) on a target resolved inside the tree
+(``openat2(RESOLVE_IN_ROOT)``: an image's symlink never points a mount outside it); then
+``pivot_root`` into the tree and the old root detached. On the request it takes the exec's
+descriptors (stdin, stdout, stderr; the seccomp program at 3 until loaded) and closes every
+other, changes directory, cuts the capability bounding set (to the root exec's set, or to
+nothing for the agent), sets the groups and ids, the capability sets (as bwrap and setpriv left
+them: the root set permitted, effective, inheritable and ambient; nothing for the agent),
+``PR_SET_NO_NEW_PRIVS``, loads the seccomp program, makes itself non-dumpable and starts the
+command (``posix_spawnp``: a session of its own, the request's environment, its ``PATH`` for
+the search), whose exit ends the init and so the PID namespace with everything the exec
+started. Killing the monitor's process group ends the exec the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import platform
+import select
+import signal
+import socket
+from typing import Any, NoReturn
+
+from . import zygote_calls as calls
+from . import zygote_wire as wire
+
+CLONE_NEWIPC, CLONE_NEWUTS, CLONE_NEWPID, CLONE_NEWCGROUP = 0x08000000, 0x04000000, 0x20000000, 0x02000000
+MS_REC, MS_PRIVATE, MS_SLAVE = 16384, 1 << 18, 1 << 19
+MNT_DETACH = 2
+#: the new mount API's system calls (the same numbers on x86_64 and aarch64)
+SYS_OPEN_TREE, SYS_MOVE_MOUNT, SYS_FSOPEN, SYS_FSCONFIG, SYS_FSMOUNT = 428, 429, 430, 431, 432
+SYS_OPENAT2, SYS_MOUNT_SETATTR = 437, 442
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
+OPEN_TREE_CLONE, AT_RECURSIVE, AT_EMPTY_PATH = 1, 0x8000, 0x1000
+MOVE_MOUNT_F_EMPTY_PATH, MOVE_MOUNT_T_EMPTY_PATH = 0x4, 0x40
+FSCONFIG_SET_STRING, FSCONFIG_CMD_CREATE = 1, 6
+ATTR_RDONLY, ATTR_NOSUID, ATTR_NODEV, ATTR_NOEXEC = 0x1, 0x2, 0x4, 0x8
+RESOLVE_IN_ROOT = 0x10
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 1, 4, 24
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER, PR_SET_NO_NEW_PRIVS = 22, 2, 38
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE = 47, 2
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
+#: bwrap's --proc: these paths of its new /proc bound read-only over themselves when writable
+COVER_PROC = ("sys", "sysrq-trigger", "irq", "bus")
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _sys(nr: int, *args: Any, what: str) -> int:
+    return calls.check(_libc.syscall(ctypes.c_long(nr), *args), what)
+
+
+def _prctl(option: int, arg: int, what: str) -> None:
+    calls.check(_libc.prctl(option, ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0),
+                            ctypes.c_ulong(0)), what)
+
+
+def _set_attrs(fd: int, attrs: int) -> None:
+    """``attrs`` added to a detached mount and every mount under it (bwrap's bind_mount adds its
+    flags to the bound mount and each of its submounts)."""
+    attr = _MountAttr(attrs, 0, 0, 0)
+    _sys(SYS_MOUNT_SETATTR, fd, b"", AT_EMPTY_PATH | AT_RECURSIVE, ctypes.byref(attr),
+         ctypes.c_size_t(ctypes.sizeof(attr)), what="mount_setattr")
+
+
+def _attach(mnt: int, target: int, what: str) -> None:
+    try:
+        _sys(SYS_MOVE_MOUNT, mnt, b"", target, b"", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+             what=f"move_mount {what}")
+    finally:
+        os.close(mnt)
+
+
+def _copy(source: str, attrs: int, dirfd: int = -100) -> int:
+    """A detached recursive copy of the mount at ``source`` (``dirfd`` itself when "") with
+    ``attrs`` added."""
+    flags = OPEN_TREE_CLONE | AT_RECURSIVE | os.O_CLOEXEC | (AT_EMPTY_PATH if not source else 0)
+    fd = _sys(SYS_OPEN_TREE, dirfd, source.encode(), flags, what=f"open_tree {source}")
+    try:
+        _set_attrs(fd, attrs)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _fresh(fstype: str, attrs: int, options: dict[str, str]) -> int:
+    """A new detached mount of ``fstype`` with the mount flags ``attrs``."""
+    fs = _sys(SYS_FSOPEN, fstype.encode(), 1, what=f"fsopen {fstype}")  # FSOPEN_CLOEXEC
+    try:
+        for k, v in options.items():
+            _sys(SYS_FSCONFIG, fs, FSCONFIG_SET_STRING, k.encode(), v.encode(), 0, what="fsconfig")
+        _sys(SYS_FSCONFIG, fs, FSCONFIG_CMD_CREATE, None, None, 0, what=f"create {fstype}")
+        return _sys(SYS_FSMOUNT, fs, 1, attrs, what=f"fsmount {fstype}")  # FSMOUNT_CLOEXEC
+    finally:
+        os.close(fs)
+
+
+def _inside(root: int, path: str) -> int:
+    """``path`` resolved inside the tree ``root`` (its symlinks and ``..`` never leave it)."""
+    how = _OpenHow(os.O_PATH | os.O_CLOEXEC, 0, RESOLVE_IN_ROOT)
+    return _sys(SYS_OPENAT2, root, path.lstrip("/").encode() or b".", ctypes.byref(how),
+                ctypes.c_size_t(ctypes.sizeof(how)), what=f"open {path} in the tree")
+
+
+def _cover(root: int, path: str) -> None:
+    """bwrap's cover of a path of its new /proc: bound read-only over itself if it exists and
+    is writable."""
+    try:
+        at = _inside(root, path)
+    except FileNotFoundError:
+        return
+    try:
+        if os.access(f"/proc/self/fd/{at}", os.W_OK):
+            _attach(_copy("", ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV, at), at, path)
+    finally:
+        os.close(at)
+
+
+def _mount_on(root: int, path: str, mnt: int) -> None:
+    target = _inside(root, path)
+    try:
+        _attach(mnt, target, path)
+    finally:
+        os.close(target)
+
+
+def build_root(spec: dict[str, Any]) -> None:
+    """The exec's namespaces and root (see the module docstring), in its init."""
+    calls.unshare(calls.CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP)
+    calls.mount(None, "/", None, MS_REC | MS_SLAVE)
+    socket.sethostname(spec["hostname"])
+    tree = spec["tree"]  # the keeper's path (no part of it the sandbox's)
+    # a copy of the tree bound over it (the keeper's mount is locked in this user namespace:
+    # pivot_root refuses a locked mount, as bwrap's --bind tree / makes a bind too)
+    at = os.open(tree, os.O_PATH | os.O_CLOEXEC)
+    try:
+        _attach(_copy(tree, ATTR_NOSUID | ATTR_NODEV), at, tree)
+    finally:
+        os.close(at)
+    root = os.open(tree, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)  # that copy
+    try:
+        _mount_on(root, "/dev", _copy(spec["dev"], ATTR_NOSUID))
+        _mount_on(root, "/proc", _fresh("proc", ATTR_NOSUID | ATTR_NODEV | ATTR_NOEXEC,
+                                        {"source": "proc"}))
+        for name in COVER_PROC:  # bwrap's own cover of its /proc (made only where writable)
+            _cover(root, f"/proc/{name}")
+        for kind, name in spec["masks"]:  # masks.py, as bwrap made them
+            if kind == "ro":  # the host's proc path, read-only
+                mnt = _copy(f"/proc/{name}", ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV)
+            elif kind == "null":
+                mnt = _copy("/dev/null", ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV)
+            else:  # an empty read-only tmpfs
+                mnt = _fresh("tmpfs", ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV, {"source": "tmpfs",
+                                                                            "mode": "0755"})
+            _mount_on(root, f"/proc/{name}", mnt)
+        for source, target, read_only in spec["mounts"]:  # the task's, and resolv.conf
+            attrs = ATTR_NOSUID | ATTR_NODEV | (ATTR_RDONLY if read_only else 0)
+            _mount_on(root, target, _copy(source, attrs))
+        os.fchdir(root)
+    finally:
+        os.close(root)
+    _sys(SYS_PIVOT_ROOT[platform.machine()], b".", b".", what="pivot_root")
+    calls.mount(None, ".", None, MS_REC | MS_PRIVATE)  # the old root, now over the new one
+    calls.check(_libc.umount2(b".", MNT_DETACH), "umount the old root")
+    os.chdir("/")
+
+
+def _sethostname(name: str) -> None:
+    data = name.encode()
+    calls.check(_libc.sethostname(data, ctypes.c_size_t(len(data))), "sethostname")
+
+
+def _caps(keep: list[int]) -> None:
+    """Bounding set cut to ``keep``; ``keep`` permitted, effective, inheritable and ambient
+    (after the ids are set: an agent's are all empty)."""
+    mask = sum(1 << c for c in keep)
+    header = _CapHeader(LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)(_CapData(mask & 0xFFFFFFFF, mask & 0xFFFFFFFF, mask & 0xFFFFFFFF),
+                          _CapData(mask >> 32, mask >> 32, mask >> 32))
+    calls.check(_libc.capset(ctypes.byref(header), data), "capset")
+    for cap in keep:
+        calls.check(_libc.prctl(PR_CAP_AMBIENT, ctypes.c_ulong(PR_CAP_AMBIENT_RAISE),
+                                ctypes.c_ulong(cap), ctypes.c_ulong(0), ctypes.c_ulong(0)),
+                    "raise ambient")
+
+
+def _cut_bounding(keep: list[int]) -> None:
+    for cap in range(64):
+        if cap not in keep and _libc.prctl(PR_CAPBSET_DROP, ctypes.c_ulong(cap), ctypes.c_ulong(0),
+                                           ctypes.c_ulong(0), ctypes.c_ulong(0)) < 0:
+            if ctypes.get_errno() == 22:  # EINVAL: past the kernel's last capability
+                return
+            calls.check(-1, "drop a bounding capability")
+
+
+def _load_seccomp(fd: int) -> None:
+    program = b""
+    while chunk := os.read(fd, 65536):
+        program += chunk
+    buf = ctypes.create_string_buffer(program, len(program))
+    prog = _SockFprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    calls.check(_libc.prctl(PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(prog),
+                            ctypes.c_ulong(0), ctypes.c_ulong(0)), "seccomp")
+
+
+def _status(status: int) -> int:
+    """bwrap's: the exit code, or 128 + the signal that killed it."""
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+
+
+def _die(message: str) -> NoReturn:
+    with contextlib.suppress(OSError):
+        os.write(2, f"agentmeter sandbox exec: {message}\n".encode())
+    os._exit(1)
+
+
+def run(req: dict[str, Any], fds: list[int]) -> NoReturn:
+    """The request, in the exec's init (its root built): see the module docstring."""
+    d = req["direct"]
+    moved = [os.dup(fd) for fd in fds[:4]]
+    for target, fd in enumerate(moved):
+        os.dup2(fd, target, inheritable=target < 3)
+    os.closerange(len(moved), 1 << 20)  # nothing of the keeper's, the monitor's or the setup's
+    try:
+        os.chdir(d["cwd"])
+    except OSError as e:
+        _die(f"cannot change directory to {d['cwd']}: {e.strerror}")
+    keep = list(d["caps"])
+    try:
+        _cut_bounding(keep)
+        os.setgroups(d["groups"])
+        os.setresgid(d["gid"], d["gid"], d["gid"])
+        os.setresuid(d["uid"], d["uid"], d["uid"])
+        _caps(keep)
+        _prctl(PR_SET_NO_NEW_PRIVS, 1, "no_new_privs")
+        if len(moved) > 3:
+            _load_seccomp(3)
+            os.close(3)
+        _prctl(PR_SET_DUMPABLE, 0, "dumpable")
+    except OSError as e:
+        _die(str(e))
+    env: dict[str, str] = d["env"]
+    if "PATH" in env:  # posix_spawnp searches the caller's PATH: the command's
+        os.putenv("PATH", env["PATH"])
+    else:
+        os.unsetenv("PATH")
+    try:
+        child = os.posix_spawnp(d["argv"][0], d["argv"], env, setsid=True)
+    except OSError as e:
+        _die(f"execvp {d['argv'][0]}: {e.strerror}")
+    for fd in (0, 1, 2):
+        os.close(fd)
+    while True:  # the init reaps what is left to it until the command exits
+        pid, status = os.waitpid(-1, 0)
+        if pid == child:
+            os._exit(_status(status))
+
+
+def _init(spec: dict[str, Any], monitor: int, line: socket.socket | None,
+          got: tuple[dict[str, Any], list[int]] | None) -> NoReturn:
+    code = 127
+    with contextlib.suppress(BaseException):
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "pdeathsig")
+        if select.select([monitor], [], [], 0)[0]:  # the monitor died before that
+            os._exit(code)
+        os.close(monitor)
+        for sig in (signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)  # PID 1: nothing inside can signal it then
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        try:
+            build_root(spec)
+        except OSError as e:
+            if got is None and line is not None:
+                got = wire.recv_request(line)  # said on the exec's stderr when it comes
+            if got is not None:
+                os.dup2(got[1][2], 2)
+            _die(f"cannot build the exec's root: {e}")
+        if got is None:
+            assert line is not None
+            got = wire.recv_request(line)
+            if got is None:  # the keeper ended
+                os._exit(0)
+        if line is not None:
+            line.close()
+        run(*got)
+    os._exit(code)
+
+
+def monitor(spec: dict[str, Any], line: socket.socket | None,
+            got: tuple[dict[str, Any], list[int]] | None) -> NoReturn:
+    """An exec's child, entered (:func:`calls.enter_exec`): the exec's monitor (see the module
+    docstring); the request comes on ``line`` (a child forked ahead) or is ``got``."""
+    code = 127
+    with contextlib.suppress(BaseException):
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "pdeathsig")  # with its keeper
+        calls.unshare(CLONE_NEWPID)
+        me = os.pidfd_open(os.getpid())
+        pid = os.fork()
+        if pid == 0:
+            _init(spec, me, line, got)
+        os.closerange(3, 1 << 20)  # its line, the request's and the keeper's descriptors
+        while True:
+            done, status = os.waitpid(pid, 0)
+            if done == pid:
+                os._exit(_status(status))
+    os._exit(code)
