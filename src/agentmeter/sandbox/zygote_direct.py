@@ -18,8 +18,8 @@ descriptors (stdin, stdout, stderr; the seccomp program at 3 until loaded) and c
 other, changes directory, cuts the capability bounding set (to the root exec's set, or to
 nothing for the agent), sets the groups and ids, the capability sets (as bwrap and setpriv left
 them: the root set permitted, effective, inheritable and ambient; nothing for the agent),
-``PR_SET_NO_NEW_PRIVS``, loads the seccomp program, makes itself non-dumpable and starts the
-command (``posix_spawnp``: a session of its own, the request's environment, its ``PATH`` for
+``PR_SET_NO_NEW_PRIVS``, loads the seccomp program (so it holds nothing the command lacks)
+and starts the command (``posix_spawnp``: a session of its own, the request's environment, its ``PATH`` for
 the search), whose exit ends the init and so the PID namespace with everything the exec
 started. Killing the monitor's process group ends the exec the same way.
 """
@@ -240,6 +240,19 @@ def _load_seccomp(fd: int) -> None:
                             ctypes.c_ulong(0), ctypes.c_ulong(0)), "seccomp")
 
 
+def _name_init(argv: list[str]) -> None:
+    """This init as the exec sees it (/proc/1/cmdline and comm): ``agentmeter-init -- ARGV``,
+    as bwrap's showed ``bwrap ... -- ARGV`` (not the zygote's interpreter and script paths):
+    written over its own argument area, cut to its length."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (fields 48, 49)
+        text = b"\0".join(a.encode() for a in ["agentmeter-init", "--", *argv])[:end - start - 1]
+        ctypes.memmove(start, text.ljust(end - start, b"\0"), end - start)
+    _libc.prctl(15, b"agentmeter-init", 0, 0, 0)  # PR_SET_NAME
+
+
 def _status(status: int) -> int:
     """bwrap's: the exit code, or 128 + the signal that killed it."""
     return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
@@ -273,7 +286,9 @@ def run(req: dict[str, Any], fds: list[int]) -> NoReturn:
         if len(moved) > 3:
             _load_seccomp(3)
             os.close(3)
-        _prctl(PR_SET_DUMPABLE, 0, "dumpable")
+        # as bwrap's init: a root exec may read its /proc/1 (root, cwd: the same as its own);
+        # the agent's (its ids changed) stays non-dumpable, as bwrap's uid 0 init was to it
+        _prctl(PR_SET_DUMPABLE, int(d["uid"] == 0), "dumpable")
     except OSError as e:
         _die(str(e))
     env: dict[str, str] = d["env"]
@@ -281,6 +296,7 @@ def run(req: dict[str, Any], fds: list[int]) -> NoReturn:
         os.putenv("PATH", env["PATH"])
     else:
         os.unsetenv("PATH")
+    _name_init(d["argv"])
     try:
         child = os.posix_spawnp(d["argv"][0], d["argv"], env, setsid=True)
     except OSError as e:
