@@ -15,19 +15,8 @@ from typing import Any
 from agentmeter.sandbox import copyout, local_dirs, zygote
 from agentmeter.sandbox.hosttools import static_busybox
 from agentmeter.sandbox.local_keeper import DEFAULT_PATH, KeeperSandbox
-from agentmeter.sandbox.masks import KEYRING_WRAPPER, proc_masks
+from agentmeter.sandbox.masks import KEYRING_WRAPPER, ROOT_CAPS, proc_masks, root_cap_numbers
 from agentmeter.sandbox.spec import SandboxError
-
-#: Docker's default capabilities minus MKNOD, NET_RAW, AUDIT_WRITE and SETFCAP.
-ROOT_CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_SETGID",
-             "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL")
-
-
-#: the capabilities' numbers (linux/capability.h)
-CAP_NUMBERS = {"CAP_CHOWN": 0, "CAP_DAC_OVERRIDE": 1, "CAP_FOWNER": 3, "CAP_FSETID": 4, "CAP_KILL": 5,
-               "CAP_SETGID": 6, "CAP_SETUID": 7, "CAP_SETPCAP": 8, "CAP_NET_BIND_SERVICE": 10,
-               "CAP_SYS_CHROOT": 18}
-
 
 #: where an agent exec finds the host's setpriv when the sandbox root has none (a tmpfs of bwrap)
 HELPER_DIR = "/dev/.agentmeter"
@@ -72,7 +61,7 @@ class CommandSandbox(KeeperSandbox):
         ``_command``'s bwrap and setpriv arguments set for the command itself. Root keeps
         ROOT_CAPS (its bounding set cut to them); the agent has no capability at all."""
         if user == "root":
-            ids = {"uid": 0, "gid": 0, "groups": [], "caps": sorted(CAP_NUMBERS[c] for c in ROOT_CAPS)}
+            ids = {"uid": 0, "gid": 0, "groups": [], "caps": root_cap_numbers()}
         else:
             ids = {"uid": self.account.uid, "gid": self.account.gid,
                    "groups": list(self.account.groups), "caps": []}

@@ -16,7 +16,7 @@ from typing import Any
 from agentmeter.sandbox import accounts, cgroups, idmap, local_dirs, rootfs, seccomp, zygote
 from agentmeter.sandbox.bridge import BridgeProcess
 from agentmeter.sandbox.layers import LayerMeta
-from agentmeter.sandbox.masks import proc_mask_list
+from agentmeter.sandbox.masks import proc_mask_list, root_cap_numbers
 from agentmeter.sandbox.netsetup import SandboxNetwork
 from agentmeter.sandbox.pasta import Pasta, resolv_conf
 from agentmeter.sandbox.spec import SandboxError, SandboxSpec
@@ -182,7 +182,8 @@ class KeeperSandbox:
         if self.spec.network == "full" and self.spec.base != "host":
             mounts.append([self._resolv_conf, "/etc/resolv.conf", True])
         return {"tree": self._tree, "dev": local_dirs.DEV_DIR, "hostname": self.spec.hostname,
-                "masks": [list(m) for m in proc_mask_list()], "mounts": mounts}
+                "masks": [list(m) for m in proc_mask_list()], "mounts": mounts,
+                "caps": root_cap_numbers()}
 
     def _start_zygote(self, opts: str, host_dirs: str) -> None:
         """The keeper as a zygote (zygote.py): the script above, as system calls."""

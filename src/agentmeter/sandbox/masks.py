@@ -1,5 +1,5 @@
-"""What every local exec hides of the kernel: Docker's read-only and masked proc paths, and the
-harness's session keyring (see ``local.py``)."""
+"""What every local exec hides of the kernel: Docker's read-only and masked proc paths, the
+capabilities a root exec keeps, and the harness's session keyring (see ``local.py``)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,22 @@ import functools
 import os
 
 from agentmeter.sandbox.output import CappedBuffer
+
+#: Docker's default capabilities minus MKNOD, NET_RAW, AUDIT_WRITE and SETFCAP.
+ROOT_CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_SETGID",
+             "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL")
+
+
+#: the capabilities' numbers (linux/capability.h)
+CAP_NUMBERS = {"CAP_CHOWN": 0, "CAP_DAC_OVERRIDE": 1, "CAP_FOWNER": 3, "CAP_FSETID": 4, "CAP_KILL": 5,
+               "CAP_SETGID": 6, "CAP_SETUID": 7, "CAP_SETPCAP": 8, "CAP_NET_BIND_SERVICE": 10,
+               "CAP_SYS_CHROOT": 18}
+
+
+def root_cap_numbers() -> list[int]:
+    """ROOT_CAPS as numbers, ascending."""
+    return sorted(CAP_NUMBERS[c] for c in ROOT_CAPS)
+
 
 #: proc paths bound read-only over themselves in every exec (Docker's read-only paths)
 PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")

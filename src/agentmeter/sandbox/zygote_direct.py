@@ -15,13 +15,14 @@ attached (``mount_setattr``, ``move_mount``) on a target resolved inside the tre
 (``openat2(RESOLVE_IN_ROOT)``: an image's symlink never points a mount outside it); then
 ``pivot_root`` into the tree and the old root detached. On the request it takes the exec's
 descriptors (stdin, stdout, stderr; the seccomp program at 3 until loaded) and closes every
-other, changes directory, cuts the capability bounding set (to the root exec's set, or to
-nothing for the agent), sets the groups and ids, the capability sets (as bwrap and setpriv left
+other, changes directory, cuts the capability bounding set (to the root exec's set ahead,
+then to nothing for the agent), sets the groups and ids, the capability sets (as bwrap and setpriv left
 them: the root set permitted, effective, inheritable and ambient; nothing for the agent),
 ``PR_SET_NO_NEW_PRIVS``, loads the seccomp program (so it holds nothing the command lacks)
-and starts the command (``posix_spawnp``: a session of its own, the request's environment, its ``PATH`` for
-the search), whose exit ends the init and so the PID namespace with everything the exec
-started. Killing the monitor's process group ends the exec the same way.
+and starts the command (glibc's ``posix_spawnp``: a session of its own, every signal's action
+default, the request's environment, its ``PATH`` for the search), whose exit ends the init
+and so the PID namespace with everything the exec started. Killing the monitor's process
+group ends the exec the same way.
 """
 
 from __future__ import annotations
@@ -54,10 +55,14 @@ PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 1, 4, 24
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER, PR_SET_NO_NEW_PRIVS = 22, 2, 38
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE = 47, 2
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
+SPAWN_SETSIGDEF, SPAWN_SETSID = 0x04, 0x80
 #: bwrap's --proc: these paths of its new /proc bound read-only over themselves when writable
 COVER_PROC = ("sys", "sysrq-trigger", "irq", "bus")
 
 _libc = ctypes.CDLL(None, use_errno=True)
+for _name in ("prctl", "capset", "syscall", "umount2", "posix_spawnp", "posix_spawnattr_init",
+              "posix_spawnattr_setsigdefault", "posix_spawnattr_setflags"):  # looked up once, before any fork
+    getattr(_libc, _name)
 
 
 class _MountAttr(ctypes.Structure):
@@ -221,8 +226,10 @@ def _caps(keep: list[int]) -> None:
                     "raise ambient")
 
 
-def _cut_bounding(keep: list[int]) -> None:
-    for cap in range(64):
+def _cut_bounding(keep: list[int], among: list[int] | None = None) -> None:
+    """Drop every capability of the bounding set but ``keep`` (only those of ``among`` when
+    given: the rest are gone already)."""
+    for cap in range(64) if among is None else among:
         if cap not in keep and _libc.prctl(PR_CAPBSET_DROP, ctypes.c_ulong(cap), ctypes.c_ulong(0),
                                            ctypes.c_ulong(0), ctypes.c_ulong(0)) < 0:
             if ctypes.get_errno() == 22:  # EINVAL: past the kernel's last capability
@@ -240,17 +247,41 @@ def _load_seccomp(fd: int) -> None:
                             ctypes.c_ulong(0), ctypes.c_ulong(0)), "seccomp")
 
 
-def _name_init(argv: list[str]) -> None:
+def _arg_area() -> tuple[int, int]:
+    """Where this process's arguments are in its memory (what /proc/self/cmdline shows)."""
+    with open("/proc/self/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    return int(fields[45]), int(fields[46])  # arg_start, arg_end (fields 48, 49)
+
+
+def _name_init(area: tuple[int, int], argv: list[str]) -> None:
     """This init as the exec sees it (/proc/1/cmdline and comm): ``agentmeter-init -- ARGV``,
     as bwrap's showed ``bwrap ... -- ARGV`` (not the zygote's interpreter and script paths):
     written over its own argument area, cut to its length."""
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        with open("/proc/self/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (fields 48, 49)
-        text = b"\0".join(a.encode() for a in ["agentmeter-init", "--", *argv])[:end - start - 1]
-        ctypes.memmove(start, text.ljust(end - start, b"\0"), end - start)
+    start, end = area
+    text = b"\0".join(a.encode() for a in ["agentmeter-init", "--", *argv])[:end - start - 1]
+    ctypes.memmove(start, text.ljust(end - start, b"\0"), end - start)
     _libc.prctl(15, b"agentmeter-init", 0, 0, 0)  # PR_SET_NAME
+
+
+def _spawn(argv: list[str], env: dict[str, str]) -> int:
+    """glibc's posix_spawnp (a vfork: no copy of this interpreter's memory) with a session of
+    its own and every signal's action default: Python's os.posix_spawn cannot name glibc's
+    internal signals (32, 33), which glibc's spawn would otherwise leave ignored in the
+    command (bwrap's execvp left them default)."""
+    attr = ctypes.create_string_buffer(512)  # posix_spawnattr_t (336 bytes on glibc)
+    calls.check(-_libc.posix_spawnattr_init(attr), "posix_spawnattr_init")
+    every = ctypes.create_string_buffer(b"\xff" * 8 + b"\0" * 120)  # sigset_t: signals 1-64
+    calls.check(-_libc.posix_spawnattr_setsigdefault(attr, every), "setsigdefault")
+    calls.check(-_libc.posix_spawnattr_setflags(attr, ctypes.c_short(SPAWN_SETSID | SPAWN_SETSIGDEF)),
+                "setflags")
+    args = (ctypes.c_char_p * (len(argv) + 1))(*[a.encode() for a in argv], None)
+    envp = (ctypes.c_char_p * (len(env) + 1))(*[f"{k}={v}".encode() for k, v in env.items()], None)
+    pid = ctypes.c_int(0)
+    err = _libc.posix_spawnp(ctypes.byref(pid), args[0], None, attr, args, envp)
+    if err:
+        raise OSError(err, os.strerror(err))
+    return pid.value
 
 
 def _status(status: int) -> int:
@@ -264,10 +295,14 @@ def _die(message: str) -> NoReturn:
     os._exit(1)
 
 
-def run(req: dict[str, Any], fds: list[int]) -> NoReturn:
-    """The request, in the exec's init (its root built): see the module docstring."""
+def run(spec: dict[str, Any], area: tuple[int, int], monitor: int, req: dict[str, Any],
+        fds: list[int]) -> NoReturn:
+    """The request, in the exec's init (its root built, its bounding set cut to ``spec``'s
+    "caps", its argument area at ``area``, its monitor's pidfd ``monitor``): see the module
+    docstring."""
     d = req["direct"]
-    moved = [os.dup(fd) for fd in fds[:4]]
+    # stdin, stdout, stderr at 0-2, the monitor's pidfd at 3, the seccomp program at 4
+    moved = [os.dup(fd) for fd in (*fds[:3], monitor, *fds[3:4])]
     for target, fd in enumerate(moved):
         os.dup2(fd, target, inheritable=target < 3)
     os.closerange(len(moved), 1 << 20)  # nothing of the keeper's, the monitor's or the setup's
@@ -277,17 +312,17 @@ def run(req: dict[str, Any], fds: list[int]) -> NoReturn:
         _die(f"cannot change directory to {d['cwd']}: {e.strerror}")
     keep = list(d["caps"])
     try:
-        _cut_bounding(keep)
+        _cut_bounding(keep, spec["caps"])
         os.setgroups(d["groups"])
         os.setresgid(d["gid"], d["gid"], d["gid"])
         os.setresuid(d["uid"], d["uid"], d["uid"])
+        _with_parent(3)  # a change of ids cleared the parent-death signal
+        os.close(3)
         _caps(keep)
         _prctl(PR_SET_NO_NEW_PRIVS, 1, "no_new_privs")
-        if len(moved) > 3:
-            _load_seccomp(3)
-            os.close(3)
-        # as bwrap's init: a root exec may read its /proc/1 (root, cwd: the same as its own);
-        # the agent's (its ids changed) stays non-dumpable, as bwrap's uid 0 init was to it
+        if len(moved) > 4:
+            _load_seccomp(4)
+            os.close(4)
         _prctl(PR_SET_DUMPABLE, int(d["uid"] == 0), "dumpable")
     except OSError as e:
         _die(str(e))
@@ -296,9 +331,9 @@ def run(req: dict[str, Any], fds: list[int]) -> NoReturn:
         os.putenv("PATH", env["PATH"])
     else:
         os.unsetenv("PATH")
-    _name_init(d["argv"])
+    _name_init(area, d["argv"])
     try:
-        child = os.posix_spawnp(d["argv"][0], d["argv"], env, setsid=True)
+        child = _spawn(d["argv"], env)
     except OSError as e:
         _die(f"execvp {d['argv'][0]}: {e.strerror}")
     for fd in (0, 1, 2):
@@ -309,19 +344,25 @@ def run(req: dict[str, Any], fds: list[int]) -> NoReturn:
             os._exit(_status(status))
 
 
+def _with_parent(monitor: int) -> None:
+    """SIGKILL when the monitor (``monitor``: its pidfd) exits; at once if it has."""
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "pdeathsig")
+    if select.select([monitor], [], [], 0)[0]:
+        os._exit(127)
+
+
 def _init(spec: dict[str, Any], monitor: int, line: socket.socket | None,
           got: tuple[dict[str, Any], list[int]] | None) -> NoReturn:
     code = 127
     with contextlib.suppress(BaseException):
-        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "pdeathsig")
-        if select.select([monitor], [], [], 0)[0]:  # the monitor died before that
-            os._exit(code)
-        os.close(monitor)
+        _with_parent(monitor)
         for sig in (signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)  # PID 1: nothing inside can signal it then
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
         try:
             build_root(spec)
+            _cut_bounding(spec["caps"])  # the root exec's set: the most any exec keeps
+            area = _arg_area()
         except OSError as e:
             if got is None and line is not None:
                 got = wire.recv_request(line)  # said on the exec's stderr when it comes
@@ -335,7 +376,7 @@ def _init(spec: dict[str, Any], monitor: int, line: socket.socket | None,
                 os._exit(0)
         if line is not None:
             line.close()
-        run(*got)
+        run(spec, area, monitor, *got)
     os._exit(code)
 
 
