@@ -28,16 +28,21 @@ Run as root, the keeper is a zygote (``zygote.py``): forked from one fork server
 process, it makes the namespaces, mounts and user namespace by system calls, and forks each
 exec itself; the child joins the cgroup, a fresh session keyring, the user namespace and the
 sandbox's own mount namespace (in which the keeper prepared /dev once, exactly as bwrap's
-``--dev`` makes it), then runs the same bwrap command, binding that /dev instead of making its
-own (no keyctl, sh or nsenter programs in between).
+``--dev`` makes it), then runs the exec *without bwrap* (``zygote_direct.py``): its init, PID 1
+of a new PID namespace, builds ahead what bwrap's arguments made (the exec's mount, IPC, UTS
+and cgroup namespaces, the tree, that /dev, /proc with its masks, the task mounts; pivot_root)
+and on the request sets what bwrap and setpriv set (ids, capabilities, no_new_privs, seccomp)
+before it starts the command. bwrap is kept for the rootless backend, the chain of programs and
+the copy-out's busybox commands (local_command.py builds both).
 
 As an ordinary user, the keeper runs in a user namespace in which that user is uid 0; root execs
 run as that uid 0, agent execs in a nested user namespace as uid 1000 without capabilities, and
 limits that need cgroups are skipped with a warning.
 
 The code by job: ``local_keeper.py`` (a sandbox's state, its tree and its keeper's start),
-``local_command.py`` (an exec's bwrap command), ``local_exec.py`` (the exec, its output and its
-kill), this module (start, stop, files, snapshots; ``LocalBackend``).
+``local_command.py`` (an exec's bwrap command, or its request without bwrap), ``local_exec.py``
+(the exec, its output and its kill), this module (start, stop, files, snapshots;
+``LocalBackend``).
 """
 
 from __future__ import annotations

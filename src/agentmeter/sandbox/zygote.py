@@ -12,28 +12,30 @@ Before, a root-run sandbox's keeper was ``unshare`` + ``sh`` (+ ``ip``, ``mount`
   environment, cgroup files, with the exec's stdin/stdout/stderr and seccomp program passed as
   descriptors). While idle, the keeper forks the next exec's child, which joins the cgroup
   and a fresh session keyring as host root, enters the sandbox's user namespace as its uid 0
-  and waits on a socket pair of its own; a request goes to it, and it keeps only those
-  descriptors and execs bwrap with the same arguments as before (capabilities, seccomp,
-  masks, PID/IPC/UTS namespaces, ``setpriv`` to the agent), so every defence is bwrap's as
-  before.
+  and waits on a socket pair of its own; a request goes to it. Its exec runs without bwrap
+  (zygote_direct.py: the child becomes the exec's monitor, whose init builds the exec's
+  namespaces and root ahead and on the request sets what bwrap and setpriv set, then starts
+  the command); a bwrap request (the copy-out's busybox commands, or a keeper without a
+  prepared /dev) goes to a child forked for it, which keeps only its descriptors and execs
+  bwrap.
 
-An exec is thus bwrap + its init + the command. At its setup the keeper also makes the
-sandbox's own mount namespace (a copy of its own, owned by the sandbox's user namespace) in
-which a child, the sandbox's uid 0, prepares /dev once (what bwrap's ``--dev`` makes: the same
-tmpfs, nodes, links and devpts, with the same flags and owners) and then, chrooted into the
-tree, makes the start's workdir and mount targets (no first bwrap); a keeper forked ahead has
-that child with its user namespace, and the first exec's child, made before its request (off
-the start's and the first exec's path). Each exec's child joins that
-mount namespace and bwrap binds the prepared /dev (``--dev-bind``) instead of making its own:
-the execs of one sandbox share its /dev, as ``docker exec`` does. Stop shuts the socket's
-sending side and returns once the keeper has killed and reaped its execs (its end of the
-socket closed); the kernel's teardown of its namespaces is waited for on the thread that then
-removes the sandbox's directory (local_dirs.discard).
-The keeper's socket is a socket pair whose other end only the harness holds; no exec inherits
-a descriptor of it (the child closes every descriptor but the four it was given), and an
-exec's processes live in their own PID namespace, so nothing in a sandbox can reach its
-zygote (tests/test_sandbox_zygote.py attacks this). The rootless backend keeps the chain of
-programs (local_command.py).
+An exec is thus a monitor + its init + the command (bwrap's three processes). At its setup the
+keeper also makes the sandbox's own mount namespace (a copy of its own, owned by the sandbox's
+user namespace) in which a child, the sandbox's uid 0, prepares /dev once (what bwrap's
+``--dev`` makes: the same tmpfs, nodes, links and devpts, with the same flags and owners) and
+then, chrooted into the tree, makes the start's workdir and mount targets (no first bwrap); a
+keeper forked ahead has that child with its user namespace, and the first exec's child, made
+before its request (off the start's and the first exec's path). Each exec's child joins that
+mount namespace and binds the prepared /dev (its init; a bwrap exec: ``--dev-bind``) instead of
+making its own: the execs of one sandbox share its /dev, as ``docker exec`` does. Stop shuts
+the socket's sending side and returns once the keeper has killed and reaped its execs (its end
+of the socket closed); the kernel's teardown of its namespaces is waited for on the thread that
+then removes the sandbox's directory (local_dirs.discard). The keeper's socket is a socket pair
+whose other end only the harness holds; no exec inherits a descriptor of it (the exec's init,
+or the child execing bwrap, closes every descriptor but those the exec was given), and an
+exec's processes live in their own PID namespace, so nothing in a sandbox can reach its zygote
+(tests/test_sandbox_zygote.py attacks this). The rootless backend keeps the chain of programs
+(local_command.py).
 """
 
 from __future__ import annotations
