@@ -148,9 +148,11 @@ class Keeper:
         prefork = True  # False after a failed fork: not again before something happens
         while True:
             self._reap_setup_child()
-            # the next exec's child, forked while nothing waits (off the exec's path)
-            events = sel.select(0 if self.spare is None and prefork else None)
-            if not events and self.spare is None and prefork:
+            # the next exec's child, forked while nothing waits and no exec runs (off the
+            # exec's path, and not beside it: it builds the exec's root, which takes CPU)
+            ahead = self.spare is None and prefork and not self.children
+            events = sel.select(0 if ahead else None)
+            if not events and ahead:
                 self.spare = self._prefork()
                 # fork failing (EAGAIN at a pids limit, ENOMEM) would otherwise be retried at
                 # once, forever: a keeper spinning at 100% CPU while the machine is full
