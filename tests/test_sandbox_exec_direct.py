@@ -1,7 +1,7 @@
 """The exec without bwrap of root-run local sandboxes (zygote_direct.py): the command must see
 exactly what the same exec through bwrap saw (field by field), and each defence the keeper's
 children now make themselves is attacked: the mounts resolved inside the tree, the exec's init
-holding nothing the command lacks, the init dying with its monitor."""
+holding nothing the command lacks, the init dying with its keeper."""
 
 from __future__ import annotations
 
@@ -139,36 +139,39 @@ def _ancestors(pid: int) -> list[int]:
     return chain
 
 
-async def test_the_exec_ends_with_its_monitor(local_backend: LocalBackend) -> None:
-    """SIGKILL to the exec's monitor alone (not its group): its init dies with it
-    (PR_SET_PDEATHSIG), and with the init every process of the exec's PID namespace."""
-    sb = await local_backend.start(SandboxSpec())
-    marker = f"am-direct-{os.getpid()}-{id(sb)}"
-    try:
-        running = asyncio.ensure_future(sb.exec(f"exec -a {marker} sleep 60", user="agent"))
-        found: list[int] = []
-        for _ in range(500):
-            found = [int(p) for p in os.listdir("/proc") if p.isdigit()
-                     and _read(f"/proc/{p}/cmdline").startswith(marker.encode())]
-            if found:
-                break
-            await asyncio.sleep(0.01)
-        assert found, "the exec never started"
-        assert isinstance(sb._keeper, zygote.Keeper)
-        chain = _ancestors(found[0])
-        monitor = chain[chain.index(sb._keeper.pid) - 1]  # the keeper's child
-        assert monitor != found[0] and chain.index(monitor) == 2  # command, init, monitor
-        os.kill(monitor, signal.SIGKILL)
-        for _ in range(500):
-            if not Path(f"/proc/{found[0]}").exists():
-                break
-            await asyncio.sleep(0.01)
-        else:
-            raise AssertionError("the exec's command survived its monitor")
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(running, 10)
-    finally:
-        await sb.stop()
+async def test_the_exec_ends_with_its_keeper(local_backend: LocalBackend) -> None:
+    """SIGKILL to the sandbox's keeper alone (not the exec's group): the exec's init, its
+    child, dies with it (PR_SET_PDEATHSIG, armed again after each change of ids, which clears
+    it), and with the init every process of the exec's PID namespace; the agent's and root's
+    alike."""
+    for user in ("agent", "root"):
+        sb = await local_backend.start(SandboxSpec())
+        marker = f"am-direct-{os.getpid()}-{id(sb)}-{user}"
+        try:
+            running = asyncio.ensure_future(sb.exec(f"exec -a {marker} sleep 60", user=user))
+            found: list[int] = []
+            for _ in range(500):
+                found = [int(p) for p in os.listdir("/proc") if p.isdigit()
+                         and _read(f"/proc/{p}/cmdline").startswith(marker.encode())]
+                if found:
+                    break
+                await asyncio.sleep(0.01)
+            assert found, "the exec never started"
+            assert isinstance(sb._keeper, zygote.Keeper)
+            chain = _ancestors(found[0])
+            assert chain[2] == sb._keeper.pid  # command, init, keeper
+            os.kill(sb._keeper.pid, signal.SIGKILL)
+            for _ in range(500):
+                if not Path(f"/proc/{found[0]}").exists():
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                raise AssertionError(f"the {user} exec's command survived its keeper")
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(running, 10)
+        finally:
+            with contextlib.suppress(Exception):
+                await sb.stop()
 
 
 def _read(path: str) -> bytes:

@@ -26,14 +26,14 @@ no sysfs is mounted.
 
 Run as root, the keeper is a zygote (``zygote.py``): forked from one fork server per harness
 process, it makes the namespaces, mounts and user namespace by system calls, and forks each
-exec itself; the child joins the cgroup, a fresh session keyring, the user namespace and the
-sandbox's own mount namespace (in which the keeper prepared /dev once, exactly as bwrap's
-``--dev`` makes it), then runs the exec *without bwrap* (``zygote_direct.py``): its init, PID 1
-of a new PID namespace, builds ahead what bwrap's arguments made (the exec's mount, IPC, UTS
-and cgroup namespaces, the tree, that /dev, /proc with its masks, the task mounts; pivot_root)
+exec itself: the exec's init, PID 1 of a new PID namespace (``zygote_direct.py``), joins the cgroup,
+a fresh session keyring and the sandbox's own mount namespace (in which the keeper prepared /dev
+once, exactly as bwrap's ``--dev`` makes it), builds ahead what bwrap's arguments made (the
+exec's mount namespace and root: the tree, that /dev, /proc with its masks, the task mounts;
+pivot_root), enters the user namespace (the exec's IPC, UTS and cgroup namespaces made there),
 and on the request sets what bwrap and setpriv set (ids, capabilities, no_new_privs, seccomp)
-before it starts the command. bwrap is kept for the rootless backend, the chain of programs and
-the copy-out's busybox commands (local_command.py builds both).
+before it starts the command: no bwrap. bwrap is kept for the rootless backend, the chain of
+programs and the copy-out's busybox commands (local_command.py builds both).
 
 As an ordinary user, the keeper runs in a user namespace in which that user is uid 0; root execs
 run as that uid 0, agent execs in a nested user namespace as uid 1000 without capabilities, and

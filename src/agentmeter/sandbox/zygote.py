@@ -8,18 +8,19 @@ Before, a root-run sandbox's keeper was ``unshare`` + ``sh`` (+ ``ip``, ``mount`
 - one *fork server* per harness process (a small Python started once, host root in the host's
   namespaces) forks each sandbox's keeper;
 - the keeper makes the namespaces, mounts and user namespace by system calls (no program run)
-  and stays as the sandbox's zygote: an exec is a request on the keeper's socket (argv of bwrap,
-  environment, cgroup files, with the exec's stdin/stdout/stderr and seccomp program passed as
-  descriptors). While idle, the keeper forks the next exec's child, which joins the cgroup
-  and a fresh session keyring as host root, enters the sandbox's user namespace as its uid 0
-  and waits on a socket pair of its own; a request goes to it. Its exec runs without bwrap
-  (zygote_direct.py: the child becomes the exec's monitor, whose init builds the exec's
-  namespaces and root ahead and on the request sets what bwrap and setpriv set, then starts
-  the command); a bwrap request (the copy-out's busybox commands, or a keeper without a
-  prepared /dev) goes to a child forked for it, which keeps only its descriptors and execs
-  bwrap.
+  and stays as the sandbox's zygote: an exec is a request on the keeper's socket (the exec's
+  argv, environment, directory and ids, or bwrap's argv; cgroup files; with the exec's
+  stdin/stdout/stderr and seccomp program passed as descriptors). While idle, the keeper forks
+  the next exec's child, which joins the cgroup and a fresh session keyring as host root,
+  enters the sandbox's user namespace as its uid 0 and waits on a socket pair of its own; a
+  request goes to it. That child is the exec's init,
+  PID 1 of its own PID namespace, which runs the exec without bwrap (zygote_direct.py: it
+  builds the exec's namespaces and root ahead and on the request sets what bwrap and setpriv
+  set, then starts the command); a bwrap request (the copy-out's busybox commands, or a keeper
+  without a prepared /dev) goes to a child forked for it, which keeps only its descriptors and
+  execs bwrap.
 
-An exec is thus a monitor + its init + the command (bwrap's three processes). At its setup the
+An exec is thus its init + the command (bwrap's were three processes). At its setup the
 keeper also makes the sandbox's own mount namespace (a copy of its own, owned by the sandbox's
 user namespace) in which a child, the sandbox's uid 0, prepares /dev once (what bwrap's
 ``--dev`` makes: the same tmpfs, nodes, links and devpts, with the same flags and owners) and

@@ -100,19 +100,25 @@ def namespaces(join_netns: str | None) -> None:
         f.write("0")
 
 
-def enter_exec(cgroup: list[str], keyring: bool, keyctl_nr: int | None, userns: int,
-               mntns: int) -> None:
-    """An exec's first process, before its request: the chain keyctl session -> cgroup ->
-    nsenter of before, in one process."""
-    os.setsid()  # bwrap leads its session: killing the group kills the exec
-    for f in cgroup:  # as host root, before the user namespace
+def join_session(cgroup: list[str], keyring: bool, keyctl_nr: int | None) -> None:
+    """An exec's first process, as host root: a session it leads (killing the group kills the
+    exec), the sandbox's cgroup and a fresh anonymous session keyring (keyctl session -)."""
+    os.setsid()
+    for f in cgroup:
         with open(f, "w") as fh:
             fh.write(str(os.getpid()))
-    if keyring:  # a fresh anonymous session keyring (keyctl session -)
+    if keyring:
         if keyctl_nr is None:
             raise OSError("keyctl join: no system call number for this machine")
         check(_libc.syscall(ctypes.c_long(keyctl_nr), ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING),
                             None), "keyctl join")
+
+
+def enter_exec(cgroup: list[str], keyring: bool, keyctl_nr: int | None, userns: int,
+               mntns: int) -> None:
+    """An exec's first process, before its request: the chain keyctl session -> cgroup ->
+    nsenter of before, in one process."""
+    join_session(cgroup, keyring, keyctl_nr)
     setns(userns, CLONE_NEWUSER)  # uid 0 there is host SHIFT_BASE
     if mntns >= 0:  # the sandbox's, with its /dev (a copy of the keeper's mounts)
         setns(mntns, CLONE_NEWNS)

@@ -10,15 +10,11 @@ import os
 import signal
 import socket
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from . import zygote_calls as calls
 from . import zygote_direct as direct
 from . import zygote_wire as wire
-
-#: what an exec's child became on entering its sandbox: False (not entered: it exits), True
-#: (it will exec bwrap) or the exec's root (it will run its exec without bwrap: zygote_direct.py)
-Entered = bool | dict[str, Any]
 
 
 def run_exec(req: dict[str, Any], fds: list[int]) -> int:
@@ -41,13 +37,12 @@ def run_exec(req: dict[str, Any], fds: list[int]) -> int:
     return 127
 
 def fork_exec_child(close: tuple[int, ...],
-                    enter: Callable[[socket.socket], Entered]) -> tuple[int, socket.socket] | None:
+                    enter: Callable[[socket.socket], bool]) -> tuple[int, socket.socket] | None:
     """An exec's child, forked on a socket pair of its own: it closes ``close`` (its keeper's
     descriptors), enters the sandbox (``enter``, given its end of the pair; False: the keeper
     ended or the setup failed, and it exits), then waits for the one exec it will become
-    (:func:`run_exec`; given the exec's root, the monitor of an exec without bwrap, whose init
-    builds that root first and then waits: :func:`direct.monitor`). It exits when the socket
-    ends first. None when the fork fails."""
+    (:func:`run_exec`: a bwrap). It exits when the socket ends first. None when the fork
+    fails."""
     forked = calls.fork_paired()
     if forked is None or forked[0] > 0:
         return forked
@@ -56,11 +51,8 @@ def fork_exec_child(close: tuple[int, ...],
     with contextlib.suppress(BaseException):
         for fd in close:
             os.close(fd)
-        entered = enter(line)
-        if entered is False:
+        if not enter(line):
             os._exit(0)
-        if isinstance(entered, dict):
-            direct.monitor(entered, line, None)
         got = wire.recv_request(line)
         if got is None:  # the keeper ended
             os._exit(0)
@@ -70,24 +62,25 @@ def fork_exec_child(close: tuple[int, ...],
 
 
 def first_exec_child(close: tuple[int, ...]) -> tuple[int, socket.socket] | None:
-    """A sandbox's first exec's child, forked before the sandbox's namespaces exist (by a
-    keeper forked ahead, before its request, or during the setup): it waits on its socket for
+    """A sandbox's first exec's init (:func:`direct.fork_init`), forked before the sandbox's
+    namespaces exist (by a keeper forked ahead, before its request, or during the setup): it
+    closes ``close`` (its keeper's descriptors) and waits on its socket for
     ``{"cgroup", "keyring", "keyctl_nr", "root"}`` with the user and mount namespaces'
-    descriptors and enters as every exec's child does (:func:`calls.enter_exec`); see
-    :func:`fork_exec_child`."""
+    descriptors, then becomes what every exec's init does (:func:`direct.init_main`). It exits
+    when the socket ends first (the setup failed, or the keeper ended). None when the fork
+    fails."""
 
-    def enter(line: socket.socket) -> Entered:
-        got = wire.recv_request(line)
-        if got is None or len(got[1]) != 2:  # the setup failed, or the keeper ended
-            return False
-        what, (userns, mntns) = got
-        calls.enter_exec(what["cgroup"], what["keyring"], what["keyctl_nr"], userns, mntns)
-        os.close(userns)
-        os.close(mntns)
-        root: dict[str, Any] | None = what.get("root")
-        return True if root is None else root
+    def child(line: socket.socket, parent: int) -> NoReturn:
+        with contextlib.suppress(BaseException):
+            for fd in close:
+                os.close(fd)
+            got = wire.recv_request(line)
+            if got is not None and len(got[1]) == 2 and got[0].get("root"):
+                what, (userns, mntns) = got
+                direct.init_main(what["root"], what, (userns, mntns), parent, line, None)
+        os._exit(0)
 
-    return fork_exec_child(close, enter)
+    return direct.fork_init(child)
 
 
 class UsernsChild:

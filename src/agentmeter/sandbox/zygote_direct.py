@@ -1,28 +1,32 @@
 """An exec without bwrap (standard library only; see zygote_server.py): what bwrap and setpriv
-did for each exec of a root-run sandbox, done by the keeper's exec child itself.
+did for each exec of a root-run sandbox, done by the exec's own *init*.
 
-The child (host root until :func:`calls.enter_exec`, then the sandbox's uid 0 in its user and
-mount namespaces, in its cgroup and a fresh session keyring) becomes the exec's *monitor*: it
-makes a PID namespace and forks the exec's *init*, PID 1 there, which dies with it
-(``PR_SET_PDEATHSIG``); the monitor waits for the init and exits with its status, as bwrap's
-monitor does. The init, before the request (off the exec's path when the child was forked
-ahead), makes the exec's mount, IPC, UTS and cgroup namespaces, sets the hostname and builds
-the root as bwrap's arguments did (local_command.py): the tree bound nosuid,nodev, the
-sandbox's prepared /dev bound nosuid, a /proc of the exec's PID namespace with the masks of
-masks.py, the task mounts and resolv.conf (read-only ones read-only; all nosuid,nodev), each
-made as a detached copy (``open_tree``) whose flags are set on it and its submounts before it is
-attached (``mount_setattr``, ``move_mount``) on a target resolved inside the tree
-(``openat2(RESOLVE_IN_ROOT)``: an image's symlink never points a mount outside it); then
-``pivot_root`` into the tree and the old root detached. On the request it takes the exec's
-descriptors (stdin, stdout, stderr; the seccomp program at 3 until loaded) and closes every
-other, changes directory, cuts the capability bounding set (to the root exec's set ahead,
-then to nothing for the agent), sets the groups and ids, the capability sets (as bwrap and setpriv left
-them: the root set permitted, effective, inheritable and ambient; nothing for the agent),
-``PR_SET_NO_NEW_PRIVS``, loads the seccomp program (so it holds nothing the command lacks)
-and starts the command (glibc's ``posix_spawnp``: a session of its own, every signal's action
-default, the request's environment, its ``PATH`` for the search), whose exit ends the init
-and so the PID namespace with everything the exec started. Killing the monitor's process
-group ends the exec the same way.
+The keeper forks the init as PID 1 of a new PID namespace (:func:`fork_init`; ahead, while no
+exec runs, so its setup is off the exec's path); it dies with its keeper
+(``PR_SET_PDEATHSIG``, armed again after each change of ids, which clears it), and the keeper
+waits for it as bwrap's monitor waited for its child. As host root it leads a session of its
+own, joins the sandbox's cgroup and a fresh session keyring and the sandbox's mount namespace,
+and builds the exec's root there as bwrap's arguments did (local_command.py), in a mount
+namespace of its own: the tree bound nosuid,nodev (a fresh bind: pivot_root refuses a locked
+mount), the sandbox's prepared /dev bound nosuid, a /proc of the exec's PID namespace with the
+masks of masks.py (their tmpfs the sandbox root's), the task mounts and resolv.conf (read-only
+ones read-only; all nosuid,nodev), each made as a detached copy (``open_tree``) whose flags are
+set on it and its submounts before it is attached (``mount_setattr``, ``move_mount``) on a
+target resolved inside the tree (``openat2(RESOLVE_IN_ROOT)``: an image's symlink never points
+a mount outside it); then ``pivot_root`` into the tree and the old root detached. It then
+enters the sandbox's user namespace as its uid 0, makes the exec's IPC, UTS and cgroup
+namespaces, sets the hostname and cuts its capability bounding set to the root exec's. (Its PID
+and mount namespaces are thus host root's, not the sandbox's as bwrap's were: the sandbox's
+root holds no capability over them at all.) On the request it takes the exec's descriptors
+(stdin, stdout, stderr; the seccomp program until loaded) and closes every other, changes
+directory, cuts the bounding set to nothing for the agent, sets the groups and ids, the
+capability sets (as bwrap and setpriv left them: the root set permitted, effective,
+inheritable and ambient; nothing for the agent), ``PR_SET_NO_NEW_PRIVS``, loads the seccomp
+program (so it holds nothing the command lacks) and starts the command (glibc's
+``posix_spawnp``: a session of its own, every signal's action default, the request's
+environment, its ``PATH`` for the search), whose exit ends the init and so the PID namespace
+with everything the exec started. Killing the init (its process group) ends the exec the same
+way.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import platform
 import select
 import signal
 import socket
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from . import zygote_calls as calls
@@ -56,8 +61,9 @@ PR_SET_SECCOMP, SECCOMP_MODE_FILTER, PR_SET_NO_NEW_PRIVS = 22, 2, 38
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE = 47, 2
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 SPAWN_SETSIGDEF, SPAWN_SETSID = 0x04, 0x80
-#: bwrap's --proc: these paths of its new /proc bound read-only over themselves when writable
-COVER_PROC = ("sys", "sysrq-trigger", "irq", "bus")
+#: (bwrap's --proc also binds its new /proc's sys, sysrq-trigger, irq and bus read-only over
+#: themselves where its caller can write them: the sandbox's root never can, and the masks of
+#: masks.py cover them read-only all the same)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 for _name in ("prctl", "capset", "syscall", "umount2", "posix_spawnp", "posix_spawnattr_init",
@@ -144,20 +150,6 @@ def _inside(root: int, path: str) -> int:
                 ctypes.c_size_t(ctypes.sizeof(how)), what=f"open {path} in the tree")
 
 
-def _cover(root: int, path: str) -> None:
-    """bwrap's cover of a path of its new /proc: bound read-only over itself if it exists and
-    is writable."""
-    try:
-        at = _inside(root, path)
-    except FileNotFoundError:
-        return
-    try:
-        if os.access(f"/proc/self/fd/{at}", os.W_OK):
-            _attach(_copy("", ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV, at), at, path)
-    finally:
-        os.close(at)
-
-
 def _mount_on(root: int, path: str, mnt: int) -> None:
     target = _inside(root, path)
     try:
@@ -167,10 +159,10 @@ def _mount_on(root: int, path: str, mnt: int) -> None:
 
 
 def build_root(spec: dict[str, Any]) -> None:
-    """The exec's namespaces and root (see the module docstring), in its init."""
-    calls.unshare(calls.CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP)
+    """The exec's mount namespace and root (see the module docstring), in its init, host root
+    in the sandbox's mount namespace."""
+    calls.unshare(calls.CLONE_NEWNS)
     calls.mount(None, "/", None, MS_REC | MS_SLAVE)
-    socket.sethostname(spec["hostname"])
     tree = spec["tree"]  # the keeper's path (no part of it the sandbox's)
     # a copy of the tree bound over it (the keeper's mount is locked in this user namespace:
     # pivot_root refuses a locked mount, as bwrap's --bind tree / makes a bind too)
@@ -184,16 +176,15 @@ def build_root(spec: dict[str, Any]) -> None:
         _mount_on(root, "/dev", _copy(spec["dev"], ATTR_NOSUID))
         _mount_on(root, "/proc", _fresh("proc", ATTR_NOSUID | ATTR_NODEV | ATTR_NOEXEC,
                                         {"source": "proc"}))
-        for name in COVER_PROC:  # bwrap's own cover of its /proc (made only where writable)
-            _cover(root, f"/proc/{name}")
         for kind, name in spec["masks"]:  # masks.py, as bwrap made them
             if kind == "ro":  # the host's proc path, read-only
                 mnt = _copy(f"/proc/{name}", ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV)
             elif kind == "null":
                 mnt = _copy("/dev/null", ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV)
-            else:  # an empty read-only tmpfs
-                mnt = _fresh("tmpfs", ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV, {"source": "tmpfs",
-                                                                            "mode": "0755"})
+            else:  # an empty read-only tmpfs, the sandbox root's (as bwrap's, made there)
+                mnt = _fresh("tmpfs", ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV,
+                             {"source": "tmpfs", "mode": "0755", "uid": str(spec["owner"]),
+                              "gid": str(spec["owner"])})
             _mount_on(root, f"/proc/{name}", mnt)
         for source, target, read_only in spec["mounts"]:  # the task's, and resolv.conf
             attrs = ATTR_NOSUID | ATTR_NODEV | (ATTR_RDONLY if read_only else 0)
@@ -295,17 +286,17 @@ def _die(message: str) -> NoReturn:
     os._exit(1)
 
 
-def run(spec: dict[str, Any], area: tuple[int, int], monitor: int, req: dict[str, Any],
+def run(spec: dict[str, Any], area: tuple[int, int], parent: int, req: dict[str, Any],
         fds: list[int]) -> NoReturn:
     """The request, in the exec's init (its root built, its bounding set cut to ``spec``'s
-    "caps", its argument area at ``area``, its monitor's pidfd ``monitor``): see the module
+    "caps", its argument area at ``area``, its keeper's pidfd ``parent``): see the module
     docstring."""
     d = req["direct"]
-    # stdin, stdout, stderr at 0-2, the monitor's pidfd at 3, the seccomp program at 4
-    moved = [os.dup(fd) for fd in (*fds[:3], monitor, *fds[3:4])]
+    # stdin, stdout, stderr at 0-2, the keeper's pidfd at 3, the seccomp program at 4
+    moved = [os.dup(fd) for fd in (*fds[:3], parent, *fds[3:4])]
     for target, fd in enumerate(moved):
         os.dup2(fd, target, inheritable=target < 3)
-    os.closerange(len(moved), 1 << 20)  # nothing of the keeper's, the monitor's or the setup's
+    os.closerange(len(moved), 1 << 20)  # nothing of the keeper's or the setup's
     try:
         os.chdir(d["cwd"])
     except OSError as e:
@@ -344,23 +335,60 @@ def run(spec: dict[str, Any], area: tuple[int, int], monitor: int, req: dict[str
             os._exit(_status(status))
 
 
-def _with_parent(monitor: int) -> None:
-    """SIGKILL when the monitor (``monitor``: its pidfd) exits; at once if it has."""
+def _with_parent(parent: int) -> None:
+    """SIGKILL when the parent (``parent``: its pidfd) exits; at once if it has."""
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "pdeathsig")
-    if select.select([monitor], [], [], 0)[0]:
+    if select.select([parent], [], [], 0)[0]:
         os._exit(127)
 
 
-def _init(spec: dict[str, Any], monitor: int, line: socket.socket | None,
-          got: tuple[dict[str, Any], list[int]] | None) -> NoReturn:
+def fork_init(child: Callable[[socket.socket, int], NoReturn]) -> tuple[int, socket.socket] | None:
+    """Fork an exec's init: PID 1 of a new PID namespace (owned by the caller's user namespace,
+    host root's), on a socket pair of its own (:func:`calls.fork_paired`); it runs ``child``
+    with its end and a pidfd of its parent. The caller's later children are in its own PID
+    namespace again. None when the fork fails."""
+    me = os.pidfd_open(os.getpid())
+    own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        calls.unshare(CLONE_NEWPID)
+        forked = calls.fork_paired()
+        if forked is not None and forked[0] == 0:
+            os.close(own)
+            child(forked[1], me)
+        calls.setns(own, CLONE_NEWPID)
+    finally:
+        os.close(own)
+        os.close(me)
+    return forked
+
+
+def init_main(spec: dict[str, Any], entry: dict[str, Any], namespaces: tuple[int, int],
+              parent: int, line: socket.socket | None,
+              got: tuple[dict[str, Any], list[int]] | None) -> NoReturn:
+    """An exec's init (host root, forked by :func:`fork_init`): it joins the sandbox's cgroup,
+    a fresh session keyring (``entry``) and its mount namespace (``namespaces``: the user and
+    mount namespaces' descriptors), builds the exec's root there (:func:`build_root`), enters
+    the user namespace as its uid 0, makes the exec's IPC, UTS and cgroup namespaces and sets
+    the hostname; then the request (on ``line``, or ``got``) is run (:func:`run`). It dies with
+    its keeper (``parent``: its pidfd)."""
     code = 127
     with contextlib.suppress(BaseException):
-        _with_parent(monitor)
+        _with_parent(parent)
         for sig in (signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)  # PID 1: nothing inside can signal it then
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        userns, mntns = namespaces
         try:
+            calls.join_session(entry["cgroup"], entry["keyring"], entry["keyctl_nr"])
+            calls.setns(mntns, calls.CLONE_NEWNS)
             build_root(spec)
+            calls.setns(userns, calls.CLONE_NEWUSER)  # uid 0 there is host SHIFT_BASE
+            os.setgroups([])
+            os.setresgid(0, 0, 0)
+            os.setresuid(0, 0, 0)
+            _with_parent(parent)  # the change of ids cleared it
+            calls.unshare(CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP)
+            socket.sethostname(spec["hostname"])
             _cut_bounding(spec["caps"])  # the root exec's set: the most any exec keeps
             area = _arg_area()
         except OSError as e:
@@ -376,25 +404,5 @@ def _init(spec: dict[str, Any], monitor: int, line: socket.socket | None,
                 os._exit(0)
         if line is not None:
             line.close()
-        run(spec, area, monitor, *got)
-    os._exit(code)
-
-
-def monitor(spec: dict[str, Any], line: socket.socket | None,
-            got: tuple[dict[str, Any], list[int]] | None) -> NoReturn:
-    """An exec's child, entered (:func:`calls.enter_exec`): the exec's monitor (see the module
-    docstring); the request comes on ``line`` (a child forked ahead) or is ``got``."""
-    code = 127
-    with contextlib.suppress(BaseException):
-        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "pdeathsig")  # with its keeper
-        calls.unshare(CLONE_NEWPID)
-        me = os.pidfd_open(os.getpid())
-        pid = os.fork()
-        if pid == 0:
-            _init(spec, me, line, got)
-        os.closerange(3, 1 << 20)  # its line, the request's and the keeper's descriptors
-        while True:
-            done, status = os.waitpid(pid, 0)
-            if done == pid:
-                os._exit(_status(status))
+        run(spec, area, parent, *got)
     os._exit(code)

@@ -9,20 +9,13 @@ import os
 import selectors
 import signal
 import socket
-from typing import Any
+from typing import Any, NoReturn
 
 from . import zygote_calls as calls
 from . import zygote_wire as wire
 from .zygote_calls import MS_BIND, MS_NODEV, MS_NOSUID, MS_RDONLY, MS_REC, MS_REMOUNT
-from .zygote_children import (
-    Entered,
-    UsernsChild,
-    first_exec_child,
-    fork_exec_child,
-    run_exec,
-    userns_child,
-)
-from .zygote_direct import monitor
+from .zygote_children import UsernsChild, first_exec_child, fork_exec_child, run_exec, userns_child
+from .zygote_direct import fork_init, init_main
 
 
 class Keeper:
@@ -202,6 +195,13 @@ class Keeper:
                 pid = -1
             finally:
                 line.close()
+        if pid < 0 and direct:
+            forked = fork_init(lambda _line, parent: self._init(parent, None, (req, fds)))
+            if forked is None:
+                wire.send(self.sock, {"id": req["id"], "error": "fork failed"})
+                return
+            pid = forked[0]
+            forked[1].close()
         if pid < 0:
             try:
                 pid = os.fork()
@@ -212,9 +212,6 @@ class Keeper:
                 code = 127
                 with contextlib.suppress(BaseException):
                     self._enter(req["cgroup"], req["keyring"])
-                    if direct:
-                        assert self.root is not None
-                        monitor(self.root, None, (req, fds))
                     code = run_exec(req, fds)  # never returns but on failure
                 os._exit(code)
         pidfd = os.pidfd_open(pid)
@@ -223,15 +220,30 @@ class Keeper:
         sel.register(pidfd, selectors.EVENT_READ)
 
     def _prefork(self) -> tuple[int, socket.socket] | None:
-        """The next exec's child (:func:`fork_exec_child`): it closes its keeper's
-        socket (only the keeper answers the harness) and joins the cgroup, a fresh session
-        keyring and the user namespace before its request."""
+        """The next exec's child, forked ahead: an exec's init (:func:`init_main`) that builds
+        the exec's root and waits for its request; or, without a root, a child that joins
+        the cgroup, a fresh session keyring and the user namespace and waits to exec bwrap
+        (:func:`fork_exec_child`). Either closes its keeper's socket (only the keeper answers
+        the harness)."""
+        if self.root is not None:
+            return fork_init(lambda line, parent: self._init(parent, line, None))
 
-        def enter(_line: socket.socket) -> Entered:
+        def enter(_line: socket.socket) -> bool:
             self._enter(self.req["cgroup"], self.req["keyring"])
-            return True if self.root is None else self.root
+            return True
 
         return fork_exec_child((self.sock.fileno(),), enter)
+
+    def _init(self, parent: int, line: socket.socket | None,
+              got: tuple[dict[str, Any], list[int]] | None) -> NoReturn:
+        """In an exec's init forked by this keeper: :func:`init_main` with this sandbox's root."""
+        with contextlib.suppress(BaseException):
+            self.sock.close()
+            assert self.root is not None
+            init_main(self.root, {"cgroup": self.req["cgroup"], "keyring": self.req["keyring"],
+                                  "keyctl_nr": self.req.get("keyctl_nr")},
+                      (self.userns, self.mntns), parent, line, got)
+        os._exit(127)
 
     def _enter(self, cgroup: list[str], keyring: bool) -> None:
         """An exec's first process, before its request (:func:`calls.enter_exec`)."""
