@@ -17,6 +17,10 @@ from .zygote_calls import MS_BIND, MS_NODEV, MS_NOSUID, MS_RDONLY, MS_REC, MS_RE
 from .zygote_children import UsernsChild, first_exec_child, fork_exec_child, run_exec, userns_child
 from .zygote_direct import fork_init, init_main
 
+#: how long the keeper is idle (no request, no exec running) before it forks the next exec's
+#: init: a stop or another request that follows an exec at once is not slowed by it
+PREFORK_IDLE_S = 0.003
+
 
 class Keeper:
     def __init__(self, sock: socket.socket, req: dict[str, Any]) -> None:
@@ -144,7 +148,7 @@ class Keeper:
             # the next exec's child, forked while nothing waits and no exec runs (off the
             # exec's path, and not beside it: it builds the exec's root, which takes CPU)
             ahead = self.spare is None and prefork and not self.children
-            events = sel.select(0 if ahead else None)
+            events = sel.select(PREFORK_IDLE_S if ahead else None)
             if not events and ahead:
                 self.spare = self._prefork()
                 # fork failing (EAGAIN at a pids limit, ENOMEM) would otherwise be retried at
