@@ -57,14 +57,16 @@ class ExecSandbox(CommandSandbox):
             raise SandboxError(f"unknown sandbox user {user!r} (use 'root' or '{AGENT_USER}')")
         if user == AGENT_USER and self.account.root:  # the image's USER is root (accounts.py)
             user = "root"
-        sfd = seccomp.program_fd() if seccomp.supported() else None  # see _command
         run_env = {"PATH": DEFAULT_PATH, "LC_ALL": "C"} if busybox else self._env(user, env)
         keeper = self._keeper
         through_zygote = isinstance(keeper, zygote.Keeper)
+        # without bwrap (zygote_direct.py) the exec's init loaded the seccomp program ahead
+        direct = isinstance(keeper, zygote.Keeper) and keeper.dev and not busybox
+        sfd = seccomp.program_fd() if seccomp.supported() and not direct else None  # see _command
         # bwrap's own init stays visible inside as /proc/1/environ: give it nothing of ours
         bwrap_env = {"PATH": os.environ.get("PATH", DEFAULT_PATH)}
         what: dict[str, Any]
-        if isinstance(keeper, zygote.Keeper) and keeper.dev and not busybox:  # no bwrap
+        if direct:
             what = {"direct": self._direct(argv, cwd or self.workdir, run_env, user)}
         else:
             full = self._command(argv, cwd or self.workdir, run_env, user,

@@ -183,7 +183,8 @@ class KeeperSandbox:
             mounts.append([self._resolv_conf, "/etc/resolv.conf", True])
         return {"tree": self._tree, "dev": local_dirs.DEV_DIR, "hostname": self.spec.hostname,
                 "masks": [list(m) for m in proc_mask_list()], "mounts": mounts,
-                "caps": root_cap_numbers(), "owner": idmap.SHIFT_BASE}
+                "caps": root_cap_numbers(), "owner": idmap.SHIFT_BASE,
+                "seccomp": seccomp.program().hex() if seccomp.supported() else None}
 
     def _start_zygote(self, opts: str, host_dirs: str) -> None:
         """The keeper as a zygote (zygote.py): the script above, as system calls."""

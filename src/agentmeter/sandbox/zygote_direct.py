@@ -2,31 +2,30 @@
 did for each exec of a root-run sandbox, done by the exec's own *init*.
 
 The keeper forks the init as PID 1 of a new PID namespace (:func:`fork_init`; ahead, while no
-exec runs, so its setup is off the exec's path); it dies with its keeper
-(``PR_SET_PDEATHSIG``, armed again after each change of ids, which clears it), and the keeper
-waits for it as bwrap's monitor waited for its child. As host root it leads a session of its
-own, joins the sandbox's cgroup and a fresh session keyring and the sandbox's mount namespace,
-and builds the exec's root there as bwrap's arguments did (local_command.py), in a mount
-namespace of its own: the tree bound nosuid,nodev (a fresh bind: pivot_root refuses a locked
-mount), the sandbox's prepared /dev bound nosuid, a /proc of the exec's PID namespace with the
-masks of masks.py (their tmpfs the sandbox root's), the task mounts and resolv.conf (read-only
-ones read-only; all nosuid,nodev), each made as a detached copy (``open_tree``) whose flags are
-set on it and its submounts before it is attached (``mount_setattr``, ``move_mount``) on a
-target resolved inside the tree (``openat2(RESOLVE_IN_ROOT)``: an image's symlink never points
-a mount outside it); then ``pivot_root`` into the tree and the old root detached. It then
-enters the sandbox's user namespace as its uid 0, makes the exec's IPC, UTS and cgroup
-namespaces, sets the hostname and cuts its capability bounding set to the root exec's. (Its PID
-and mount namespaces are thus host root's, not the sandbox's as bwrap's were: the sandbox's
-root holds no capability over them at all.) On the request it takes the exec's descriptors
-(stdin, stdout, stderr; the seccomp program until loaded) and closes every other, changes
-directory, cuts the bounding set to nothing for the agent, sets the groups and ids, the
-capability sets (as bwrap and setpriv left them: the root set permitted, effective,
-inheritable and ambient; nothing for the agent), ``PR_SET_NO_NEW_PRIVS``, loads the seccomp
-program (so it holds nothing the command lacks) and starts the command (glibc's
-``posix_spawnp``: a session of its own, every signal's action default, the request's
-environment, its ``PATH`` for the search), whose exit ends the init and so the PID namespace
-with everything the exec started. Killing the init (its process group) ends the exec the same
-way.
+exec runs, so its setup is off the exec's path); it dies with its keeper (``PR_SET_PDEATHSIG``,
+armed again after each change of ids, which clears it), and the keeper waits for it as bwrap's
+monitor waited for its child. As host root it leads a session of its own, joins the sandbox's
+cgroup and a fresh session keyring and the sandbox's mount namespace, and builds the exec's
+root there as bwrap's arguments did (local_command.py), in a mount namespace of its own: the
+tree bound nosuid,nodev (a fresh bind: pivot_root refuses a locked mount), the sandbox's
+prepared /dev bound nosuid, a /proc of the exec's PID namespace with the masks of masks.py
+(their tmpfs the sandbox root's), the task mounts and resolv.conf (read-only ones read-only;
+all nosuid,nodev), each made as a detached copy (``open_tree``) whose flags are set on it and
+its submounts before it is attached (``mount_setattr``, ``move_mount``) on a target resolved
+inside the tree (``openat2(RESOLVE_IN_ROOT)``: an image's symlink never points a mount outside
+it); then ``pivot_root`` into the tree and the old root detached. It then enters the sandbox's
+user namespace as its uid 0, makes the exec's IPC, UTS and cgroup namespaces, sets the
+hostname, cuts its capability bounding set to the root exec's and sets no_new_privs and the
+seccomp filter (the program sent once per sandbox, the same every exec was given). (Its PID and
+mount namespaces are thus host root's, not the sandbox's as bwrap's were: the sandbox's root
+holds no capability over them at all.) On the request it takes the exec's descriptors (stdin,
+stdout, stderr) and closes every other, changes directory, cuts the bounding set to nothing for
+the agent, sets the groups and ids, the capability sets (as bwrap and setpriv left them: the
+root set permitted, effective, inheritable and ambient; nothing for the agent; so it holds
+nothing the command lacks) and starts the command (glibc's ``posix_spawnp``: a session of its
+own, every signal's action default, the request's environment, its ``PATH`` for the search),
+whose exit ends the init and so the PID namespace with everything the exec started. Killing the
+init (its process group) ends the exec the same way.
 """
 
 from __future__ import annotations
@@ -228,10 +227,7 @@ def _cut_bounding(keep: list[int], among: list[int] | None = None) -> None:
             calls.check(-1, "drop a bounding capability")
 
 
-def _load_seccomp(fd: int) -> None:
-    program = b""
-    while chunk := os.read(fd, 65536):
-        program += chunk
+def _load_seccomp(program: bytes) -> None:
     buf = ctypes.create_string_buffer(program, len(program))
     prog = _SockFprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
     calls.check(_libc.prctl(PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(prog),
@@ -292,8 +288,8 @@ def run(spec: dict[str, Any], area: tuple[int, int], parent: int, req: dict[str,
     "caps", its argument area at ``area``, its keeper's pidfd ``parent``): see the module
     docstring."""
     d = req["direct"]
-    # stdin, stdout, stderr at 0-2, the keeper's pidfd at 3, the seccomp program at 4
-    moved = [os.dup(fd) for fd in (*fds[:3], parent, *fds[3:4])]
+    # stdin, stdout, stderr at 0-2, the keeper's pidfd at 3
+    moved = [os.dup(fd) for fd in (*fds[:3], parent)]
     for target, fd in enumerate(moved):
         os.dup2(fd, target, inheritable=target < 3)
     os.closerange(len(moved), 1 << 20)  # nothing of the keeper's or the setup's
@@ -310,10 +306,6 @@ def run(spec: dict[str, Any], area: tuple[int, int], parent: int, req: dict[str,
         _with_parent(3)  # a change of ids cleared the parent-death signal
         os.close(3)
         _caps(keep)
-        _prctl(PR_SET_NO_NEW_PRIVS, 1, "no_new_privs")
-        if len(moved) > 4:
-            _load_seccomp(4)
-            os.close(4)
         _prctl(PR_SET_DUMPABLE, int(d["uid"] == 0), "dumpable")
     except OSError as e:
         _die(str(e))
@@ -391,6 +383,11 @@ def init_main(spec: dict[str, Any], entry: dict[str, Any], namespaces: tuple[int
             socket.sethostname(spec["hostname"])
             _cut_bounding(spec["caps"])  # the root exec's set: the most any exec keeps
             area = _arg_area()
+            # last: the filter refuses setns, unshare and mounts (and allows what is left:
+            # setgroups, setresuid, capset, prctl, close_range, clone, wait4)
+            _prctl(PR_SET_NO_NEW_PRIVS, 1, "no_new_privs")
+            if spec["seccomp"]:
+                _load_seccomp(bytes.fromhex(spec["seccomp"]))
         except OSError as e:
             if got is None and line is not None:
                 got = wire.recv_request(line)  # said on the exec's stderr when it comes
