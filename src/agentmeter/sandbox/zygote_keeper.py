@@ -31,6 +31,8 @@ class Keeper:
         #: req["dev"], which each exec's bwrap binds (--dev-bind); -1: none (bwrap's --dev)
         self.mntns = -1
         self.children: dict[int, int] = {}  # pid -> request id
+        #: an exec's init -> its mount namespace, held until its exit is answered
+        self.held: dict[int, int] = {}
         self.pidfds: dict[int, int] = {}  # pidfd -> pid
         #: the next exec's child, forked ahead (pid, its socket); for an exec without bwrap
         #: when :attr:`root` is set (it has built the exec's root: zygote_direct.py)
@@ -222,6 +224,9 @@ class Keeper:
         self.children[pid] = req["id"]
         self.pidfds[pidfd] = pid
         sel.register(pidfd, selectors.EVENT_READ)
+        if direct:  # its mount namespace, so that its teardown follows the exit's answer
+            with contextlib.suppress(OSError):
+                self.held[pid] = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
 
     def _prefork(self) -> tuple[int, socket.socket] | None:
         """The next exec's child, forked ahead: an exec's init (:func:`init_main`) that builds
@@ -260,6 +265,8 @@ class Keeper:
         _, status = os.waitpid(pid, 0)
         rid = self.children.pop(pid)
         wire.send(self.sock, {"id": rid, "exit": os.waitstatus_to_exitcode(status)})
+        if pid in self.held:
+            os.close(self.held.pop(pid))
 
     def _end(self) -> None:
         """SIGKILL everything it started, say ``ended`` (nothing of the sandbox runs another
