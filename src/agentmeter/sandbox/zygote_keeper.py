@@ -98,20 +98,28 @@ class Keeper:
             mntns = os.open(f"/proc/{child.pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
             userns = os.dup(child.userns)
             self.root = self.req.get("root")
-            if early is not None:
-                enter = {"cgroup": self.req["cgroup"], "keyring": self.req["keyring"],
-                         "keyctl_nr": self.req.get("keyctl_nr"), "root": self.root}
-                try:
-                    socket.send_fds(early[1], [wire.frame(enter)], [userns, mntns])
-                except OSError:
-                    self._drop(early)
-                    early = None
-                self.spare, early = early, None
+            self.prepared_exec, early = early, None  # given its namespaces after ready
             return userns, mntns
         finally:
             if early is not None:  # the setup failed
                 self._drop(early)
             child.close()  # the child exits at its pipe's end
+
+    def hand_first(self) -> None:
+        """The first exec's init (forked ahead or during the setup) given the sandbox's cgroup,
+        keyring, root and user and mount namespaces: after ``ready``, so that the harness hears
+        it before that init's setup takes its share of the CPU."""
+        first, self.prepared_exec = self.prepared_exec, None
+        if first is None:
+            return
+        enter = {"cgroup": self.req["cgroup"], "keyring": self.req["keyring"],
+                 "keyctl_nr": self.req.get("keyctl_nr"), "root": self.root}
+        try:
+            socket.send_fds(first[1], [wire.frame(enter)], [self.userns, self.mntns])
+        except OSError:
+            self._drop(first)
+            return
+        self.spare = first
 
     @staticmethod
     def _drop(spare: tuple[int, socket.socket]) -> None:
@@ -302,4 +310,5 @@ def keeper_main(sock: socket.socket, req: dict[str, Any], namespaces_made: bool 
         keeper._reap_setup_child(block=True)  # it exits at its pipe's end, closed by now
         return
     wire.send(sock, {"ready": os.getpid(), "dev": keeper.mntns >= 0})
+    keeper.hand_first()
     keeper.serve()
