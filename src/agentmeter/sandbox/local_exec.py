@@ -61,7 +61,7 @@ class ExecSandbox(CommandSandbox):
         keeper = self._keeper
         through_zygote = isinstance(keeper, zygote.Keeper)
         # without bwrap (zygote_direct.py) the exec's init loaded the seccomp program ahead
-        direct = isinstance(keeper, zygote.Keeper) and keeper.dev and not busybox
+        direct = isinstance(keeper, zygote.Keeper) and keeper.direct and keeper.dev and not busybox
         sfd = seccomp.program_fd() if seccomp.supported() and not direct else None  # see _command
         # bwrap's own init stays visible inside as /proc/1/environ: give it nothing of ours
         bwrap_env = {"PATH": os.environ.get("PATH", DEFAULT_PATH)}

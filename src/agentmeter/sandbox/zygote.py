@@ -129,7 +129,7 @@ def start_keeper(request: dict[str, Any]) -> Keeper:
         ours.close()
         raise SandboxError(str(msg.get("error")))
     ours.setblocking(False)
-    return Keeper(ours, int(msg["ready"]), dev=bool(msg.get("dev")))
+    return Keeper(ours, int(msg["ready"]), dev=bool(msg.get("dev")), direct=bool(msg.get("direct")))
 
 
 class Exec:
@@ -163,11 +163,14 @@ class Exec:
 class Keeper:
     """The harness's end of a keeper (see module docstring): ``pid``, ``poll`` like a Popen."""
 
-    def __init__(self, sock: socket.socket, pid: int, *, dev: bool = False) -> None:
+    def __init__(self, sock: socket.socket, pid: int, *, dev: bool = False,
+                 direct: bool = False) -> None:
         self._sock = sock
         self.pid = pid
         #: the keeper prepared the sandbox's /dev (local_dirs.DEV_DIR) for its execs to bind
         self.dev = dev
+        #: the keeper runs execs without bwrap (zygote_direct.py): it has their root
+        self.direct = direct
         self._pidfd = os.pidfd_open(pid)
         self._buf = bytearray()
         self._execs: dict[int, Exec] = {}

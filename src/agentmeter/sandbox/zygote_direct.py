@@ -92,6 +92,17 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
+def direct_supported() -> bool:
+    """This machine runs execs without bwrap: a known architecture and Linux 5.12 or later
+    (``mount_setattr``; ``openat2`` 5.6, ``open_tree``, ``move_mount`` and ``fsopen`` 5.2).
+    Else every exec is a bwrap, as before."""
+    try:
+        major, minor = (int(x) for x in os.uname().release.split(".")[:2])
+    except ValueError:
+        return False
+    return platform.machine() in SYS_PIVOT_ROOT and (major, minor) >= (5, 12)
+
+
 def _sys(nr: int, *args: Any, what: str) -> int:
     return calls.check(_libc.syscall(ctypes.c_long(nr), *args), what)
 

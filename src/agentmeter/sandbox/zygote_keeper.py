@@ -15,7 +15,7 @@ from . import zygote_calls as calls
 from . import zygote_wire as wire
 from .zygote_calls import MS_BIND, MS_NODEV, MS_NOSUID, MS_RDONLY, MS_REC, MS_REMOUNT
 from .zygote_children import UsernsChild, first_exec_child, fork_exec_child, run_exec, userns_child
-from .zygote_direct import fork_init, init_main
+from .zygote_direct import direct_supported, fork_init, init_main
 
 #: how long the keeper is idle (no request, no exec running) before it forks the next exec's
 #: init: a stop or another request that follows an exec at once is not slowed by it
@@ -97,7 +97,7 @@ class Keeper:
                 raise OSError(said[1:].decode(errors="replace") or "the user namespace's child failed")
             mntns = os.open(f"/proc/{child.pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
             userns = os.dup(child.userns)
-            self.root = self.req.get("root")
+            self.root = self.req.get("root") if direct_supported() else None
             self.prepared_exec, early = early, None  # given its namespaces after ready
             return userns, mntns
         finally:
@@ -309,6 +309,7 @@ def keeper_main(sock: socket.socket, req: dict[str, Any], namespaces_made: bool 
         keeper._drop_prepared()
         keeper._reap_setup_child(block=True)  # it exits at its pipe's end, closed by now
         return
-    wire.send(sock, {"ready": os.getpid(), "dev": keeper.mntns >= 0})
+    wire.send(sock, {"ready": os.getpid(), "dev": keeper.mntns >= 0,
+                     "direct": keeper.root is not None})
     keeper.hand_first()
     keeper.serve()
