@@ -36,6 +36,7 @@ echo "cgroup: $(cat /proc/self/cgroup | tr '\n' ' ')"
 echo "limits: $(ulimit -a | tr -s ' ' | tr '\n' ';')"
 for fd in /proc/$$/fd/*; do echo "fd ${fd##*/}: $(readlink "$fd" | sed 's/\[[0-9]*\]//')"; done
 env | sort | grep -v '^_=' | sed 's/^/env: /'
+tr '\0' '\n' < /proc/$$/environ | sort | sed 's/^/environ: /'
 sed -E 's/^[0-9]+ [0-9]+ [0-9]+:[0-9]+ /mount: /' /proc/self/mountinfo
 """
 

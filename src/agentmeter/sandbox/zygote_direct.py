@@ -320,7 +320,7 @@ def run(spec: dict[str, Any], area: tuple[int, int], parent: int, req: dict[str,
         _prctl(PR_SET_DUMPABLE, int(d["uid"] == 0), "dumpable")
     except OSError as e:
         _die(str(e))
-    env: dict[str, str] = d["env"]
+    env: dict[str, str] = {**d["env"], "PWD": d["cwd"]}  # as bwrap's --chdir set it
     if "PATH" in env:  # posix_spawnp searches the caller's PATH: the command's
         os.putenv("PATH", env["PATH"])
     else:
