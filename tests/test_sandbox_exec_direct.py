@@ -80,6 +80,28 @@ async def test_the_exec_without_bwrap_sees_what_bwraps_exec_saw(
     assert ours["Seccomp"] == ["2"] and ours["NoNewPrivs"] == ["1"]
 
 
+async def test_a_script_without_interpreter_line_runs_as_execvp_ran_it(
+        local_backend: LocalBackend) -> None:
+    """bwrap started the command with execvp, which runs a script without ``#!`` with
+    /bin/sh; so must the exec without bwrap (glibc's posix_spawnp does not), by path and found
+    in PATH; a missing command fails with the status it had (setpriv's 127 for the agent,
+    bwrap's 1 for root)."""
+    sb = await local_backend.start(SandboxSpec())
+    try:
+        await sb.exec("printf 'echo ran-as-sh $0 $1\\n' > /usr/local/bin/noshebang; "
+                      "chmod 755 /usr/local/bin/noshebang", user="root")
+        by_path = await sb.exec(["/usr/local/bin/noshebang", "arg"], user="agent")
+        by_name = await sb.exec(["noshebang", "arg"], user="agent")
+        missing = await sb.exec(["no-such-command"], user="agent")
+        missing_root = await sb.exec(["no-such-command"], user="root")
+    finally:
+        await sb.stop()
+    assert by_path.stdout == by_name.stdout == "ran-as-sh /usr/local/bin/noshebang arg\n", (
+        by_path, by_name)
+    assert missing.exit_code == 127 and "no-such-command" in missing.stderr, missing
+    assert missing_root.exit_code == 1 and "no-such-command" in missing_root.stderr, missing_root
+
+
 #: a host directory an image's symlink names, where no mount of the sandbox may land
 TARGET = "/tmp/agentmeter-direct-symlink-target"
 

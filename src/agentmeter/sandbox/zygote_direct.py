@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
 import platform
 import select
@@ -262,6 +263,18 @@ def _name_init(area: tuple[int, int], argv: list[str]) -> None:
     _libc.prctl(15, b"agentmeter-init", 0, 0, 0)  # PR_SET_NAME
 
 
+def _which(name: str, path: str | None) -> str | None:
+    """Where execvp finds ``name``: itself if it has a slash, else the first executable file
+    of that name in ``path`` (glibc's default when unset)."""
+    if "/" in name:
+        return name
+    for d in (path if path is not None else "/bin:/usr/bin").split(":"):
+        candidate = f"{d or '.'}/{name}"
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
 def _spawn(argv: list[str], env: dict[str, str]) -> int:
     """glibc's posix_spawnp (a vfork: no copy of this interpreter's memory) with a session of
     its own and every signal's action default: Python's os.posix_spawn cannot name glibc's
@@ -287,10 +300,10 @@ def _status(status: int) -> int:
     return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
 
 
-def _die(message: str) -> NoReturn:
+def _die(message: str, code: int = 1) -> NoReturn:
     with contextlib.suppress(OSError):
         os.write(2, f"agentmeter sandbox exec: {message}\n".encode())
-    os._exit(1)
+    os._exit(code)
 
 
 def run(spec: dict[str, Any], area: tuple[int, int], parent: int, req: dict[str, Any],
@@ -326,10 +339,17 @@ def run(spec: dict[str, Any], area: tuple[int, int], parent: int, req: dict[str,
     else:
         os.unsetenv("PATH")
     _name_init(area, d["argv"])
+    argv: list[str] = d["argv"]
     try:
-        child = _spawn(d["argv"], env)
-    except OSError as e:
-        _die(f"execvp {d['argv'][0]}: {e.strerror}")
+        try:
+            child = _spawn(argv, env)
+        except OSError as e:  # a script without "#!": execvp (bwrap's) ran it with /bin/sh
+            found = _which(argv[0], env.get("PATH"))
+            if e.errno != errno.ENOEXEC or found is None:
+                raise
+            child = _spawn(["/bin/sh", found, *argv[1:]], env)
+    except OSError as e:  # status as before: setpriv's 127 for the agent, bwrap's 1 for root
+        _die(f"execvp {argv[0]}: {e.strerror}", 127 if d["uid"] else 1)
     for fd in (0, 1, 2):
         os.close(fd)
     while True:  # the init reaps what is left to it until the command exits
