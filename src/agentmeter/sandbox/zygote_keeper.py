@@ -193,11 +193,10 @@ class Keeper:
         if direct and self.root is None:
             wire.send(self.sock, {"id": req["id"], "error": "no root for an exec without bwrap"})
             return
-        if self.spare is not None and not direct and self.root is not None:
-            self._drop(self.spare)  # forked for an exec without bwrap: this one is a bwrap
-            self.spare = None
-        if (self.spare is not None and req["cgroup"] == self.req["cgroup"]
-                and req["keyring"] == self.req["keyring"]):
+        # the spare is an exec's init when there is a root: a bwrap (a copy out's busybox)
+        # gets a child of its own, and the spare stays for the next exec without bwrap
+        if (self.spare is not None and direct == (self.root is not None)
+                and req["cgroup"] == self.req["cgroup"] and req["keyring"] == self.req["keyring"]):
             pid, line = self.spare
             self.spare = None
             try:
