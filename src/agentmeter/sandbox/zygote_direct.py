@@ -12,8 +12,10 @@ prepared /dev bound nosuid, a /proc of the exec's PID namespace with the masks o
 (their tmpfs the sandbox root's), the task mounts and resolv.conf (read-only ones read-only;
 all nosuid,nodev), each made as a detached copy (``open_tree``) whose flags are set on it and
 its submounts before it is attached (``mount_setattr``, ``move_mount``) on a target resolved
-inside the tree (``openat2(RESOLVE_IN_ROOT)``: an image's symlink never points a mount outside
-it); then ``pivot_root`` into the tree and the old root detached. It then enters the sandbox's
+inside the tree (``openat2(RESOLVE_IN_ROOT)``, no magic link: an image's symlink never points
+a mount outside it), the masks beneath the new proc's own mount (its fd: a concurrent exec
+that turns an image's /proc symlink cannot move them off it); then ``pivot_root`` into the
+tree and the old root detached. It then enters the sandbox's
 user namespace as its uid 0, makes the exec's IPC, UTS and cgroup namespaces, sets the
 hostname, cuts its capability bounding set to the root exec's and sets no_new_privs and the
 seccomp filter (the program sent once per sandbox, the same every exec was given). (Its PID and
@@ -55,6 +57,7 @@ OPEN_TREE_CLONE, AT_RECURSIVE, AT_EMPTY_PATH = 1, 0x8000, 0x1000
 MOVE_MOUNT_F_EMPTY_PATH, MOVE_MOUNT_T_EMPTY_PATH = 0x4, 0x40
 FSCONFIG_SET_STRING, FSCONFIG_CMD_CREATE = 1, 6
 ATTR_RDONLY, ATTR_NOSUID, ATTR_NODEV, ATTR_NOEXEC = 0x1, 0x2, 0x4, 0x8
+RESOLVE_NO_XDEV, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, RESOLVE_BENEATH = 0x1, 0x2, 0x4, 0x8
 RESOLVE_IN_ROOT = 0x10
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 1, 4, 24
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER, PR_SET_NO_NEW_PRIVS = 22, 2, 38
@@ -154,11 +157,28 @@ def _fresh(fstype: str, attrs: int, options: dict[str, str]) -> int:
         os.close(fs)
 
 
+def _open(dirfd: int, path: str, resolve: int) -> int:
+    how = _OpenHow(os.O_PATH | os.O_CLOEXEC, 0, resolve)
+    return _sys(SYS_OPENAT2, dirfd, path.lstrip("/").encode() or b".", ctypes.byref(how),
+                ctypes.c_size_t(ctypes.sizeof(how)), what=f"open {path}")
+
+
 def _inside(root: int, path: str) -> int:
-    """``path`` resolved inside the tree ``root`` (its symlinks and ``..`` never leave it)."""
-    how = _OpenHow(os.O_PATH | os.O_CLOEXEC, 0, RESOLVE_IN_ROOT)
-    return _sys(SYS_OPENAT2, root, path.lstrip("/").encode() or b".", ctypes.byref(how),
-                ctypes.c_size_t(ctypes.sizeof(how)), what=f"open {path} in the tree")
+    """``path`` resolved inside the tree ``root`` (its symlinks and ``..`` never leave it; no
+    magic link, as openat2(2) asks of RESOLVE_IN_ROOT's callers)."""
+    return _open(root, path, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)
+
+
+def _mask(proc: int, name: str, mnt: int) -> None:
+    """``mnt`` attached on ``name`` of the exec's new proc mount (``proc``: its own fd), not
+    on a path of the tree: the tree is writable by a concurrent exec of the sandbox, which
+    could turn an image's /proc symlink between the proc's mount and its masks."""
+    target = _open(proc, name, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS
+                   | RESOLVE_NO_XDEV)
+    try:
+        _attach(mnt, target, f"/proc/{name}")
+    finally:
+        os.close(target)
 
 
 def _mount_on(root: int, path: str, mnt: int) -> None:
@@ -185,18 +205,21 @@ def build_root(spec: dict[str, Any]) -> None:
     root = os.open(tree, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)  # that copy
     try:
         _mount_on(root, "/dev", _copy(spec["dev"], ATTR_NOSUID))
-        _mount_on(root, "/proc", _fresh("proc", ATTR_NOSUID | ATTR_NODEV | ATTR_NOEXEC,
-                                        {"source": "proc"}))
-        for kind, name in spec["masks"]:  # masks.py, as bwrap made them
-            if kind == "ro":  # the host's proc path, read-only
-                mnt = _copy(f"/proc/{name}", ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV)
-            elif kind == "null":
-                mnt = _copy("/dev/null", ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV)
-            else:  # an empty read-only tmpfs, the sandbox root's (as bwrap's, made there)
-                mnt = _fresh("tmpfs", ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV,
-                             {"source": "tmpfs", "mode": "0755", "uid": str(spec["owner"]),
-                              "gid": str(spec["owner"])})
-            _mount_on(root, f"/proc/{name}", mnt)
+        proc = _fresh("proc", ATTR_NOSUID | ATTR_NODEV | ATTR_NOEXEC, {"source": "proc"})
+        try:
+            _mount_on(root, "/proc", os.dup(proc))  # ``proc`` names that mount once attached
+            for kind, name in spec["masks"]:  # masks.py, as bwrap made them
+                if kind == "ro":  # the host's proc path, read-only
+                    mnt = _copy(f"/proc/{name}", ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV)
+                elif kind == "null":
+                    mnt = _copy("/dev/null", ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV)
+                else:  # an empty read-only tmpfs, the sandbox root's (as bwrap's, made there)
+                    mnt = _fresh("tmpfs", ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV,
+                                 {"source": "tmpfs", "mode": "0755", "uid": str(spec["owner"]),
+                                  "gid": str(spec["owner"])})
+                _mask(proc, name, mnt)
+        finally:
+            os.close(proc)
         for source, target, read_only in spec["mounts"]:  # the task's, and resolv.conf
             attrs = ATTR_NOSUID | ATTR_NODEV | (ATTR_RDONLY if read_only else 0)
             _mount_on(root, target, _copy(source, attrs))
@@ -404,6 +427,7 @@ def init_main(spec: dict[str, Any], entry: dict[str, Any], namespaces: tuple[int
         try:
             calls.join_session(entry["cgroup"], entry["keyring"], entry["keyctl_nr"])
             calls.setns(mntns, calls.CLONE_NEWNS)
+            area = _arg_area()  # the host's /proc: the tree's is the sandbox's to forge
             build_root(spec)
             calls.setns(userns, calls.CLONE_NEWUSER)  # uid 0 there is host SHIFT_BASE
             os.setgroups([])
@@ -413,7 +437,6 @@ def init_main(spec: dict[str, Any], entry: dict[str, Any], namespaces: tuple[int
             calls.unshare(CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP)
             socket.sethostname(spec["hostname"])
             _cut_bounding(spec["caps"])  # the root exec's set: the most any exec keeps
-            area = _arg_area()
             # last: the filter refuses setns, unshare and mounts (and allows what is left:
             # setgroups, setresuid, capset, prctl, close_range, clone, wait4)
             _prctl(PR_SET_NO_NEW_PRIVS, 1, "no_new_privs")

@@ -1,0 +1,60 @@
+"""White-box attacks on the exec without bwrap (zygote_direct.py): what its init does as host
+root while a concurrent exec of the same sandbox changes the (writable) tree, and what a
+command can reach of its init."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+
+import pytest
+
+from agentmeter.sandbox import zygote
+from agentmeter.sandbox.local import LocalBackend
+from agentmeter.sandbox.masks import proc_mask_list
+from agentmeter.sandbox.spec import SandboxSpec
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the zygote serves root-run sandboxes")
+
+#: flips the tree's /proc symlink between p0 and p1 as fast as it can
+FLIP = 'while (1) { $i ^= 1; symlink("p$i", "/px"); rename("/px", "/proc") }'
+#: where the command's proc and its masks are mounted (both candidates read: /proc itself flips)
+WHERE = ("cat /p0/self/mountinfo /p1/self/mountinfo 2>/dev/null "
+         "| awk '$5 ~ /^\\/p[01](\\/|$)/ {print $5}' | sort -u | tr '\\n' ' '")
+
+
+async def test_a_concurrent_exec_turning_the_image_s_proc_symlink_leaves_the_masks_on_proc(
+        local_backend: LocalBackend) -> None:
+    """An image whose /proc is a symlink (p0), and a running exec of the sandbox turning it
+    between p0 and p1 (a directory with every masked name) while other execs start: each
+    exec's init mounts its proc where /proc points, then its masks: they must land on that
+    proc (resolved beneath its own mount), not where /proc points by then (the exec's proc
+    unmasked); and the init's own /proc/self/stat is the host's, not the tree's (which the
+    flip made a missing file: the exec failed to start)."""
+    sb = await local_backend.start(SandboxSpec())
+    try:
+        assert isinstance(sb._keeper, zygote.Keeper) and sb._keeper.direct
+        fakes = " ".join(f"p1/{name}" for how, name in proc_mask_list() if how != "null")
+        files = " ".join(f"p1/{name}" for how, name in proc_mask_list() if how == "null")
+        subprocess.run(["nsenter", f"--mount=/proc/{sb._keeper.pid}/ns/mnt", "sh", "-ec",
+                        f"cd {sb._tree}; rmdir proc; mkdir -p p0 {fakes}; touch {files}; "
+                        "ln -s p0 proc"], check=True)
+        n = len(proc_mask_list())
+        flip = asyncio.ensure_future(sb.exec(["/usr/bin/perl", "-e", FLIP], user="root"))
+        try:
+            await asyncio.sleep(0.3)
+            assert not flip.done(), flip.result()
+            for _ in range(30):
+                r = await sb.exec(WHERE, user="agent")
+                assert r.exit_code == 0 and r.stderr == "", r
+                mounts = r.stdout.split()
+                assert len(mounts) == n + 1, r.stdout  # the proc, then its masks beneath it
+                assert all(m.startswith(mounts[0] + "/") for m in mounts[1:]), r.stdout
+        finally:
+            flip.cancel()
+            with contextlib.suppress(BaseException):
+                await flip
+    finally:
+        await sb.stop()
