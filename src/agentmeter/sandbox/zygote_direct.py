@@ -24,10 +24,11 @@ holds no capability over them at all.) On the request it takes the exec's descri
 stdout, stderr) and closes every other, changes directory, cuts the bounding set to nothing for
 the agent, sets the groups and ids, the capability sets (as bwrap and setpriv left them: the
 root set permitted, effective, inheritable and ambient; nothing for the agent; so it holds
-nothing the command lacks) and starts the command (glibc's ``posix_spawnp``: a session of its
-own, every signal's action default, the request's environment, its ``PATH`` for the search),
-whose exit ends the init and so the PID namespace with everything the exec started. Killing the
-init (its process group) ends the exec the same way.
+nothing the command lacks; never dumpable: its memory is a copy of the keeper's) and starts
+the command (glibc's ``posix_spawnp``: a session of its own, every signal's action default,
+the request's environment, its ``PATH`` for the search), whose exit ends the init and so the
+PID namespace with everything the exec started. Killing the init (its process group) ends the
+exec the same way.
 """
 
 from __future__ import annotations
@@ -353,7 +354,10 @@ def run(spec: dict[str, Any], area: tuple[int, int], parent: int, req: dict[str,
         _with_parent(3)  # a change of ids cleared the parent-death signal
         os.close(3)
         _caps(keep)
-        _prctl(PR_SET_DUMPABLE, int(d["uid"] == 0), "dumpable")
+        # never dumpable (the change of ids left it so; said again): its memory is a copy of
+        # the keeper's (earlier requests, their environments), which a root command with the
+        # init's ids and capabilities could otherwise read or write through /proc/1/mem
+        _prctl(PR_SET_DUMPABLE, 0, "dumpable")
     except OSError as e:
         _die(str(e))
     env: dict[str, str] = {**d["env"], "PWD": d["cwd"]}  # as bwrap's --chdir set it
