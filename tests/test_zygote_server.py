@@ -77,7 +77,7 @@ def test_the_fork_server_runs_only_its_own_directory_s_modules(tmp_path: Path) -
     module of the same name in the current directory or on ``PYTHONPATH``."""
     marker = tmp_path / "planted module ran"
     for name in ("zygote_forkserver", "zygote_keeper", "zygote_children", "zygote_calls",
-                 "zygote_wire", "agentmeter_zygote"):
+                 "zygote_direct", "zygote_root", "zygote_wire", "agentmeter_zygote"):
         (tmp_path / f"{name}.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
     ours, theirs = socket.socketpair()
     server = subprocess.Popen([sys.executable, "-I", "-S", str(zygote.SERVER),

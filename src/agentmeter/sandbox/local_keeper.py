@@ -175,7 +175,7 @@ class KeeperSandbox:
         (self.dir / "owner.json").write_text(local_dirs.owner_record(keeper.pid))
 
     def _exec_root(self) -> dict[str, Any]:
-        """What an exec without bwrap builds as its root (zygote_direct.py): what
+        """What an exec without bwrap builds as its root (zygote_root.py): what
         local_command.py's bwrap arguments make, in the keeper's mount namespace's paths."""
         mounts = [[local_dirs.stage_point(i, m.source.is_dir()), m.target, m.read_only]
                   for i, m in enumerate(self.spec.mounts)]

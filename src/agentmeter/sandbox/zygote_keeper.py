@@ -15,7 +15,8 @@ from . import zygote_calls as calls
 from . import zygote_wire as wire
 from .zygote_calls import MS_BIND, MS_NODEV, MS_NOSUID, MS_RDONLY, MS_REC, MS_REMOUNT
 from .zygote_children import UsernsChild, first_exec_child, fork_exec_child, run_exec, userns_child
-from .zygote_direct import direct_supported, fork_init, init_main
+from .zygote_direct import fork_init, init_main
+from .zygote_root import direct_supported
 
 #: how long the keeper is idle (no request, no exec running) before it forks the next exec's
 #: init: a stop or another request that follows an exec at once is not slowed by it
