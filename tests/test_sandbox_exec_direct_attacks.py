@@ -8,13 +8,14 @@ import asyncio
 import contextlib
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from agentmeter.sandbox import zygote
 from agentmeter.sandbox.local import LocalBackend
 from agentmeter.sandbox.masks import proc_mask_list
-from agentmeter.sandbox.spec import SandboxSpec
+from agentmeter.sandbox.spec import Mount, SandboxSpec
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the zygote serves root-run sandboxes")
 
@@ -92,3 +93,43 @@ async def test_a_root_command_reads_nothing_of_its_init_s_memory(local_backend: 
         await sb.stop()
     assert marker not in r.stdout, r
     assert r.exit_code != 0 and "maps: Permission denied" in r.stderr, r
+
+
+#: turns /srv/am (the parent of the task mounts' targets, made by the keeper: a directory of the
+#: overlay's upper layer, which may be renamed) into a symlink flipping between the real
+#: directory (m0) and a decoy (m1) with the same targets
+FLIP_PARENT = ('chdir "/srv" or die; rename("am", "m0") or die "rename: $!"; mkdir "m1"; '
+               'mkdir "m1/outer"; mkdir "m1/outer/inner"; symlink("m0", "am"); '
+               'while (1) { $i ^= 1; symlink("m$i", "x"); rename("x", "am") }')
+
+
+async def test_a_concurrent_exec_turning_a_target_s_parent_leaves_nested_mounts_nested(
+        local_backend: LocalBackend, tmp_path: Path) -> None:
+    """Two task mounts, one inside the other (a read-only cover over a part of a writable
+    directory), and a running exec turning their targets' parent between the real directory
+    and a decoy while other execs start: the inner mount must land on the outer one (resolved
+    beneath it), not on the decoy (the outer's covered part shown, writable)."""
+    outer, inner = tmp_path / "outer", tmp_path / "inner"
+    (outer / "inner").mkdir(parents=True)
+    inner.mkdir()
+    for d in (tmp_path, outer, outer / "inner", inner):
+        d.chmod(0o755)
+    spec = SandboxSpec(mounts=(Mount(source=outer, target="/srv/am/outer", read_only=False),
+                               Mount(source=inner, target="/srv/am/outer/inner", read_only=True)))
+    sb = await local_backend.start(spec)
+    try:
+        flip = asyncio.ensure_future(sb.exec(["/usr/bin/perl", "-e", FLIP_PARENT], user="root"))
+        try:
+            await asyncio.sleep(0.3)
+            assert not flip.done(), flip.result()
+            for _ in range(30):
+                r = await sb.exec("awk '$5 ~ /outer/ {print $5}' /proc/self/mountinfo", user="agent")
+                assert r.exit_code == 0 and r.stderr == "", r
+                mounts = r.stdout.split()
+                assert len(mounts) == 2 and mounts[1] == mounts[0] + "/inner", r.stdout
+        finally:
+            flip.cancel()
+            with contextlib.suppress(BaseException):
+                await flip
+    finally:
+        await sb.stop()

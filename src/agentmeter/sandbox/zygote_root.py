@@ -5,15 +5,16 @@ binds and ``pivot_root`` made, by the new mount API. Each mount is a detached co
 (``open_tree``) or a new one (``fsmount``) whose flags are set on it and every mount under it
 before it is attached (``mount_setattr``, ``move_mount``), on a target resolved inside the tree
 (``openat2`` with ``RESOLVE_IN_ROOT`` and ``RESOLVE_NO_MAGICLINKS``: an image's symlink never
-points a mount outside it); the masks on targets resolved beneath the new proc's own mount
-(its descriptor: the tree is writable by a concurrent exec of the sandbox, which could turn an
-image's /proc symlink between the proc's mount and its masks)."""
+points a mount outside it), or beneath the mount attached before on a target above it (its
+own descriptor: no path of the tree, writable by a concurrent exec of the sandbox, is resolved
+twice; :class:`_Placed`)."""
 
 from __future__ import annotations
 
 import ctypes
 import os
 import platform
+import posixpath
 from typing import Any
 
 from . import zygote_calls as calls
@@ -28,7 +29,7 @@ OPEN_TREE_CLONE, AT_RECURSIVE, AT_EMPTY_PATH = 1, 0x8000, 0x1000
 MOVE_MOUNT_F_EMPTY_PATH, MOVE_MOUNT_T_EMPTY_PATH = 0x4, 0x40
 FSCONFIG_SET_STRING, FSCONFIG_CMD_CREATE = 1, 6
 ATTR_RDONLY, ATTR_NOSUID, ATTR_NODEV, ATTR_NOEXEC = 0x1, 0x2, 0x4, 0x8
-RESOLVE_NO_XDEV, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, RESOLVE_BENEATH = 0x1, 0x2, 0x4, 0x8
+RESOLVE_NO_MAGICLINKS, RESOLVE_BENEATH = 0x2, 0x8
 RESOLVE_IN_ROOT = 0x10
 #: (bwrap's --proc also binds its new /proc's sys, sysrq-trigger, irq and bus read-only over
 #: themselves where its caller can write them: the sandbox's root never can, and the masks of
@@ -116,24 +117,39 @@ def _inside(root: int, path: str) -> int:
     return _open(root, path, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)
 
 
-def _mask(proc: int, name: str, mnt: int) -> None:
-    """``mnt`` attached on ``name`` of the exec's new proc mount (``proc``: its own fd), not
-    on a path of the tree: the tree is writable by a concurrent exec of the sandbox, which
-    could turn an image's /proc symlink between the proc's mount and its masks."""
-    target = _open(proc, name, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS
-                   | RESOLVE_NO_XDEV)
-    try:
-        _attach(mnt, target, f"/proc/{name}")
-    finally:
-        os.close(target)
+class _Placed:
+    """The exec's mounts, each attached on its target resolved inside the tree (``root``), or
+    beneath the mount attached before on a target above it (that mount's own descriptor, kept):
+    a path of the tree is never resolved twice, as a concurrent exec of the sandbox could turn
+    it in between (an image's /proc symlink turned between the proc's mount and its masks left
+    that proc unmasked; a parent of a task mount's target, its read-only cover elsewhere)."""
 
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self.mounts: list[tuple[str, int]] = []  # target -> its attached mount
 
-def _mount_on(root: int, path: str, mnt: int) -> None:
-    target = _inside(root, path)
-    try:
-        _attach(mnt, target, path)
-    finally:
-        os.close(target)
+    def attach(self, path: str, mnt: int) -> None:
+        path = posixpath.normpath("/" + path.lstrip("/"))  # one leading slash
+        above = [(p, fd) for p, fd in self.mounts if path.startswith(p + "/")]
+        if above:
+            p, fd = max(above, key=lambda m: len(m[0]))
+            target = _open(fd, path[len(p) + 1:], RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)
+        else:
+            target = _inside(self.root, path)
+        try:
+            held = os.dup(mnt)
+            try:
+                _attach(mnt, target, path)
+            except BaseException:
+                os.close(held)
+                raise
+        finally:
+            os.close(target)
+        self.mounts.append((path, held))  # ``held`` names that mount once attached
+
+    def close(self) -> None:
+        for _, fd in self.mounts:
+            os.close(fd)
 
 
 def build_root(spec: dict[str, Any]) -> None:
@@ -151,10 +167,11 @@ def build_root(spec: dict[str, Any]) -> None:
         os.close(at)
     root = os.open(tree, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)  # that copy
     try:
-        _mount_on(root, "/dev", _copy(spec["dev"], ATTR_NOSUID))
-        proc = _fresh("proc", ATTR_NOSUID | ATTR_NODEV | ATTR_NOEXEC, {"source": "proc"})
+        placed = _Placed(root)
         try:
-            _mount_on(root, "/proc", os.dup(proc))  # ``proc`` names that mount once attached
+            placed.attach("/dev", _copy(spec["dev"], ATTR_NOSUID))
+            placed.attach("/proc", _fresh("proc", ATTR_NOSUID | ATTR_NODEV | ATTR_NOEXEC,
+                                          {"source": "proc"}))
             for kind, name in spec["masks"]:  # masks.py, as bwrap made them
                 if kind == "ro":  # the host's proc path, read-only
                     mnt = _copy(f"/proc/{name}", ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV)
@@ -164,12 +181,12 @@ def build_root(spec: dict[str, Any]) -> None:
                     mnt = _fresh("tmpfs", ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV,
                                  {"source": "tmpfs", "mode": "0755", "uid": str(spec["owner"]),
                                   "gid": str(spec["owner"])})
-                _mask(proc, name, mnt)
+                placed.attach(f"/proc/{name}", mnt)
+            for source, target, read_only in spec["mounts"]:  # the task's, and resolv.conf
+                attrs = ATTR_NOSUID | ATTR_NODEV | (ATTR_RDONLY if read_only else 0)
+                placed.attach(target, _copy(source, attrs))
         finally:
-            os.close(proc)
-        for source, target, read_only in spec["mounts"]:  # the task's, and resolv.conf
-            attrs = ATTR_NOSUID | ATTR_NODEV | (ATTR_RDONLY if read_only else 0)
-            _mount_on(root, target, _copy(source, attrs))
+            placed.close()
         os.fchdir(root)
     finally:
         os.close(root)
