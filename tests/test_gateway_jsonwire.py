@@ -24,7 +24,7 @@ TEXTS = [
     b'{"a":1E300}', b'{"a":18446744073709551615}', b'{"a":9223372036854775807}',
     b'{"a":-9223372036854775808}', b'{"a":"\\u0000\\u2028\\"\\\\/\\ud83d\\ude00"}',
     '{"a":"é ✓ 😀"}'.encode(), b' {"a" : [ 1 , {} ] } ',
-    # orjson would read these as floats: the digits kept
+    # orjson would read these as floats: the digits kept (a run of 19 digits and more)
     b'{"a":123456789012345678901234567890}', b'{"a":-9223372036854775809}',
     b'{"a":18446744073709551616}', b'{"a":0.12345678901234567890123}',
     # orjson refuses these; json reads them

@@ -18,20 +18,27 @@ bits, a lone surrogate, nesting deeper than 254). ``orjson`` writes a non-finite
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import orjson
 
-_LONG_NUMBER = re.compile(rb"\d{19}")
-_LONG_NUMBER_TEXT = re.compile(r"\d{19}")
+#: each ASCII digit as ``0``, any other byte as a space: a run of 19 digits is then a substring
+#: found at C speed (a regular expression took 10 us on a 1.2 KB request, this 1 us)
+_DIGITS = bytes(0x30 if 0x30 <= i <= 0x39 else 0x20 for i in range(256))
+_RUN = b"0" * 19
+
+
+def long_number(text: str | bytes) -> bool:
+    """Whether ``text`` has a run of 19 ASCII digits or more (an integer ``orjson`` may not read
+    exactly; in a string too, which costs only ``json``'s slower parse)."""
+    data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    return _RUN in data.translate(_DIGITS)
 
 
 def loads(text: str | bytes) -> Any:
     """``json.loads``'s value (raises ``ValueError``, ``UnicodeDecodeError`` or
     ``RecursionError`` as it does)."""
-    long = _LONG_NUMBER.search(text) if isinstance(text, bytes) else _LONG_NUMBER_TEXT.search(text)
-    if long is None:
+    if not long_number(text):
         try:
             return orjson.loads(text)
         except orjson.JSONDecodeError:
@@ -43,7 +50,7 @@ def loads_finite(text: bytes) -> Any:
     """``loads``, except that ``NaN``, ``Infinity`` and a number too large for a float (which
     ``json`` reads as non-finite floats, and no JSON parser of a provider accepts) raise
     ``ValueError``."""
-    if _LONG_NUMBER.search(text) is None:
+    if not long_number(text):
         try:
             return orjson.loads(text)
         except orjson.JSONDecodeError:
