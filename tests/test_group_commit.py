@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 import aiohttp
@@ -21,7 +22,8 @@ from polling import eventually_async
 from test_gateway import request_body
 
 from agentmeter.gateway import Gateway, ModelRegistry
-from agentmeter.gateway.metering import StoreSink
+from agentmeter.gateway.metering import StoreSink, TrialState
+from agentmeter.gateway.persist import CallWriter
 from agentmeter.pricing import PriceBook
 from agentmeter.records import ModelCallRecord, RunRecord
 from agentmeter.store.db import Store
@@ -199,7 +201,8 @@ import asyncio, sys
 from pathlib import Path
 from agentmeter.gateway import Gateway, ModelRegistry
 from agentmeter.gateway.bounds import GatewayLimits
-from agentmeter.gateway.metering import StoreSink
+from agentmeter.gateway.metering import StoreSink, TrialState
+from agentmeter.gateway.persist import CallWriter
 from agentmeter.pricing import PriceBook
 from agentmeter.records import RunRecord
 from agentmeter.store.db import Store
@@ -300,3 +303,24 @@ def test_only_sqlite_commits_a_call_without_waiting(
         st.create_run(RunRecord(id="r", backend="local", attempts=1, concurrency=1))
         assert st.add_call_batch_now([("r", 0, call)]) is (backend == "sqlite")
         assert len(st.model_calls("r")) == (1 if backend == "sqlite" else 0)
+
+
+async def test_a_handler_cancelled_while_its_call_commits_still_stores_it() -> None:
+    """The handler (its run ending) is cancelled while its call waits for the commit: the
+    call is committed all the same, the cancelled wait raises at once."""
+    store = HeldStore()
+    writer = CallWriter()
+    trial = TrialState.__new__(TrialState)  # only what the writer reads of a trial
+    trial.sink, trial.stored, trial.sink_error = StoreSink(store, "r", 0), set(), None
+    record = ModelCallRecord(trial_id="t", seq=7, wire_api="chat", client_api="chat",
+                             model="m", upstream_model="m", status_code=200, stream=False,
+                             started_at=datetime.now(UTC), latency_s=0.1)
+    waiting = asyncio.create_task(writer.write(trial, record))
+    assert await asyncio.to_thread(store.entered.wait, 30)  # the commit is under way
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    store.gate.set()
+    await writer.close()
+    assert [[item[2].seq for item in batch] for batch in store.batches] == [[7]]
+    assert trial.stored == {7} and trial.sink_error is None

@@ -85,8 +85,10 @@ class CallWriter:
             first = len(self._turn) == 1
         if first:  # the turn's first call: hand the turn's calls over when the turn ends
             loop.call_soon(self._hand_over)
-        # shielded: a cancelled handler must not drop a write that is queued or under way
-        await asyncio.shield(done)
+        # a cancelled handler cancels ``done`` only: its call stays queued and is written all
+        # the same (``_release`` skips a future already done); no ``asyncio.shield`` (two
+        # more futures and their callbacks per call)
+        await done
 
     def _now(self, trial: TrialState, record: ModelCallRecord) -> bool:
         """Commit a lone call on the loop if its store can without waiting (True: stored, or

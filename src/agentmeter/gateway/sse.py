@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from agentmeter.gateway import jsonwire
 from agentmeter.jsonshape import structural_tokens
 
 
@@ -80,7 +81,7 @@ def loads_object(text: str | bytes) -> dict[str, Any] | None:
     """JSON object or ``None`` (garbage, JSON that is not an object, or nested too deeply for
     the parser: ``RecursionError``)."""
     try:
-        value = json.loads(text)
+        value = jsonwire.loads(text)
     except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
@@ -109,8 +110,8 @@ def request_object(raw: bytes) -> dict[str, Any] | str:
     if structural_tokens(raw, MAX_REQUEST_TOKENS) > MAX_REQUEST_TOKENS:
         return TooLarge(f"request JSON has more than {MAX_REQUEST_TOKENS} structural tokens "
                         "(objects, arrays, values) outside its strings: refused unparsed")
-    try:
-        value = json.loads(raw)
+    try:  # no NaN or Infinity: no provider takes them, and ``jsonwire.dumps`` would not keep them
+        value = jsonwire.loads_finite(raw)
     except RecursionError:
         return f"request JSON nested deeper than {MAX_REQUEST_DEPTH} levels"
     except (ValueError, UnicodeDecodeError):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from agentmeter.gateway import jsonwire
 from agentmeter.gateway.errors import error_bytes
 from agentmeter.gateway.httpclient import (
     ReadTimeout,
@@ -194,7 +194,7 @@ class HttpUpstream:
     async def send(self, req: UpstreamRequest) -> UpstreamReply:
         target = self._target(req)
         url = target.url
-        data = json.dumps(req.body).encode()
+        data = jsonwire.dumps(req.body)
         head = self._head(target, req, len(data))
         retry = self.retry
         last: UpstreamReply | None = None

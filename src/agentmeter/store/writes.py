@@ -75,9 +75,8 @@ class StoreWrites:
         was most of the time of storing one model call as it completes. ``wait=False``: if
         another connection holds the write lock, nothing is written and False returned at once
         (no busy wait: the gateway's commit on its event loop, ``gateway.persist``)."""
-        sql, order, processors = self._sqlite_plan(table, tuple(rows[0]))
-        params = [tuple(processors[i](row[k]) if processors[i] else row[k]
-                        for i, k in enumerate(order)) for row in rows]
+        sql, plan = self._sqlite_plan(table, tuple(rows[0]))
+        params = [[row[k] if p is None else p(row[k]) for k, p in plan] for row in rows]
         if not self._driver_lock.acquire(blocking=wait):  # another thread is writing
             return False
         try:  # one connection kept for these writes (no pool round trip)
@@ -121,16 +120,16 @@ class StoreWrites:
                 raw.invalidate()
 
     def _sqlite_plan(self, table: sa.Table, columns: tuple[str, ...]
-                     ) -> tuple[str, tuple[str, ...], list[Any]]:
+                     ) -> tuple[str, list[tuple[str, Any]]]:
+        """The upsert's SQL and its parameters in order: (column, bind processor or None)."""
         key = (table.name, "sqlite-driver", columns)
         plan = _UPSERTS.get(key)
         if plan is None:
             dialect = self._engine.dialect
             compiled = self._upsert_statement(table, "sqlite", columns).compile(dialect=dialect)
-            order = tuple(compiled.positiontup or ())
-            processors = [table.c[k].type.dialect_impl(dialect).bind_processor(dialect)
-                          for k in order]
-            plan = _UPSERTS[key] = (compiled.string, order, processors)
+            plan = _UPSERTS[key] = (compiled.string, [
+                (k, table.c[k].type.dialect_impl(dialect).bind_processor(dialect))
+                for k in compiled.positiontup or ()])
         return plan
 
 
