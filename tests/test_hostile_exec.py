@@ -190,8 +190,8 @@ async def test_every_process_an_exec_sees_is_as_confined_as_the_exec(sb: LocalSa
     but the exec's own stdio and no file outside (the keeper's socket, the seccomp pipe)."""
     r = await sb.exec(["perl", "-e", SURVEY], user=user, stdin=b"")
     assert r.exit_code == 0, r
-    own = {t for tag, *rest in map(str.split, r.stdout.splitlines()) if tag == "SELF"
-           for t in rest[1:]}
+    own = {rest[1] for tag, *rest in map(str.split, r.stdout.splitlines())
+           if tag == "SELF" and rest[0] in ("0", "1", "2")}  # its stdio (checked above)
     seen = 0
     for tag, pid, *rest in map(str.split, r.stdout.splitlines()):
         if tag == "PID":
@@ -245,14 +245,15 @@ async def test_an_exec_cannot_see_or_kill_the_keeper_concurrent_execs_or_other_s
 
 #: processes that try to outlive their exec: a double-forked one in a session of its own that
 #: ignores SIGTERM/SIGHUP/SIGINT, a nohup loop, a child subreaper with an orphaned grandchild,
-#: and a stopped one
-STUBBORN = ("( setsid bash -c 'trap \"\" TERM HUP INT; exec -a {m}-setsid sleep 300' & ); "
+#: and a stopped one (none holds the exec's output: an exec that ends leaves them running only
+#: if the kill of its PID namespace failed)
+STUBBORN = ("( setsid bash -c 'trap \"\" TERM HUP INT; exec -a {m}-setsid sleep 300' >/dev/null 2>&1 & ); "
             "nohup bash -c 'trap \"\" TERM HUP; exec -a {m}-loop bash -c \"while :; do sleep 1; done\"' "
             ">/dev/null 2>&1 & "
             "perl -e '$0 = \"{m}-reaper\"; syscall(" + str(PRCTL) + ", " + str(PR_SET_CHILD_SUBREAPER)
             + ", 1, 0, 0, 0); if (!fork) {{ if (!fork) {{ $0 = \"{m}-orphan\"; sleep 300 }} exit 0 }} "
-            "sleep 300' & "
-            "bash -c 'exec -a {m}-stopped bash -c \"kill -STOP \\$\\$; sleep 300\"' & ")
+            "sleep 300' >/dev/null 2>&1 & "
+            "bash -c 'exec -a {m}-stopped bash -c \"kill -STOP \\$\\$; sleep 300\"' >/dev/null 2>&1 & ")
 STUBBORN_NAMES = ("setsid", "loop", "reaper", "orphan", "stopped")
 
 
@@ -293,7 +294,7 @@ async def test_killing_the_keeper_ends_every_process_of_its_execs(local_backend:
     box = await local_backend.start(SandboxSpec())
     mark = f"am-orphaned-{secrets.token_hex(4)}"
     task = asyncio.ensure_future(box.exec(
-        f"( setsid bash -c 'trap \"\" TERM HUP; exec -a {mark}-d sleep 300' & ); "
+        f"( setsid bash -c 'trap \"\" TERM HUP; exec -a {mark}-d sleep 300' >/dev/null 2>&1 & ); "
         f"exec -a {mark}-fg sleep 300", user="agent"))
     try:
         assert await eventually_async(lambda: len(_host_pids_with(mark, named=True)) == 2)
