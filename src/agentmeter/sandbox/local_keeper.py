@@ -200,7 +200,9 @@ class KeeperSandbox:
         targets = [(m.target, m.source.is_dir()) for m in self.spec.mounts]
         if self.spec.network == "full" and self.spec.base != "host":
             targets.append(("/etc/resolv.conf", False))
-        mkdir = {"tree": self._tree, "dirs": [self.workdir, *(t for t, d in targets if d)],
+        # and /dev and /proc, which an image may lack (bwrap made them in the tree itself)
+        mkdir = {"tree": self._tree,
+                 "dirs": ["/dev", "/proc", self.workdir, *(t for t, d in targets if d)],
                  "files": [t for t, d in targets if not d]}
         try:
             keeper = zygote.start_keeper({
