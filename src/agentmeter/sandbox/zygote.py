@@ -24,7 +24,8 @@ An exec is thus its init + the command (bwrap's were three processes). At its se
 keeper also makes the sandbox's own mount namespace (a copy of its own, owned by the sandbox's
 user namespace) in which a child, the sandbox's uid 0, prepares /dev once (what bwrap's
 ``--dev`` makes: the same tmpfs, nodes, links and devpts, with the same flags and owners) and
-then, chrooted into the tree, makes the start's workdir and mount targets (no first bwrap); a
+then, chrooted into the tree, makes the start's workdir and mount targets, and /dev and /proc
+where the image lacks them (no first bwrap); a
 keeper forked ahead has that child with its user namespace, and the first exec's child, made
 before its request (off the start's and the first exec's path). Each exec's child joins that
 mount namespace and binds the prepared /dev (its init; a bwrap exec: ``--dev-bind``) instead of
