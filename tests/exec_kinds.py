@@ -7,12 +7,9 @@ from __future__ import annotations
 
 from agentmeter.sandbox.archive import CappedBytes
 from agentmeter.sandbox.local import LocalSandbox
-from agentmeter.sandbox.local_command import ROOT_CAPS
+from agentmeter.sandbox.masks import CAP_NUMBERS, ROOT_CAPS
 
-#: capability numbers (linux/capability.h) of the names in ROOT_CAPS
-CAP_NUMBERS = {"CAP_CHOWN": 0, "CAP_DAC_OVERRIDE": 1, "CAP_FOWNER": 3, "CAP_FSETID": 4,
-               "CAP_KILL": 5, "CAP_SETGID": 6, "CAP_SETUID": 7, "CAP_SETPCAP": 8,
-               "CAP_NET_BIND_SERVICE": 10, "CAP_SYS_CHROOT": 18}
+#: the capability set a root exec keeps, as /proc/<pid>/status shows it
 ROOT_MASK = sum(1 << CAP_NUMBERS[c] for c in ROOT_CAPS)
 
 #: (kind, user, stdin, through the copy out's busybox)

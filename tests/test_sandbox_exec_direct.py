@@ -14,10 +14,10 @@ import signal
 from pathlib import Path
 
 import pytest
+from exec_kinds import ROOT_MASK
 
 from agentmeter.sandbox import zygote
 from agentmeter.sandbox.local import LocalBackend
-from agentmeter.sandbox.masks import CAP_NUMBERS, ROOT_CAPS
 from agentmeter.sandbox.spec import LayerSpec, Mount, SandboxSpec
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the zygote serves root-run sandboxes")
@@ -71,7 +71,7 @@ async def test_the_exec_without_bwrap_sees_what_bwraps_exec_saw(
     assert direct.exit_code == 0 and bwrap.exit_code == 0, (direct, bwrap)
     assert direct.stderr == bwrap.stderr == "", (direct.stderr, bwrap.stderr)
     ours, theirs = _fields(direct.stdout), _fields(bwrap.stdout)
-    kept = sum(1 << CAP_NUMBERS[c] for c in ROOT_CAPS) if user == "root" else 0
+    kept = ROOT_MASK if user == "root" else 0
     assert ours.pop("CapBnd") == [f"{kept:016x}"]
     assert int(theirs.pop("CapBnd")[0], 16) & kept == kept
     # no signal ignored: bwrap passed on what the harness ignored (HUP, INT and QUIT when it
